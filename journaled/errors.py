@@ -1,0 +1,106 @@
+"""The exception hierarchy of journaled.
+
+Every error the library raises on purpose derives from :class:`JournaledError`, so callers can
+catch "anything journaled said no to" in one clause.  ``Empty`` and ``Full`` also derive from the
+stdlib's ``queue.Empty`` / ``queue.Full`` so code written for :mod:`queue` keeps working.
+"""
+
+from __future__ import annotations
+
+import queue as _stdlib_queue
+
+
+class JournaledError(Exception):
+    """Base class of every error raised by journaled."""
+
+
+class QueueClosed(JournaledError):
+    """The queue (or reader) was closed; waiting ``get`` calls are woken with this."""
+
+
+class ItemTooLarge(JournaledError, ValueError):
+    """A payload is larger than ``QueueConfig.max_item_size``; nothing was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"item of {size} bytes exceeds max_item_size={limit}")
+        self.size = size
+        self.limit = limit
+
+
+class QueueLocked(JournaledError):
+    """Another ``JournaledQueue`` (in this process or another) owns the directory."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        who = f"process {pid}" if pid else "another owner"
+        super().__init__(f"queue directory {path!r} is locked by {who}")
+        self.path = path
+        self.pid = pid
+
+
+class InvalidName(JournaledError, ValueError):
+    """A queue or reader name is not ``[A-Za-z0-9_.:-]{1,128}`` or starts with a dot."""
+
+
+class CorruptJournal(JournaledError):
+    """Damaged bytes were found in a journal or checkpoint file.
+
+    ``path`` and ``offset`` locate the first damaged byte; ``reason`` says what check failed.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: damaged at byte {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+class UnsupportedVersion(CorruptJournal):
+    """A file declares a format version this library does not know; it is refused, not guessed."""
+
+
+class UnknownRead(JournaledError, KeyError):
+    """``commit``/``abort`` of an id that is not an open read on this reader."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "unknown read"
+
+
+class UnknownReader(JournaledError, KeyError):
+    """A reader name that does not exist (e.g. ``remove_reader`` of a missing one)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown reader"
+
+
+class JournalIOError(JournaledError, OSError):
+    """An operating-system error while writing or syncing the journal.
+
+    Carries the original ``errno``/``strerror``/``filename``; the original exception is also
+    chained as ``__cause__``.  After a failed fsync the queue is *poisoned*: every later write
+    raises this error until the queue is closed and reopened, because the kernel may have dropped
+    the dirty pages and a retried fsync could falsely report success.
+    """
+
+
+class Empty(JournaledError, _stdlib_queue.Empty):
+    """No item became available (non-blocking ``get`` or a timeout)."""
+
+
+class Full(JournaledError, _stdlib_queue.Full):
+    """A reader is full (``max_items``/``max_size``) and does not discard old items."""
+
+
+__all__ = [
+    "CorruptJournal",
+    "Empty",
+    "Full",
+    "InvalidName",
+    "ItemTooLarge",
+    "JournalIOError",
+    "JournaledError",
+    "QueueClosed",
+    "QueueLocked",
+    "UnknownRead",
+    "UnknownReader",
+    "UnsupportedVersion",
+]

@@ -1,0 +1,416 @@
+"""JournaledQueue: owns a queue directory, its journal and its named readers.
+
+One lock guards the readers' in-memory state and the order of appends, so ``put`` is one short
+critical section (encode, append to the journal buffer, hand the new item to every reader).
+Durability waits (group commit), periodic flushing, checkpoints and archiving all happen outside
+that lock: the first on the caller's thread, the others on one background thread.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import fcntl
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable
+from types import TracebackType
+
+import attrs
+
+from journaled import checkpoint as ckp
+from journaled import fileio
+from journaled.config import QueueConfig, ReaderConfig, validate_name
+from journaled.errors import (
+    InvalidName,
+    ItemTooLarge,
+    JournaledError,
+    QueueClosed,
+    QueueLocked,
+    UnknownReader,
+)
+from journaled.item import Item
+from journaled.journal import Journal, RecoveryEvent
+from journaled.reader import Reader
+from journaled.record import CheckpointData
+
+log = logging.getLogger("journaled")
+
+LOCK_FILE = ".journaled.lock"
+_ANY_JOURNAL = re.compile(r"(.+)\.(\d{1,20})")
+
+
+def _detect_name(directory: str) -> str:
+    """The queue name of an existing directory (from its journal files), else its basename."""
+    names = set()
+    for entry in os.listdir(directory):
+        m = _ANY_JOURNAL.fullmatch(entry)
+        if m and not entry.startswith("."):
+            names.add(m.group(1))
+    valid = []
+    for n in names:
+        try:
+            valid.append(validate_name(n))
+        except InvalidName:
+            pass
+    if len(valid) == 1:
+        return valid[0]
+    if len(valid) > 1:
+        raise InvalidName(f"{directory!r} holds journals of several queues {sorted(valid)}; pass name=")
+    base = os.path.basename(os.path.abspath(directory))
+    try:
+        return validate_name(base, "queue name")
+    except InvalidName:
+        return "queue"
+
+
+def _as_payload(data: object, limit: int) -> bytes:
+    if isinstance(data, bytes):
+        payload = data
+    elif isinstance(data, (bytearray, memoryview)):
+        payload = bytes(data)
+    else:
+        raise TypeError(
+            f"items must be bytes, bytearray or memoryview, not {type(data).__name__}"
+            " (serialize it first, or use journaled.Queue which pickles)"
+        )
+    if len(payload) > limit:
+        raise ItemTooLarge(len(payload), limit)
+    return payload
+
+
+def _to_ms(when: float | _dt.datetime) -> int:
+    if isinstance(when, _dt.datetime):
+        if when.tzinfo is None:
+            when = when.astimezone()
+        return int(when.timestamp() * 1000)
+    return int(when * 1000)
+
+
+class JournaledQueue:
+    """A durable, fan-out, transactional queue stored in one directory.
+
+    ``JournaledQueue(path, config=QueueConfig(...))`` creates the directory if needed, takes an
+    exclusive lock on it (a second owner gets :class:`QueueLocked`), recovers the journal and
+    the readers' checkpoints, and starts one background thread for flushing, checkpoints and
+    archiving.  Use it as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        config: QueueConfig | None = None,
+        *,
+        name: str | None = None,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.config = config if config is not None else QueueConfig()
+        if not isinstance(self.config, QueueConfig):
+            raise TypeError(f"config must be a QueueConfig, not {type(self.config).__name__}")
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        self._lock_fd = self._take_lock()
+        try:
+            self.name = validate_name(name, "queue name") if name is not None else _detect_name(self.path)
+            self._archive_dir = self._resolve_archive_dir()
+            self._lock = threading.Lock()
+            self._closed = False
+            self._journal = Journal(self.path, self.name, self.config)
+            self._readers: dict[str, Reader] = {}
+            self._reader_list: list[Reader] = []
+            self._ckpt_lock = threading.Lock()  # serializes checkpoint file writes/removals
+            self._archive_wanted = True
+            self._load_readers()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._stop = threading.Event()
+        self._bg = threading.Thread(target=self._background, name=f"journaled-{self.name}", daemon=True)
+        self._bg.start()
+
+    # ------------------------------------------------------------------ opening
+    def _take_lock(self) -> int:
+        lock_path = os.path.join(self.path, LOCK_FILE)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            try:
+                pid = int(os.pread(fd, 32, 0).decode().strip() or 0)
+            except (ValueError, OSError):
+                pid = 0
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise QueueLocked(self.path, pid or None) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _resolve_archive_dir(self) -> str | None:
+        d = self.config.archive_dir
+        if d is None:
+            return None
+        d = os.path.join(self.path, d)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        return d
+
+    def _load_readers(self) -> None:
+        registered = ckp.read_registry(ckp.registry_path(self.path, self.name))
+        names = set(ckp.list_checkpoints(self.path, self.name)) | set(registered or ())
+        first, end = self._journal.first_id(), self._journal.next_id
+        for rname in sorted(names):
+            state = ckp.read_checkpoint(ckp.checkpoint_path(self.path, self.name, rname))
+            if state is None:
+                state = CheckpointData(head=first)
+            if state.head > end or state.head < first:
+                log.warning(
+                    "reader %s: checkpoint head %d lies outside the journal [%d, %d]; clamped",
+                    rname, state.head, first, end,
+                )
+                head = min(max(state.head, first), end)
+                state = CheckpointData(head, done=tuple(i for i in state.done if head <= i < end))
+            elif any(i >= end for i in state.done):
+                state = attrs.evolve(state, done=tuple(i for i in state.done if i < end))
+            self._add_reader(rname, ReaderConfig(), state)
+        if registered is None or set(registered) != names:
+            ckp.write_registry(ckp.registry_path(self.path, self.name), sorted(names), self.config.file_mode)
+
+    def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
+        reader = Reader(self, rname, config, state)
+        self._readers[rname] = reader
+        self._reader_list = list(self._readers.values())
+        return reader
+
+    # ------------------------------------------------------------------ readers
+    def reader(self, name: str, config: ReaderConfig | None = None) -> Reader:
+        """The reader called ``name``, created on first use and remembered across reopens.
+
+        ``config`` applies from now on; its ``start`` only matters when the reader is new.
+        """
+        validate_name(name, "reader name")
+        if config is not None and not isinstance(config, ReaderConfig):
+            raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
+        with self._ckpt_lock:
+            with self._lock:
+                self._check_open()
+                existing = self._readers.get(name)
+                if existing is not None:
+                    if config is not None:
+                        existing.config = config
+                    return existing
+                cfg = config or ReaderConfig()
+                head = self._start_id(cfg.start)
+                reader = self._add_reader(name, cfg, CheckpointData(head))
+                state = reader._checkpoint_locked()
+                names = list(self._readers)
+            # durable before we return: the reader exists even if we crash right after
+            ckp.write_checkpoint(ckp.checkpoint_path(self.path, self.name, name), state, self.config.file_mode)
+            ckp.write_registry(ckp.registry_path(self.path, self.name), names, self.config.file_mode)
+        return reader
+
+    def _start_id(self, start: object) -> int:
+        journal = self._journal
+        if start == "earliest":
+            return journal.first_id()
+        if start == "latest":
+            return journal.next_id
+        if isinstance(start, int):
+            return min(max(start, journal.first_id()), journal.next_id)
+        assert isinstance(start, (float, _dt.datetime))
+        return journal.locate_time(_to_ms(start))
+
+    def readers(self) -> list[str]:
+        """Names of the existing readers, sorted."""
+        with self._lock:
+            return sorted(self._readers)
+
+    def remove_reader(self, name: str) -> None:
+        """Delete a reader and its checkpoint; its open reads are dropped, its waiters get
+        :class:`QueueClosed`.  Journal files only it was holding become archivable."""
+        with self._ckpt_lock:
+            with self._lock:
+                reader = self._readers.pop(name, None)
+                if reader is None:
+                    raise UnknownReader(f"no reader named {name!r}")
+                self._reader_list = list(self._readers.values())
+                reader._close_locked()
+                names = list(self._readers)
+                self._archive_wanted = True
+            ckp.write_registry(ckp.registry_path(self.path, self.name), names, self.config.file_mode)
+            try:
+                fileio.ops.unlink(ckp.checkpoint_path(self.path, self.name, name))
+                fileio.ops.fsync_dir(self.path)
+            except FileNotFoundError:
+                pass
+
+    # ------------------------------------------------------------------ putting
+    def put(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        expire_at: float | _dt.datetime | None = None,
+        ttl: float | None = None,
+    ) -> int:
+        """Append one item; return its id.  Durable on return as the sync policy says."""
+        return self.put_many((data,), expire_at=expire_at, ttl=ttl)[0]
+
+    def put_many(
+        self,
+        items: Iterable[bytes | bytearray | memoryview],
+        *,
+        expire_at: float | _dt.datetime | None = None,
+        ttl: float | None = None,
+    ) -> list[int]:
+        """Append several items with one write (and, under ``sync="always"``, one fsync).
+
+        All or nothing: a bad item (wrong type, too large) raises before anything is written.
+        """
+        limit = self.config.max_item_size
+        payloads = [_as_payload(d, limit) for d in items]
+        if not payloads:
+            return []
+        add_ms = time.time_ns() // 1_000_000
+        expire_ms = 0
+        if expire_at is not None and ttl is not None:
+            raise ValueError("give expire_at or ttl, not both")
+        if ttl is not None:
+            expire_ms = add_ms + int(ttl * 1000)
+        elif expire_at is not None:
+            expire_ms = _to_ms(expire_at)
+        expire = expire_ms / 1000.0 if expire_ms else None
+        with self._lock:
+            self._check_open()
+            first_id, add_ms, seq = self._journal.append(payloads, add_ms, expire_ms)
+            if self._reader_list:
+                add_time = add_ms / 1000.0
+                made = [Item(first_id + k, p, add_time, expire, 0) for k, p in enumerate(payloads)]
+                nbytes = sum(map(len, payloads))
+                for reader in self._reader_list:
+                    reader._on_put_locked(made, nbytes)
+        if self.config.sync == "always":
+            self._journal.wait_durable(seq)
+        return list(range(first_id, first_id + len(payloads)))
+
+    def sync(self) -> None:
+        """Return once everything put so far is on stable storage (any sync policy)."""
+        self._check_open()
+        self._journal.sync()
+
+    # ------------------------------------------------------------------ background
+    def _head_moved(self) -> None:
+        self._archive_wanted = True
+
+    def _background(self) -> None:
+        interval = self.config.sync_interval
+        next_ckpt = time.monotonic() + self.config.checkpoint_interval
+        while not self._stop.is_set():
+            now = time.monotonic()
+            wait = next_ckpt - now
+            if interval is not None:
+                wait = min(wait, interval)
+            self._stop.wait(max(0.0, wait))
+            if self._stop.is_set():
+                return
+            try:
+                if interval is not None and self._journal.dirty:
+                    self._journal.sync()
+                if time.monotonic() >= next_ckpt:
+                    self.checkpoint()
+                    next_ckpt = time.monotonic() + self.config.checkpoint_interval
+                if self._archive_wanted:
+                    self._archive()
+            except JournaledError as exc:
+                log.error("background maintenance of %s failed: %s", self.path, exc)
+            except OSError as exc:
+                log.error("background maintenance of %s failed: %s", self.path, exc)
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint of every reader whose state changed (the background thread does
+        this every ``checkpoint_interval``; close does it too)."""
+        with self._ckpt_lock:
+            with self._lock:
+                todo = []
+                for reader in self._reader_list:
+                    if reader._dirty:
+                        todo.append((reader.name, reader._checkpoint_locked()))
+                        reader._dirty = False
+            if not todo:
+                return
+            # A checkpoint must never claim more than the journal durably holds.
+            if self.config.sync != "never" and self._journal.dirty:
+                self._journal.sync()
+            for rname, state in todo:
+                ckp.write_checkpoint(
+                    ckp.checkpoint_path(self.path, self.name, rname), state, self.config.file_mode
+                )
+
+    def _archive(self) -> None:
+        with self._lock:
+            self._archive_wanted = False
+            if not self._reader_list:
+                return  # with no readers, everything is kept for the first one
+            min_head = min(r.head for r in self._reader_list)
+        files = self._journal.archivable(min_head)
+        if files:
+            self._journal.archive(files, self._archive_dir)
+
+    # ------------------------------------------------------------------ misc
+    @property
+    def recovery_report(self) -> list[RecoveryEvent]:
+        """What recovery did when the journal was opened (and damage met since)."""
+        return list(self._journal.recovery_report)
+
+    @property
+    def fsync_count(self) -> int:
+        """Number of group-commit fsync rounds so far (a measure of batching)."""
+        return self._journal.commits.fsyncs
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"queue {self.path!r} is closed")
+
+    def close(self) -> None:
+        """Flush and sync the journal, write every reader's checkpoint, release the directory.
+
+        Waiting ``get`` calls are woken with :class:`QueueClosed`.  Idempotent.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for reader in self._reader_list:
+                reader._close_locked()
+            for reader in self._reader_list:
+                reader._dirty = True  # always leave a fresh checkpoint behind
+        self._stop.set()
+        if threading.current_thread() is not self._bg:
+            self._bg.join()
+        try:
+            try:
+                self._journal.sync()
+            except JournaledError as exc:
+                log.error("final sync of %s failed: %s", self.path, exc)
+            else:
+                self.checkpoint()
+        finally:
+            self._journal.close()
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> JournaledQueue:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"next_id={self._journal.next_id}"
+        return f"<JournaledQueue {self.path!r} {state}>"

@@ -1,0 +1,373 @@
+"""The on-disk format, as pure functions on bytes (sans-IO).
+
+Nothing here opens a file: the journal and the checkpoint modules hand bytes in and get values
+(or a precise description of the damage) back, which keeps this module trivially fuzzable.
+docs/format.md is the normative description; this module is its executable twin.
+
+Why every CRC is *seeded with the record's position*: a record's CRC32C starts from an initial
+value derived from the file's random salt and the record's byte offset in that file.  The same
+bytes copied anywhere else (inside a payload, into stale garbage, or into another journal file)
+therefore fail the check, so a forward scan after damage cannot be fooled into accepting them.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+import attrs
+from crc32c import crc32c
+
+from journaled.errors import CorruptJournal, UnsupportedVersion
+
+# ---------------------------------------------------------------------------------------------
+# Journal file header
+# ---------------------------------------------------------------------------------------------
+
+JOURNAL_MAGIC: Final = b"\x89JRNL\r\n\x1a"
+CHECKPOINT_MAGIC: Final = b"\x89JCKP\r\n\x1a"
+FORMAT_VERSION: Final = 1
+
+# magic(8) version(u16) header_len(u16) salt(u32) first_id(u64) created_ms(u64) name_len(u16)
+_HEADER_FIXED = struct.Struct("<8sHHIQQH")
+HEADER_FIXED_SIZE: Final = _HEADER_FIXED.size  # 34
+MAX_NAME_BYTES: Final = 128
+
+
+@attrs.frozen
+class FileHeader:
+    """The header that opens every journal file."""
+
+    salt: int
+    first_id: int
+    created_ms: int
+    name: str
+
+    @property
+    def size(self) -> int:
+        """Bytes the encoded header occupies (records start at this offset)."""
+        return HEADER_FIXED_SIZE + len(self.name.encode("ascii")) + 4
+
+
+def encode_header(header: FileHeader) -> bytes:
+    """Encode a journal file header (fixed part, queue name, CRC32C of both)."""
+    name = header.name.encode("ascii")
+    if len(name) > MAX_NAME_BYTES:
+        raise ValueError("queue name too long for the header")
+    size = HEADER_FIXED_SIZE + len(name) + 4
+    body = (
+        _HEADER_FIXED.pack(
+            JOURNAL_MAGIC,
+            FORMAT_VERSION,
+            size,
+            header.salt,
+            header.first_id,
+            header.created_ms,
+            len(name),
+        )
+        + name
+    )
+    return body + struct.pack("<I", crc32c(body))
+
+
+def decode_header(buf: bytes | memoryview, path: str = "<journal>") -> FileHeader:
+    """Decode a journal file header, or raise :class:`CorruptJournal`/:class:`UnsupportedVersion`.
+
+    The version is checked before anything else after the magic, so that a file written by a
+    future format is refused by name rather than reported as damage.
+    """
+    buf = bytes(buf[: HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4])
+    if len(buf) < 10:
+        raise CorruptJournal(path, 0, "file too short for a header")
+    if buf[:8] != JOURNAL_MAGIC:
+        raise CorruptJournal(path, 0, "bad magic number (not a journaled journal file)")
+    (version,) = struct.unpack_from("<H", buf, 8)
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersion(path, 8, f"format version {version} is not supported")
+    if len(buf) < HEADER_FIXED_SIZE:
+        raise CorruptJournal(path, 0, "file too short for a header")
+    _, _, size, salt, first_id, created_ms, name_len = _HEADER_FIXED.unpack_from(buf, 0)
+    if name_len > MAX_NAME_BYTES or size != HEADER_FIXED_SIZE + name_len + 4:
+        raise CorruptJournal(path, 10, "inconsistent header length")
+    if len(buf) < size:
+        raise CorruptJournal(path, 0, "file too short for its header")
+    (crc,) = struct.unpack_from("<I", buf, size - 4)
+    if crc32c(buf[: size - 4]) != crc:
+        raise CorruptJournal(path, size - 4, "header CRC mismatch")
+    try:
+        name = buf[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + name_len].decode("ascii")
+    except UnicodeDecodeError:
+        raise CorruptJournal(path, HEADER_FIXED_SIZE, "queue name is not ASCII") from None
+    return FileHeader(salt=salt, first_id=first_id, created_ms=created_ms, name=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------
+
+# crc(u32) length(u32) type(u8): ``length`` counts the body only.
+_REC_HDR = struct.Struct("<IIB")
+RECORD_HEADER_SIZE: Final = _REC_HDR.size  # 9
+# PUT body: id(u64) add_ms(u64) expire_ms(u64, 0 = never) payload
+_PUT_HDR = struct.Struct("<IIBQQQ")
+_PUT_FIELDS = struct.Struct("<QQQ")
+PUT_OVERHEAD: Final = _PUT_HDR.size  # 33: bytes a PUT adds around its payload
+
+TYPE_PUT: Final = 1
+#: Types with this bit set may be skipped by a reader that does not know them; unknown types
+#: without it mean "a newer writer wrote something you must understand" and are refused.
+TYPE_SKIPPABLE: Final = 0x80
+
+#: Largest body length a record may declare; bounds allocations when decoding garbage.
+MAX_BODY: Final = (1 << 31) - 1
+
+
+def record_seed(salt: int, offset: int) -> int:
+    """Initial CRC value of the record at ``offset`` in a file with ``salt``.
+
+    Files are capped below 4 GiB (see ``QueueConfig``), so ``offset`` fits 32 bits and two
+    offsets in one file never share a seed.
+    """
+    return (salt ^ offset) & 0xFFFFFFFF
+
+
+def encode_put(
+    salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes
+) -> bytes:
+    """Encode one PUT record destined for byte ``offset`` of a file with ``salt``."""
+    rec = _PUT_HDR.pack(0, 24 + len(payload), TYPE_PUT, item_id, add_ms, expire_ms) + payload
+    crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
+    return struct.pack("<I", crc) + rec[4:]
+
+
+def encode_puts(
+    salt: int,
+    offset: int,
+    first_id: int,
+    add_ms: int,
+    expire_ms: int,
+    payloads: list[bytes],
+    out: bytearray,
+) -> list[int]:
+    """Append PUT records for ``payloads`` (consecutive ids) to ``out``; return their offsets.
+
+    The batch form of :func:`encode_put`, kept in one loop with local names because this is the
+    hottest code in the library.
+    """
+    pack_into = _PUT_HDR.pack_into
+    hdr_size = _PUT_HDR.size
+    offsets = []
+    item_id = first_id
+    for payload in payloads:
+        start = len(out)
+        offsets.append(offset)
+        out += bytes(hdr_size)
+        pack_into(out, start, 0, 24 + len(payload), TYPE_PUT, item_id, add_ms, expire_ms)
+        out += payload
+        view = memoryview(out)
+        crc = crc32c(view[start + 4 :], (salt ^ offset) & 0xFFFFFFFF)
+        view.release()
+        struct.pack_into("<I", out, start, crc)
+        offset += hdr_size + len(payload)
+        item_id += 1
+    return offsets
+
+
+def encode_record(salt: int, offset: int, rtype: int, body: bytes) -> bytes:
+    """Encode a record of any type (used for future/skippable types and in tests)."""
+    if not 0 < rtype < 256:
+        raise ValueError("record type must be 1..255")
+    rec = _REC_HDR.pack(0, len(body), rtype) + body
+    crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
+    return struct.pack("<I", crc) + rec[4:]
+
+
+@attrs.frozen
+class Put:
+    """A decoded PUT record."""
+
+    offset: int
+    size: int  # bytes the whole record occupies on disk
+    id: int
+    add_ms: int
+    expire_ms: int
+    payload: bytes
+
+
+@attrs.frozen
+class Skipped:
+    """A valid record of a skippable type this version does not interpret."""
+
+    offset: int
+    size: int
+    rtype: int
+
+
+@attrs.frozen
+class Damage:
+    """Why decoding stopped at ``offset``.
+
+    ``incomplete`` is true when the bytes simply end before the record does (a torn tail, or a
+    record still being written by another process); otherwise the bytes there are wrong.
+    """
+
+    offset: int
+    reason: str
+    incomplete: bool
+
+
+Decoded = Put | Skipped
+
+
+def decode_one(
+    buf: bytes | bytearray | memoryview, pos: int, base_offset: int, salt: int, max_body: int = MAX_BODY
+) -> Decoded | Damage:
+    """Decode the record starting at ``buf[pos]``, which lies at file offset ``base_offset + pos``.
+
+    Never raises on bad bytes except :class:`UnsupportedVersion` for a valid record of a type
+    that must be understood; returns :class:`Damage` instead.
+    """
+    offset = base_offset + pos
+    avail = len(buf) - pos
+    if avail < RECORD_HEADER_SIZE:
+        if avail > 0 and not any(buf[pos:]):
+            return Damage(offset, "zero-filled tail", False)
+        return Damage(offset, "truncated record header", True)
+    crc, length, rtype = _REC_HDR.unpack_from(buf, pos)
+    if rtype == 0:
+        return Damage(offset, "record type 0 (zero-filled or garbage)", False)
+    if length > max_body or (rtype == TYPE_PUT and length < 24):
+        return Damage(offset, f"implausible record length {length}", False)
+    end = pos + RECORD_HEADER_SIZE + length
+    if end > len(buf):
+        return Damage(offset, "truncated record", True)
+    view = memoryview(buf)
+    try:
+        if crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) != crc:
+            return Damage(offset, "record CRC mismatch", False)
+        size = end - pos
+        if rtype == TYPE_PUT:
+            item_id, add_ms, expire_ms = _PUT_FIELDS.unpack_from(buf, pos + RECORD_HEADER_SIZE)
+            payload = bytes(view[pos + PUT_OVERHEAD : end])
+            return Put(offset, size, item_id, add_ms, expire_ms, payload)
+    finally:
+        view.release()
+    if rtype & TYPE_SKIPPABLE:
+        return Skipped(offset, size, rtype)
+    raise UnsupportedVersion("<journal>", offset, f"record type {rtype} is not supported")
+
+
+def decode_many(
+    buf: bytes | bytearray | memoryview,
+    base_offset: int,
+    salt: int,
+    pos: int = 0,
+    max_body: int = MAX_BODY,
+    limit: int | None = None,
+) -> tuple[list[Decoded], int, Damage | None]:
+    """Decode consecutive records from ``buf[pos:]``.
+
+    Returns ``(records, end, damage)``: ``end`` is the buffer position after the last good
+    record, and ``damage`` says why decoding stopped early (``None`` if the buffer ended exactly
+    on a record boundary or ``limit`` records were decoded).
+    """
+    out: list[Decoded] = []
+    n = len(buf)
+    while pos < n and (limit is None or len(out) < limit):
+        rec = decode_one(buf, pos, base_offset, salt, max_body)
+        if isinstance(rec, Damage):
+            return out, pos, rec
+        out.append(rec)
+        pos += rec.size
+    return out, pos, None
+
+
+def find_next_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base_offset: int,
+    salt: int,
+    min_id: int,
+    max_body: int = MAX_BODY,
+) -> int | None:
+    """Scan forward from ``buf[pos]`` for the next position where a PUT with id >= ``min_id``
+    validates; used to resume after mid-file damage.  Returns the buffer position or ``None``.
+
+    Position-seeded CRCs make a false match a 2**-32 event per candidate offset, and the id
+    check rejects stale records left over from an earlier life of the same offsets.
+    """
+    n = len(buf)
+    while pos + PUT_OVERHEAD <= n:
+        try:
+            rec = decode_one(buf, pos, base_offset, salt, max_body)
+        except UnsupportedVersion:
+            rec = Damage(pos, "unknown type", False)
+        if isinstance(rec, Put) and rec.id >= min_id:
+            return pos
+        pos += 1
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+# magic(8) version(u16) flags(u16) head(u64) file_ms(u64) file_offset(u64) n_done(u32) n_err(u32)
+_CKP_FIXED = struct.Struct("<8sHHQQQII")
+
+
+@attrs.frozen
+class CheckpointData:
+    """A reader's durable state: everything below ``head`` is committed, plus ``done`` beyond it.
+
+    ``file_ms``/``file_offset`` locate the record of ``head`` in the journal (a hint: it is
+    verified and ignored if wrong).  ``errors`` maps ids to their abort counts.
+    """
+
+    head: int
+    file_ms: int = 0
+    file_offset: int = 0
+    done: tuple[int, ...] = ()
+    errors: tuple[tuple[int, int], ...] = ()
+
+
+def encode_checkpoint(ck: CheckpointData) -> bytes:
+    """Encode a checkpoint file (fixed part, done ids, error counts, CRC32C of all of it)."""
+    parts = [
+        _CKP_FIXED.pack(
+            CHECKPOINT_MAGIC,
+            FORMAT_VERSION,
+            0,
+            ck.head,
+            ck.file_ms,
+            ck.file_offset,
+            len(ck.done),
+            len(ck.errors),
+        ),
+        struct.pack(f"<{len(ck.done)}Q", *ck.done),
+    ]
+    parts.extend(struct.pack("<QI", i, c) for i, c in ck.errors)
+    body = b"".join(parts)
+    return body + struct.pack("<I", crc32c(body))
+
+
+def decode_checkpoint(buf: bytes, path: str = "<checkpoint>") -> CheckpointData:
+    """Decode a checkpoint, raising :class:`CorruptJournal` on any inconsistency."""
+    if len(buf) < _CKP_FIXED.size + 4:
+        raise CorruptJournal(path, len(buf), "checkpoint truncated")
+    magic, version, _flags, head, file_ms, file_offset, n_done, n_err = _CKP_FIXED.unpack_from(buf)
+    if magic != CHECKPOINT_MAGIC:
+        raise CorruptJournal(path, 0, "bad checkpoint magic")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersion(path, 8, f"checkpoint version {version} is not supported")
+    expected = _CKP_FIXED.size + 8 * n_done + 12 * n_err + 4
+    if len(buf) != expected:
+        raise CorruptJournal(path, min(len(buf), expected), "checkpoint length mismatch")
+    (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
+    if crc32c(buf[:-4]) != crc:
+        raise CorruptJournal(path, len(buf) - 4, "checkpoint CRC mismatch")
+    pos = _CKP_FIXED.size
+    done = struct.unpack_from(f"<{n_done}Q", buf, pos)
+    pos += 8 * n_done
+    errors = tuple(struct.unpack_from("<QI", buf, pos + 12 * k) for k in range(n_err))
+    return CheckpointData(head, file_ms, file_offset, tuple(done), tuple(errors))

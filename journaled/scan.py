@@ -1,0 +1,121 @@
+"""Read-only access to a queue directory, safe while another process owns and appends to it.
+
+Used by the command-line tool, by tailing processes and by the Spark source.  It never takes
+the directory lock and never writes.  A record that is incomplete or fails its CRC at the end of
+the newest file may simply still be in flight from the writer, so it ends the scan ("not yet")
+instead of being reported; damage anywhere else is reported and skipped, never delivered.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import attrs
+
+from journaled.errors import CorruptJournal
+from journaled.journal import list_journal_files
+from journaled.queue import _detect_name
+from journaled.record import FileHeader, Put, decode_header, decode_many, find_next_record
+
+CHUNK = 1 << 20
+
+
+@attrs.frozen
+class ScannedFile:
+    path: str
+    ms: int
+    header: FileHeader | None
+    size: int
+    error: str | None = None
+
+
+@attrs.define
+class ScanDamage:
+    path: str
+    offset: int
+    reason: str
+    bytes_skipped: int
+
+
+class JournalScanner:
+    """Iterate the complete, valid records of a queue directory without owning it."""
+
+    def __init__(self, directory: str | os.PathLike[str], name: str | None = None) -> None:
+        self.directory = os.fspath(directory)
+        self.name = name or _detect_name(self.directory)
+        self.damage: list[ScanDamage] = []
+
+    def files(self) -> list[ScannedFile]:
+        out = []
+        for ms, path in list_journal_files(self.directory, self.name):
+            try:
+                size = os.path.getsize(path)
+                with open(path, "rb") as f:
+                    header = decode_header(f.read(512), path)
+                out.append(ScannedFile(path, ms, header, size))
+            except FileNotFoundError:
+                continue  # archived while we looked
+            except CorruptJournal as exc:
+                out.append(ScannedFile(path, ms, None, 0, str(exc)))
+        return out
+
+    def records(self, start_id: int = 0) -> Iterator[Put]:
+        """Every valid record with ``id >= start_id``, oldest first, as of now."""
+        files = self.files()
+        for k, sf in enumerate(files):
+            if sf.header is None:
+                self.damage.append(ScanDamage(sf.path, 0, sf.error or "bad header", sf.size))
+                continue
+            nxt = files[k + 1] if k + 1 < len(files) else None
+            if nxt is not None and nxt.header is not None and nxt.header.first_id <= start_id:
+                continue  # every id in this file is below start_id
+            yield from self._file_records(sf, start_id, last=nxt is None)
+
+    def _file_records(self, sf: ScannedFile, start_id: int, last: bool) -> Iterator[Put]:
+        assert sf.header is not None
+        salt = sf.header.salt
+        try:
+            fd = os.open(sf.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            pos = sf.header.size
+            expected = sf.header.first_id
+            while pos < size:
+                data = os.pread(fd, min(CHUNK, size - pos), pos)
+                recs, end, damage = decode_many(data, pos, salt)
+                for rec in recs:
+                    if isinstance(rec, Put):
+                        expected = rec.id + 1
+                        if rec.id >= start_id:
+                            yield rec
+                pos += end
+                if damage is None:
+                    continue
+                if damage.incomplete and end > 0:
+                    continue  # record straddles the chunk: next pread starts at it
+                if damage.incomplete and pos + len(data) - end < size:
+                    # a single record larger than CHUNK
+                    length = int.from_bytes(os.pread(fd, 8, pos)[4:8], "little")
+                    big = os.pread(fd, 9 + length, pos)
+                    recs, end, _ = decode_many(big, pos, salt, limit=1)
+                    if recs:
+                        rec = recs[0]
+                        if isinstance(rec, Put):
+                            expected = rec.id + 1
+                            if rec.id >= start_id:
+                                yield rec
+                        pos += end
+                        continue
+                rest = os.pread(fd, size - pos, pos)
+                found = find_next_record(rest, 1, pos, salt, expected)
+                if found is None:
+                    if not last:
+                        self.damage.append(ScanDamage(sf.path, pos, damage.reason, size - pos))
+                    return  # at the tail of the newest file: possibly still being written
+                self.damage.append(ScanDamage(sf.path, pos, damage.reason, found))
+                pos += found
+        finally:
+            os.close(fd)
