@@ -14,6 +14,7 @@ from journaled.errors import (
     JournalIOError,
     QueueClosed,
     QueueLocked,
+    SerializationError,
     UnknownRead,
     UnknownReader,
     UnsupportedVersion,
@@ -21,11 +22,17 @@ from journaled.errors import (
 from journaled.item import Item
 from journaled.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
-from journaled.reader import Reader, ReaderStats
+from journaled.reader import Reader
+from journaled.stats import QueueStats, ReaderStats
+from journaled.compat import Queue
+from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
+from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BlockingQueue",
+    "BytesSerializer",
     "CorruptJournal",
     "Empty",
     "Full",
@@ -35,15 +42,24 @@ __all__ = [
     "JournalIOError",
     "JournaledError",
     "JournaledQueue",
+    "JsonSerializer",
+    "PickleSerializer",
+    "Queue",
     "QueueClosed",
     "QueueConfig",
     "QueueLocked",
+    "QueueStats",
     "Reader",
     "ReaderConfig",
     "ReaderStats",
     "RecoveryEvent",
+    "SerializationError",
+    "Serializer",
+    "Transaction",
+    "TransactionalQueue",
     "UnknownRead",
     "UnknownReader",
     "UnsupportedVersion",
     "__version__",
+    "spool_put",
 ]

@@ -10,11 +10,13 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-from typing import Literal, Union
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, Union
 
 import attrs
 
 from journaled.errors import InvalidName
+from journaled.item import Item
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -24,10 +26,12 @@ MAX_JOURNAL_SIZE = 2**31
 MAX_ITEM_SIZE = 2**30
 
 SyncPolicy = Union[Literal["always", "never"], float]
+RecoveryMode = Literal["point_in_time", "tolerate_tail", "strict", "salvage"]
+RECOVERY_MODES: tuple[str, ...] = ("point_in_time", "tolerate_tail", "strict", "salvage")
 Start = Union[Literal["earliest", "latest"], int, float, _dt.datetime]
 
 
-def _check_sync(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _check_sync(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value in ("always", "never"):
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -38,16 +42,42 @@ def _check_sync(_inst: object, attribute: attrs.Attribute[object], value: object
         raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
 
 
-def _positive(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{attribute.name} must be finite, got {value!r}")
 
 
-def _optional_positive(inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _positive(inst, attribute, value)
+
+
+def _optional_positive_int(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{attribute.name} must be an int or None, got {value!r}")
+        _positive(inst, attribute, value)
+
+
+class PutTarget(Protocol):
+    """Anything with ``put(bytes)``: a ``JournaledQueue`` is one."""
+
+    def put(self, data: bytes, /) -> object: ...
+
+
+#: Where expired or dead-lettered items go: a callable taking the Item, or a queue to put into.
+Sink = Union[Callable[[Item], object], PutTarget]
+
+
+def _check_sink(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None or callable(value) or callable(getattr(value, "put", None)):
+        return
+    raise ValueError(
+        f"{attribute.name} must be a callable taking an Item or an object with put(bytes), "
+        f"got {value!r}"
+    )
 
 
 def _at_most(limit: int) -> object:
@@ -78,6 +108,12 @@ class QueueConfig:
         archive_dir: if set, journal files every reader has passed are moved here instead of
             being deleted.  A relative path is taken relative to the queue directory.
         file_mode: permission bits of files the queue creates (default ``0o600``).
+        recovery: what opening does with damaged journal bytes (see docs/design.md, "Crash
+            safety and recovery").  ``"point_in_time"`` (default): each file ends at its first
+            damaged record; the bytes cut off are kept in a ``*.damaged`` file and reported.
+            ``"tolerate_tail"``: only a torn tail of the newest file is cut; any other damage
+            raises ``CorruptJournal``.  ``"strict"``: any damage raises ``CorruptJournal``.
+            ``"salvage"``: damaged bytes are skipped and every later valid record is kept.
     """
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
@@ -93,6 +129,9 @@ class QueueConfig:
         converter=attrs.converters.optional(os.fspath),  # type: ignore[misc]
     )
     file_mode: int = attrs.field(default=0o600, validator=attrs.validators.instance_of(int))
+    recovery: RecoveryMode = attrs.field(
+        default="point_in_time", validator=attrs.validators.in_(RECOVERY_MODES)
+    )
 
     @property
     def sync_interval(self) -> float | None:
@@ -100,7 +139,7 @@ class QueueConfig:
         return None if isinstance(self.sync, str) else float(self.sync)
 
 
-def _check_start(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _check_start(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value in ("earliest", "latest"):
         return
     if isinstance(value, _dt.datetime):
@@ -127,12 +166,50 @@ class ReaderConfig:
             (``float`` epoch seconds or a ``datetime``): the first item added at or after it.
         max_memory: most payload bytes kept in this reader's in-memory queue (default 16 MiB).
             Items beyond it stay on disk and are read back in order as the memory part drains.
+        max_items: most items in this reader's backlog (waiting plus open reads; default None,
+            unbounded).  A ``put`` that would pass it raises :class:`~journaled.Full` and writes
+            nothing, unless ``discard_old_when_full``.
+        max_size: most payload bytes in this reader's backlog (default None, unbounded); same rule.
+        discard_old_when_full: instead of refusing a put, drop this reader's oldest *waiting*
+            items (never open reads) to make room; they are counted as ``discarded`` and go to no
+            sink (default False).
+        max_age: items added longer ago than this many seconds are expired for this reader
+            (default None).  Per-item ``expire_at``/``ttl`` (given to ``put``) applies too.
+            Expired items are never delivered.
+        expire_to: where expired items go (default None: they are dropped, counted as
+            ``expired``).  A *sink*: a callable taking the :class:`~journaled.Item`, or an object
+            with ``put(bytes)`` such as another ``JournaledQueue`` (``item.data`` is put there).
+            Sinks run on the queue's background thread, never under its lock, before the item is
+            committed: at-least-once (a crash in between calls the sink again after reopen).
+        open_read_timeout: seconds after which an open read is aborted automatically, as if
+            its consumer had died (default None: never).  It counts as an error.
+        max_errors: an item aborted this many times is not returned to the head but moved to
+            ``dead_letter`` (or dropped if that is None), counted as ``dead_lettered``
+            (default None: retried forever).  Error counts survive a clean close.
+        dead_letter: a sink, like ``expire_to``, for items that reached ``max_errors``.
     """
 
     start: Start = attrs.field(default="earliest", validator=_check_start)
     max_memory: int = attrs.field(
-        default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive]  # type: ignore[list-item]
+        default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive]
     )
+    # Policies (docs/design.md, "Reader policies").  Configs are not stored on disk: pass the same
+    # ReaderConfig to ``q.reader(name, config)`` after every open.  The *state* the policies act
+    # on (head, committed ids, error counts, add/expiry times) is on disk and survives reopen.
+    max_items: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    max_size: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    discard_old_when_full: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool)
+    )
+    max_age: float | None = attrs.field(default=None, validator=_optional_positive)
+    expire_to: Sink | None = attrs.field(default=None, validator=_check_sink)
+    open_read_timeout: float | None = attrs.field(default=None, validator=_optional_positive)
+    max_errors: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    dead_letter: Sink | None = attrs.field(default=None, validator=_check_sink)
+
+    def __attrs_post_init__(self) -> None:
+        if self.dead_letter is not None and self.max_errors is None:
+            raise ValueError("dead_letter needs max_errors (the abort count that sends items there)")
 
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")

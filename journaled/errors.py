@@ -8,6 +8,10 @@ stdlib's ``queue.Empty`` / ``queue.Full`` so code written for :mod:`queue` keeps
 from __future__ import annotations
 
 import queue as _stdlib_queue
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from journaled.item import Item
 
 
 class JournaledError(Exception):
@@ -90,6 +94,17 @@ class Full(JournaledError, _stdlib_queue.Full):
     """A reader is full (``max_items``/``max_size``) and does not discard old items."""
 
 
+class SerializationError(JournaledError, ValueError):
+    """An object could not be turned into a payload, or a payload back into an object, by the
+    serializer of :class:`journaled.Queue` or a wrapper (the original error is ``__cause__``).
+
+    ``item`` is set when a *delivered* payload failed to load: it is still an open read, so the
+    caller decides (``task_done``/commit it to drop it, or leave it to be redelivered).
+    """
+
+    item: Item | None = None
+
+
 __all__ = [
     "CorruptJournal",
     "Empty",
@@ -100,6 +115,7 @@ __all__ = [
     "JournaledError",
     "QueueClosed",
     "QueueLocked",
+    "SerializationError",
     "UnknownRead",
     "UnknownReader",
     "UnsupportedVersion",

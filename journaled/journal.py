@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from journaled import fileio
-from journaled.config import QueueConfig
-from journaled.errors import CorruptJournal, JournalIOError, QueueClosed
+from journaled import fileio, recovery
+from journaled.config import MAX_ITEM_SIZE, QueueConfig
+from journaled.errors import CorruptJournal, JournalIOError, QueueClosed, UnsupportedVersion
 from journaled.record import (
+    HEADER_FIXED_SIZE,
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
     Damage,
@@ -47,6 +48,10 @@ INDEX_EVERY = 64 * 1024
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.
 WRITE_OUT_AT = 1024 * 1024
 READ_CHUNK = 1024 * 1024
+#: Largest record body any writer may produce.  Decoding is bounded by this, never by the
+#: current ``max_item_size``: lowering that setting must not turn older, larger records into
+#: "damage" (which recovery would cut).
+MAX_RECORD_BODY = MAX_ITEM_SIZE + PUT_OVERHEAD
 
 
 @attrs.frozen
@@ -55,10 +60,11 @@ class RecoveryEvent:
 
     path: str
     offset: int
-    action: str  # "truncated-tail", "skipped-damage", "skipped-file"
+    action: str  # "truncated-tail", "cut-at-damage", "skipped-damage", "skipped-file"
     reason: str
     bytes_lost: int
     ids_lost: tuple[int, int] | None = None  # inclusive range, when known
+    kept: str | None = None  # where the dropped bytes were saved (``*.damaged``), if anywhere
 
 
 @attrs.frozen
@@ -80,6 +86,7 @@ class JournalFile:
     size: int  # bytes on disk that hold valid records (for the active file: written so far)
     index_ids: list[int] = attrs.field(factory=list)
     index_offsets: list[int] = attrs.field(factory=list)
+    first_add_ms: int | None = None  # add time of the first record, once read (locate_time)
 
     @property
     def first_id(self) -> int:
@@ -142,79 +149,108 @@ class Journal:
 
     # ----------------------------------------------------------------------------- opening
     def _open(self) -> None:
-        for ms, path in list_journal_files(self.directory, self.name):
+        mode = self.config.recovery
+        found = list_journal_files(self.directory, self.name)
+        for k, (ms, path) in enumerate(found):
             try:
                 with open(path, "rb") as f:
                     head = f.read(512)
                 header = decode_header(head, path)
+            except UnsupportedVersion:
+                raise  # written by a newer format: refuse, never guess or set it aside
             except CorruptJournal as exc:
                 size = os.path.getsize(path)
+                # A newest file no longer than a header is a creation interrupted before its
+                # first record: a torn tail, nothing in it was ever acknowledged.
+                torn = k == len(found) - 1 and size <= HEADER_FIXED_SIZE + len(self.name) + 4
+                if mode == "strict" or (mode == "tolerate_tail" and not torn):
+                    raise CorruptJournal(path, exc.offset, f"{exc.reason} (recovery={mode!r})") from exc
                 self._set_aside(path, exc.reason, size)
                 continue
             self.files.append(JournalFile(path, ms, header, os.path.getsize(path)))
         if self.files:
-            self._recover_last()
-            self.next_id = self._next_id_after_scan
-            last = self.files[-1]
-            self._fd = fileio.ops.open(last.path, os.O_WRONLY | os.O_APPEND, self.config.file_mode)
+            if mode in ("strict", "tolerate_tail"):
+                # these modes promise to refuse damage up front, so every file is verified
+                for jf in self.files[:-1]:
+                    self._recover_file(jf, newest=False)
+            self.next_id, skip_to = self._recover_file(self.files[-1], newest=True)
+            if skip_to > self.next_id:
+                # ids of valid records cut off by point-in-time recovery are never reused
+                self.next_id = skip_to
+                self._create_file(now_ms())
+            else:
+                last = self.files[-1]
+                self._fd = fileio.ops.open(last.path, os.O_WRONLY | os.O_APPEND, self.config.file_mode)
         else:
             self.next_id = 1
             self._create_file(now_ms())
 
     def _set_aside(self, path: str, reason: str, size: int) -> None:
         """Move an unreadable file out of the journal, keeping its bytes for inspection."""
-        self.recovery_report.append(RecoveryEvent(path, 0, "skipped-file", reason, size))
+        self.recovery_report.append(
+            RecoveryEvent(path, 0, "skipped-file", reason, size, kept=path + ".damaged")
+        )
         log.warning("journal file %s is unreadable (%s); moved to %s.damaged", path, reason, path)
         fileio.ops.rename(path, path + ".damaged")
         fileio.ops.fsync_dir(self.directory)
 
-    def _recover_last(self) -> None:
-        """Scan the newest file completely: cut a torn tail, skip mid-file damage, index it."""
-        jf = self.files[-1]
+    def _keep_aside(self, path: str, offset: int, data: bytes) -> str:
+        """Save bytes cut from a journal file as ``<file>.at<offset>.damaged`` (durably, before
+        the cut) so nothing recovery drops is gone for good."""
+        kept = f"{path}.at{offset}.damaged"
+        fileio.write_atomic(kept, data, self.config.file_mode)
+        return kept
+
+    def _recover_file(self, jf: JournalFile, newest: bool) -> tuple[int, int]:
+        """Scan one file completely, apply the recovery mode (journaled/recovery.py) and index
+        it.  Returns ``(next id after its last kept record, smallest id never used)``."""
         data = fileio.ops.read_file(jf.path)
-        pos = jf.header.size
+        scan = recovery.scan_file(data, jf.header, MAX_RECORD_BODY)
+        plan = recovery.plan(scan, self.config.recovery, jf.path, newest)
         expected = jf.first_id
-        max_body = self.config.max_item_size + PUT_OVERHEAD
-        while True:
-            recs, pos, damage = decode_many(data, 0, jf.header.salt, pos, max_body)
-            for rec in recs:
-                if isinstance(rec, Put):
-                    jf.note(rec.id, rec.offset)
-                    expected = rec.id + 1
-                    self.last_add_ms = max(self.last_add_ms, rec.add_ms)
-            if damage is None:
+        for item_id, offset, add_ms in scan.records:
+            if offset >= plan.end:
                 break
-            nxt = find_next_record(data, pos + 1, 0, jf.header.salt, expected, max_body)
-            if nxt is None:
-                cut = len(data) - pos
-                self.recovery_report.append(
-                    RecoveryEvent(jf.path, pos, "truncated-tail", damage.reason, cut)
-                )
-                log.warning(
-                    "%s: cut %d bytes of torn/invalid tail at offset %d (%s)",
-                    jf.path, cut, pos, damage.reason,
-                )
-                fd = fileio.ops.open(jf.path, os.O_WRONLY, self.config.file_mode)
-                try:
-                    fileio.ops.ftruncate(fd, pos)
-                    fileio.ops.fsync(fd)
-                finally:
-                    fileio.ops.close(fd)
-                data = data[:pos]
-                break
-            first = decode_many(data, 0, jf.header.salt, nxt, max_body, limit=1)[0][0]
-            assert isinstance(first, Put)
-            lost = (expected, first.id - 1) if first.id > expected else None
+            jf.note(item_id, offset)
+            expected = item_id + 1
+            self.last_add_ms = max(self.last_add_ms, add_ms)
+        for span in plan.skipped:
+            assert span.resume is not None
+            before = [r[0] for r in scan.records if r[1] < span.offset]
+            after = [r[0] for r in scan.records if r[1] >= span.resume]
+            lo = (before[-1] + 1) if before else jf.first_id
+            lost = (lo, after[0] - 1) if after and after[0] > lo else None
             self.recovery_report.append(
-                RecoveryEvent(jf.path, pos, "skipped-damage", damage.reason, nxt - pos, lost)
+                RecoveryEvent(jf.path, span.offset, "skipped-damage", span.reason, span.resume - span.offset, lost)
             )
             log.warning(
                 "%s: damaged bytes %d..%d skipped (%s); ids lost: %s",
-                jf.path, pos, nxt, damage.reason, lost,
+                jf.path, span.offset, span.resume, span.reason, lost,
             )
-            pos = nxt
-        jf.size = len(data)
-        self._next_id_after_scan = expected
+        max_id = scan.max_id()
+        skip_to = max(expected, (max_id or 0) + 1)
+        if plan.cut is not None:
+            cut = len(data) - plan.end
+            tail = data[plan.end :]
+            torn = recovery.is_torn_tail(plan.cut, data)
+            lost = (expected, max_id) if max_id is not None and max_id >= expected else None
+            kept = None if torn else self._keep_aside(jf.path, plan.end, tail)
+            action = "truncated-tail" if torn else "cut-at-damage"
+            self.recovery_report.append(
+                RecoveryEvent(jf.path, plan.end, action, plan.cut.reason, cut, lost, kept=kept)
+            )
+            log.warning(
+                "%s: cut %d bytes at offset %d (%s, recovery=%r); ids lost: %s; kept in %s",
+                jf.path, cut, plan.end, plan.cut.reason, self.config.recovery, lost, kept,
+            )
+            fd = fileio.ops.open(jf.path, os.O_WRONLY, self.config.file_mode)
+            try:
+                fileio.ops.ftruncate(fd, plan.end)
+                fileio.ops.fsync(fd)
+            finally:
+                fileio.ops.close(fd)
+        jf.size = plan.end
+        return expected, skip_to
 
     def _create_file(self, ms: int) -> None:
         """Start a new journal file whose first record will get id ``self.next_id``."""
@@ -279,6 +315,8 @@ class Journal:
                 # take as many payloads as fit in this file (at least one in an empty file)
                 j = i
                 end = pos
+                if i == 0 and pos + n * PUT_OVERHEAD + sum(map(len, payloads)) <= limit:
+                    j = n  # perf: the common case (all fit) without a Python loop per item
                 while j < n:
                     rec = PUT_OVERHEAD + len(payloads[j])
                     if end + rec > limit and (end > jf.header.size or j > i):
@@ -290,7 +328,9 @@ class Journal:
                     continue
                 before = len(self._buf)
                 offs = encode_puts(
-                    jf.header.salt, pos, self.next_id, add_ms, expire_ms, list(payloads[i:j]), self._buf
+                    jf.header.salt, pos, self.next_id, add_ms, expire_ms,
+                    payloads if j - i == n else list(payloads[i:j]),  # type: ignore[arg-type]
+                    self._buf,
                 )
                 # sparse index, sampled
                 for k in range(0, j - i, max(1, (j - i) // 8)):
@@ -329,19 +369,31 @@ class Journal:
 
     def _flush_for_sync(self) -> tuple[int, Callable[[], None]]:
         with self._lock:
-            for fd in self._retired_fds:
-                fileio.ops.close(fd)
-            self._retired_fds.clear()
             self._check_writable()
             self._write_out_locked()
+            retired, self._retired_fds = self._retired_fds, []
             fd = self._fd
             target = self._written
+        # Under "never" a rotation neither syncs the file it retires nor the directory entry of
+        # the new one, so an explicit sync() must do both or it would claim too much.  (Such a
+        # rotation is always followed by a record, so target > durable and fsync() does run.)
+        unsynced = retired if self.config.sync == "never" else []
+        for old in retired:
+            if old not in unsynced:
+                fileio.ops.close(old)  # synced when it was retired
 
         def fsync() -> None:
             try:
+                for old in unsynced:
+                    fileio.ops.fdatasync(old)
+                if unsynced:
+                    fileio.ops.fsync_dir(self.directory)
                 fileio.ops.fdatasync(fd)
             except OSError as exc:
                 raise self._poison(exc) from exc
+            finally:
+                for old in unsynced:
+                    fileio.ops.close(old)
 
         return target, fsync
 
@@ -399,7 +451,7 @@ class Journal:
         if len(head) < PUT_OVERHEAD:
             return None
         length = int.from_bytes(head[4:8], "little")
-        if length > self.config.max_item_size + PUT_OVERHEAD:
+        if length > MAX_RECORD_BODY:
             return None
         raw = fileio.ops.pread(fd, RECORD_HEADER_SIZE + length, hint.offset)
         recs = decode_many(raw, hint.offset, jf.header.salt, 0, limit=1)[0]
@@ -431,6 +483,13 @@ class Journal:
             recs, nxt = self.read(cur, max_items=min(4096, item_id - cur.next_id))
             if not recs:
                 return nxt
+            over = next((k for k, r in enumerate(recs) if r.id >= item_id), None)
+            if over is not None:
+                # ids skipped by damage: more ids than records were passed, so the read went
+                # beyond item_id; stop just before the first record at or after it
+                if over == 0:
+                    return cur
+                recs, nxt = self.read(cur, max_items=over)
             cur = nxt
         return cur
 
@@ -452,7 +511,7 @@ class Journal:
         """
         out: list[Put] = []
         payload_bytes = 0
-        max_body = self.config.max_item_size + PUT_OVERHEAD
+        max_body = MAX_RECORD_BODY
         while len(out) < max_items and payload_bytes < max_bytes:
             with self._lock:
                 if self._closed:
@@ -495,10 +554,21 @@ class Journal:
                 # one record larger than our chunk: read exactly it
                 hdr = fileio.ops.pread(fd, RECORD_HEADER_SIZE, cursor.offset)
                 length = int.from_bytes(hdr[4:8], "little")
-                data = fileio.ops.pread(fd, RECORD_HEADER_SIZE + length, cursor.offset)
+                data = fileio.ops.pread(
+                    fd, min(RECORD_HEADER_SIZE + length, limit - cursor.offset), cursor.offset
+                )
                 recs, end, damage = decode_many(data, cursor.offset, jf.header.salt, 0, max_body, limit=1)
+                # Deliver it here: going round the loop would read the same too-small chunk
+                # again, forever.
+                for rec in recs:
+                    if isinstance(rec, Put) and rec.id >= cursor.next_id:
+                        out.append(rec)
+                        payload_bytes += len(rec.payload)
+                        cursor = Cursor(jf.ms, rec.offset + rec.size, rec.id + 1)
+                    else:
+                        cursor = Cursor(jf.ms, rec.offset + rec.size, cursor.next_id)
                 if recs:
-                    continue  # re-read it through the normal path (rare)
+                    continue
             cursor = self._skip_damage(jf, fd, cursor, limit, damage)
         return out, cursor
 
@@ -506,8 +576,17 @@ class Journal:
         self, jf: JournalFile, fd: int, cursor: Cursor, limit: int, damage: Damage | None
     ) -> Cursor:
         reason = damage.reason if damage else "unknown"
+        mode = self.config.recovery
+        if mode in ("strict", "tolerate_tail"):
+            # every file was verified at open: this is damage that appeared since
+            raise CorruptJournal(jf.path, cursor.offset, f"{reason} (recovery={mode!r})")
         rest = fileio.ops.pread(fd, limit - cursor.offset, cursor.offset)
-        max_body = self.config.max_item_size + PUT_OVERHEAD
+        if mode == "point_in_time":
+            with self._lock:
+                i = self._file_index(jf.ms)
+                if 0 <= i < len(self.files) - 1:
+                    return self._cut_older_locked(jf, i, cursor, rest, reason, damage)
+        max_body = MAX_RECORD_BODY
         nxt = find_next_record(rest, 1, cursor.offset, jf.header.salt, cursor.next_id, max_body)
         if nxt is None:
             new = Cursor(jf.ms, limit, cursor.next_id)
@@ -528,9 +607,35 @@ class Journal:
                 )
         return new
 
+    def _cut_older_locked(
+        self, jf: JournalFile, i: int, cursor: Cursor, rest: bytes, reason: str, damage: Damage | None
+    ) -> Cursor:
+        """Point-in-time recovery met damage in an older file (those are verified lazily, when
+        first read): the file ends here for every reader; the rest is kept aside once."""
+        if jf.size > cursor.offset:
+            torn = (damage is not None and damage.incomplete) or not any(rest)
+            kept = None if torn else self._keep_aside(jf.path, cursor.offset, rest)
+            nxt_first = self.files[i + 1].first_id
+            ids = (cursor.next_id, nxt_first - 1) if nxt_first > cursor.next_id else None
+            self.recovery_report.append(
+                RecoveryEvent(jf.path, cursor.offset, "cut-at-damage", reason, len(rest), ids, kept=kept)
+            )
+            log.warning(
+                "%s: damaged record at offset %d (%s): file ends here (point_in_time), %d bytes "
+                "kept in %s, ids lost %s",
+                jf.path, cursor.offset, reason, len(rest), kept, ids,
+            )
+            jf.size = cursor.offset
+        return Cursor(jf.ms, cursor.offset, cursor.next_id)
+
     def _first_add_ms(self, jf: JournalFile) -> int | None:
+        if jf.first_add_ms is not None:
+            return jf.first_add_ms  # a file's first record never changes: read it once
         recs, _ = self.read(Cursor(jf.ms, jf.header.size, jf.first_id), max_bytes=1, max_items=1)
-        return recs[0].add_ms if recs else None
+        if not recs:
+            return None
+        jf.first_add_ms = recs[0].add_ms
+        return jf.first_add_ms
 
     def locate_time(self, when_ms: int) -> int:
         """Id of the first item added at or after ``when_ms`` (``next_id`` if none).
@@ -557,6 +662,37 @@ class Journal:
             for rec in recs:
                 if rec.add_ms >= when_ms:
                     return rec.id
+
+    def _file_of(self, item_id: int) -> int:
+        """Index of the file that holds (or would hold) ``item_id``; caller holds the lock."""
+        return max(0, bisect.bisect_right(self.files, item_id, key=lambda f: f.first_id) - 1)
+
+    def file_created_s(self, item_id: int) -> float:
+        """Creation time (epoch seconds) of the file holding ``item_id``: no item in it is
+        older, so it bounds the age of ``item_id`` from above without any I/O."""
+        with self._lock:
+            return self.files[self._file_of(item_id)].header.created_ms / 1000.0
+
+    def disk_usage(self) -> tuple[int, int]:
+        """``(files, bytes)`` of the journal, buffered bytes included; from memory, no I/O."""
+        with self._lock:
+            return len(self.files), sum(f.size for f in self.files) + len(self._buf)
+
+    def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int:
+        """Journal bytes from the record of ``item_id`` to the end, from memory only: exact when
+        ``(hint_ms, hint_offset)`` is that record's position, else counted from the nearest known
+        position before it (sparse index, or the start of its file): never an under-estimate."""
+        with self._lock:
+            i = self._file_of(item_id)
+            jf = self.files[i]
+            k = bisect.bisect_right(jf.index_ids, item_id) - 1
+            pos = jf.index_offsets[k] if k >= 0 else jf.header.size
+            if hint_ms == jf.ms and pos <= hint_offset <= jf.size:
+                pos = hint_offset
+            total = max(0, jf.size - pos) + len(self._buf)
+            for f in self.files[i + 1 :]:
+                total += f.size - f.header.size
+            return total
 
     def end_cursor(self) -> Cursor:
         """Cursor just past the last appended record."""

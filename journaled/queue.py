@@ -18,11 +18,13 @@ import threading
 import time
 from collections.abc import Iterable
 from types import TracebackType
+from typing import Any
 
 import attrs
 
+from journaled import aio as _aio
 from journaled import checkpoint as ckp
-from journaled import fileio
+from journaled import fileio, policies
 from journaled.config import QueueConfig, ReaderConfig, validate_name
 from journaled.errors import (
     InvalidName,
@@ -35,7 +37,12 @@ from journaled.errors import (
 from journaled.item import Item
 from journaled.journal import Journal, RecoveryEvent
 from journaled.reader import Reader
+from journaled.stats import QueueStats, queue_stats
+from journaled.serializers import Serializer
+from journaled.wrappers import BlockingQueue, TransactionalQueue
+from journaled.bookmarks import read_bookmarks
 from journaled.record import CheckpointData
+from journaled.spool import Adopter, QueueHost
 
 log = logging.getLogger("journaled")
 
@@ -50,6 +57,8 @@ def _detect_name(directory: str) -> str:
         m = _ANY_JOURNAL.fullmatch(entry)
         if m and not entry.startswith("."):
             names.add(m.group(1))
+    # a reader named with digits only ("<queue>.read.7") looks like a journal of "<queue>.read"
+    names = {n for n in names if not any(n.startswith(m + ".read.") or n == m + ".read" for m in names)}
     valid = []
     for n in names:
         try:
@@ -117,12 +126,18 @@ class JournaledQueue:
             self._archive_dir = self._resolve_archive_dir()
             self._lock = threading.Lock()
             self._closed = False
+            # reader policies (policies.py): wakes the background thread for sink hand-offs
+            self._kick = threading.Event()
+            self._disposal_lock = threading.Lock()
+            self._put_count = self._put_bytes = 0
             self._journal = Journal(self.path, self.name, self.config)
             self._readers: dict[str, Reader] = {}
             self._reader_list: list[Reader] = []
             self._ckpt_lock = threading.Lock()  # serializes checkpoint file writes/removals
             self._archive_wanted = True
             self._load_readers()
+            self._spool = Adopter(self.path)
+            self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -191,6 +206,12 @@ class JournaledQueue:
         ``config`` applies from now on; its ``start`` only matters when the reader is new.
         """
         validate_name(name, "reader name")
+        # its checkpoint's temp file ".<queue>.read.<reader>.tmp" must fit NAME_MAX (255 bytes)
+        if len(self.name) + len(name) > 244:
+            raise InvalidName(
+                f"reader name {name[:20]!r}... is too long for queue {self.name[:20]!r}...: queue and "
+                f"reader names may total at most 244 characters, got {len(self.name) + len(name)}"
+            )
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
         with self._ckpt_lock:
@@ -281,13 +302,18 @@ class JournaledQueue:
         elif expire_at is not None:
             expire_ms = _to_ms(expire_at)
         expire = expire_ms / 1000.0 if expire_ms else None
+        nbytes = sum(map(len, payloads))
         with self._lock:
             self._check_open()
+            if self._reader_list:
+                # max_items/max_size: refuse (writing nothing) or discard, before appending
+                policies.make_room_locked(self._reader_list, len(payloads), nbytes)
             first_id, add_ms, seq = self._journal.append(payloads, add_ms, expire_ms)
+            self._put_count += len(payloads)
+            self._put_bytes += nbytes
             if self._reader_list:
                 add_time = add_ms / 1000.0
                 made = [Item(first_id + k, p, add_time, expire, 0) for k, p in enumerate(payloads)]
-                nbytes = sum(map(len, payloads))
                 for reader in self._reader_list:
                     reader._on_put_locked(made, nbytes)
         if self.config.sync == "always":
@@ -298,6 +324,41 @@ class JournaledQueue:
         """Return once everything put so far is on stable storage (any sync policy)."""
         self._check_open()
         self._journal.sync()
+
+    # ------------------------------------------------------------------ asyncio and wrappers
+    async def aput(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        expire_at: float | _dt.datetime | None = None,
+        ttl: float | None = None,
+    ) -> int:
+        """``await q.aput(data)``: :meth:`put` without blocking the event loop (under
+        ``sync="always"`` the durable put runs in the loop's default executor)."""
+        return await _aio.aput(self, data, expire_at=expire_at, ttl=ttl)
+
+    async def aput_many(
+        self,
+        items: Iterable[bytes | bytearray | memoryview],
+        *,
+        expire_at: float | _dt.datetime | None = None,
+        ttl: float | None = None,
+    ) -> list[int]:
+        """``await q.aput_many(items)``: :meth:`put_many` without blocking the event loop."""
+        return await _aio.aput_many(self, items, expire_at=expire_at, ttl=ttl)
+
+    def blocking_queue(self, reader: Reader | str, serializer: Serializer | None = None) -> BlockingQueue[Any]:
+        """libkestrel's non-transactional view of one reader: ``get`` commits immediately, ``put``
+        returns once durable per the sync policy.  Payloads are raw bytes unless ``serializer``
+        (e.g. ``pickle``) is given.  See :mod:`journaled.wrappers`."""
+        return BlockingQueue(self, reader, serializer)
+
+    def transactional_queue(
+        self, reader: Reader | str, serializer: Serializer | None = None
+    ) -> TransactionalQueue[Any]:
+        """libkestrel's transactional view of one reader: ``get`` returns a
+        :class:`~journaled.wrappers.Transaction` with ``item``, ``commit()`` and ``rollback()``."""
+        return TransactionalQueue(self, reader, serializer)
 
     # ------------------------------------------------------------------ background
     def _head_moved(self) -> None:
@@ -311,21 +372,50 @@ class JournaledQueue:
             wait = next_ckpt - now
             if interval is not None:
                 wait = min(wait, interval)
-            self._stop.wait(max(0.0, wait))
+            with self._lock:
+                timed = any(policies.uses_time_policies(r) or r._disposing for r in self._reader_list)
+            if timed:
+                wait = min(wait, policies.POLICY_TICK)
+            self._kick.wait(max(0.0, wait))  # set by close() and by items bound for a sink
+            self._kick.clear()
             if self._stop.is_set():
                 return
             try:
+                if timed or self._kick_pending():
+                    policies.tick(self, self._disposal_lock)
                 if interval is not None and self._journal.dirty:
                     self._journal.sync()
                 if time.monotonic() >= next_ckpt:
                     self.checkpoint()
                     next_ckpt = time.monotonic() + self.config.checkpoint_interval
+                if self._spool.has_work():
+                    self._adopt_spool()
                 if self._archive_wanted:
                     self._archive()
             except JournaledError as exc:
                 log.error("background maintenance of %s failed: %s", self.path, exc)
             except OSError as exc:
                 log.error("background maintenance of %s failed: %s", self.path, exc)
+
+    def _policy_kick(self) -> None:
+        """An item is bound for a sink: have the background thread hand it over soon."""
+        self._kick.set()
+
+    def _kick_pending(self) -> bool:
+        with self._lock:
+            return any(r._disposing for r in self._reader_list)
+
+    def run_policies(self) -> None:
+        """Apply time-driven reader policies now: expire items at the readers' heads, abort reads
+        open longer than ``open_read_timeout``, and hand items bound for ``expire_to`` /
+        ``dead_letter`` to those sinks.  The background thread does this every
+        ``policies.POLICY_TICK`` seconds; call it to make tests and tools deterministic."""
+        self._check_open()
+        policies.tick(self, self._disposal_lock)
+
+    def stats(self) -> QueueStats:
+        """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`)."""
+        return queue_stats(self)
 
     def checkpoint(self) -> None:
         """Write the checkpoint of every reader whose state changed (the background thread does
@@ -347,12 +437,23 @@ class JournaledQueue:
                     ckp.checkpoint_path(self.path, self.name, rname), state, self.config.file_mode
                 )
 
+    def _adopt_spool(self) -> int:
+        """Adopt batches other processes left in the spool folder (see spool.py)."""
+        return self._spool.adopt(QueueHost(self))
+
+    def adopt_spool(self) -> int:
+        """Adopt waiting spool batches now (the background thread does this on its own);
+        return the number of items added."""
+        self._check_open()
+        return self._adopt_spool()
+
     def _archive(self) -> None:
+        external = read_bookmarks(self.path)  # out-of-process readers (see bookmarks.py)
         with self._lock:
-            self._archive_wanted = False
+            self._archive_wanted = bool(external)  # their heads move without telling us
             if not self._reader_list:
                 return  # with no readers, everything is kept for the first one
-            min_head = min(r.head for r in self._reader_list)
+            min_head = min([r.head for r in self._reader_list] + list(external.values()))
         files = self._journal.archivable(min_head)
         if files:
             self._journal.archive(files, self._archive_dir)
@@ -390,8 +491,14 @@ class JournaledQueue:
             for reader in self._reader_list:
                 reader._dirty = True  # always leave a fresh checkpoint behind
         self._stop.set()
+        self._kick.set()
         if threading.current_thread() is not self._bg:
             self._bg.join()
+        try:
+            # items already bound for a sink reach it before the final checkpoint commits them
+            policies.run_disposals(self, self._disposal_lock)
+        except Exception:
+            log.exception("handing items to expire_to/dead_letter sinks on close failed")
         try:
             try:
                 self._journal.sync()

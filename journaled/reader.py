@@ -15,6 +15,7 @@ State, all guarded by the owning queue's single lock:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -22,16 +23,23 @@ from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from journaled.config import ReaderConfig
+from journaled import aio as _aio
+from journaled import policies
+from journaled.config import ReaderConfig, Sink
 from journaled.errors import Empty, QueueClosed, UnknownRead
 from journaled.item import Item
 from journaled.journal import Cursor
 from journaled.record import CheckpointData
+from journaled.stats import ReaderStats, reader_stats_locked
+from journaled.txn import ItemIterator, TransactionContext
 
 if TYPE_CHECKING:
     from journaled.queue import JournaledQueue
 
 log = logging.getLogger("journaled")
+
+#: Most payload bytes one read-behind refill asks the journal for (see _refill_locked).
+REFILL_BYTES = 1024 * 1024
 
 
 class Waiter(Protocol):
@@ -51,21 +59,6 @@ class _ThreadWaiter:
 
     def wake(self) -> None:
         self.cond.notify()
-
-
-@attrs.frozen
-class ReaderStats:
-    """A snapshot of one reader (cheap: computed from counters under the lock)."""
-
-    name: str
-    head: int
-    items_waiting: int  # not yet delivered or open: in memory plus on disk
-    items_in_memory: int
-    bytes_in_memory: int
-    open_reads: int
-    delivered: int
-    committed: int
-    aborted: int
 
 
 class Reader:
@@ -97,10 +90,23 @@ class Reader:
             self._load_cursor = Cursor(state.file_ms, state.file_offset, -1)  # hint, verified
         self._dirty = True
         self.delivered = self.committed = self.aborted = 0
+        # policy state and counters (journaled/policies.py, journaled/stats.py)
+        self.put_count = self.timed_out = self.expired = self.discarded = self.dead_lettered = 0
+        self._opened_at: dict[int, float] = {}  # open read -> monotonic time, delivery order
+        self._disposing: dict[int, tuple[Item, Sink]] = {}  # bound for a sink, not yet committed
+        self._saw_expiry = False  # some item with an expire_at reached this reader
+        self._backlog_bytes = policies.estimate_backlog_bytes(
+            queue._journal, state.head, state.file_ms, state.file_offset
+        )
+        self._backlog_exact = self._backlog_bytes == 0
 
     # ------------------------------------------------------------------ fed by the queue
     def _on_put_locked(self, items: list[Item], nbytes: int) -> None:
         """New items were appended to the journal (called under the queue lock)."""
+        self.put_count += len(items)
+        self._backlog_bytes += nbytes
+        if items[0].expire_at is not None:
+            self._saw_expiry = True
         if self._load_id is None and self._mem_bytes + nbytes <= self.config.max_memory:
             self._mem.extend(items)
             self._mem_bytes += nbytes
@@ -130,8 +136,20 @@ class Reader:
         cursor = self._load_cursor
         if cursor is None or cursor.next_id != self._load_id:
             cursor = journal.locate(self._load_id, hint=cursor)
-        budget = max(1, self.config.max_memory - self._mem_bytes)
-        recs, cursor = journal.read(cursor, max_bytes=budget)
+        room = max(1, self.config.max_memory - self._mem_bytes)
+        # Read at most REFILL_BYTES per call (perf): one get never decodes megabytes of small
+        # items at once (a latency spike), and refills stay frequent and cheap.
+        recs, cursor = journal.read(cursor, max_bytes=min(room, REFILL_BYTES))
+        # read() may return up to a chunk more than asked: never hold more than max_memory
+        # (one item at least).  The rest is read again next time, from a position hint that
+        # locate() verifies (the records may have come from two files).
+        total = 0
+        for k, rec in enumerate(recs):
+            total += len(rec.payload)
+            if total > room and k:
+                cursor = Cursor(cursor.ms, rec.offset, -1)
+                recs = recs[:k]
+                break
         expected = self._load_id
         for rec in recs:
             if rec.id > expected:
@@ -139,6 +157,10 @@ class Reader:
             expected = rec.id + 1
             if rec.id in self.done or rec.id in self._open or rec.id < self.head:
                 continue
+            if rec.id in self._disposing:
+                continue
+            if rec.expire_ms:
+                self._saw_expiry = True
             item = Item(
                 rec.id,
                 rec.payload,
@@ -165,17 +187,35 @@ class Reader:
             self._commit_id_locked(i)
 
     # ------------------------------------------------------------------ consuming
-    def _take_locked(self) -> Item | None:
+    def _peek_waiting_locked(self) -> Item | None:
+        """The next waiting item (read back from disk if memory is empty), left in place."""
+        if not self._mem:
+            self._refill_locked()
+        return self._mem[0] if self._mem else None
+
+    def _pop_waiting_locked(self) -> Item | None:
+        """Remove and return the next waiting item; the caller opens or settles it."""
         if not self._mem:
             self._refill_locked()
             if not self._mem:
                 return None
         item = self._mem.popleft()
         self._mem_bytes -= len(item.data)
-        self._open[item.id] = item
-        self.delivered += 1
         if self._load_id is not None and self._mem_bytes <= self.config.max_memory // 2:
             self._refill_locked()
+        return item
+
+    def _take_locked(self) -> Item | None:
+        while True:
+            item = self._pop_waiting_locked()
+            if item is None:
+                return None
+            # expired / too many errors: disposed of, and the next item is considered
+            if policies.check_delivery_locked(self, item):
+                break
+        self._open[item.id] = item
+        self.delivered += 1
+        policies.note_opened_locked(self, item.id)
         return item
 
     def _hand_off_locked(self) -> None:
@@ -194,8 +234,11 @@ class Reader:
         the queue closes (raises :class:`QueueClosed`).  ``block=False`` raises ``Empty`` at once
         when nothing is ready.  The item stays open until :meth:`commit` or :meth:`abort`.
         """
-        if timeout is not None and timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
+        if timeout is not None:
+            if not timeout >= 0:  # also refuses NaN, which would never expire
+                raise ValueError("'timeout' must be a non-negative number")
+            if timeout == math.inf:
+                timeout = None
         with self._lock:
             self._check_open()
             if not self._waiters:
@@ -216,7 +259,8 @@ class Reader:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         break
-                    waiter.cond.wait(remaining)
+                    # Condition.wait overflows past TIMEOUT_MAX; the loop re-checks the deadline
+                    waiter.cond.wait(min(remaining, threading.TIMEOUT_MAX))
             if waiter.item is not None:
                 return waiter.item
             self._waiters.remove(waiter)
@@ -231,11 +275,19 @@ class Reader:
         """Finish an open read: the item is never delivered to this reader again."""
         item_id = self._item_id(item)
         with self._lock:
-            if self._open.pop(item_id, None) is None:
+            # after close the final checkpoint is written: a commit now would be silently lost
+            self._check_open()
+            it = self._open.pop(item_id, None)
+            if it is None:
                 raise UnknownRead(f"item {item_id} is not an open read on reader {self.name!r}")
-            self._errors.pop(item_id, None)
-            self._commit_id_locked(item_id)
+            self._settle_locked(it)
             self.committed += 1
+
+    def _settle_locked(self, item: Item) -> None:
+        """``item`` leaves this reader for good (committed, discarded, expired, dead-lettered)."""
+        self._errors.pop(item.id, None)
+        self._backlog_bytes = max(0, self._backlog_bytes - len(item.data))
+        self._commit_id_locked(item.id)
 
     def _commit_id_locked(self, item_id: int) -> None:
         if item_id == self.head:
@@ -253,11 +305,24 @@ class Reader:
         """Give an open read back: it returns to the head of this reader, error_count + 1."""
         item_id = self._item_id(item)
         with self._lock:
-            it = self._open.pop(item_id, None)
+            self._check_open()
+            it = self._open.get(item_id)
             if it is None:
                 raise UnknownRead(f"item {item_id} is not an open read on reader {self.name!r}")
-            self._requeue_locked(attrs.evolve(it, error_count=it.error_count + 1))
-            self.aborted += 1
+            self._abort_locked(it)
+
+    def _abort_locked(self, it: Item) -> None:
+        """Close the open read ``it`` as failed: back to the head, or to the dead letters."""
+        del self._open[it.id]
+        self.aborted += 1
+        failed = attrs.evolve(it, error_count=it.error_count + 1)
+        cfg = self.config
+        if cfg.max_errors is not None and failed.error_count >= cfg.max_errors:
+            self._errors[it.id] = failed.error_count  # until the sink has it: survives a crash
+            self._dirty = True
+            policies.dispose_locked(self, failed, "dead")
+        else:
+            self._requeue_locked(failed)
 
     def _requeue_locked(self, item: Item) -> None:
         self._errors[item.id] = item.error_count
@@ -266,6 +331,53 @@ class Reader:
         self._dirty = True
         if self._waiters:
             self._hand_off_locked()
+
+    def _release(self, item: Item | int) -> None:
+        """Give an open read back to the head *without* counting an error (a cancelled wait, a
+        loop left early): nothing was wrong with the item."""
+        item_id = self._item_id(item)
+        with self._lock:
+            if not self._release_locked(item_id):
+                raise UnknownRead(f"item {item_id} is not an open read on reader {self.name!r}")
+
+    def _release_locked(self, item_id: int) -> bool:
+        it = self._open.pop(item_id, None)
+        if it is None:
+            return False
+        self._requeue_locked(it)
+        return True
+
+    # ------------------------------------------------------------------ scoped reads (txn.py, aio.py)
+    def transaction(self, timeout: float | None = None, *, block: bool = True) -> TransactionContext:
+        """``with reader.transaction(timeout) as item:`` opens a read on entry (``Empty`` on
+        timeout) and on exit commits it, aborts it if an ``Exception`` escaped, or releases it
+        uncounted on a ``BaseException`` such as ``KeyboardInterrupt`` (see docs/design.md)."""
+        return TransactionContext(self, timeout, block=block)
+
+    def iter(self, timeout: float | None = None) -> ItemIterator:
+        """``for item in reader.iter(timeout)``: item *n* is committed when the loop asks for item
+        *n + 1* or ends for lack of items; a body that raises or ``break``s gives it back
+        (immediately under ``with reader.iter() as items:``).  Stops after ``timeout`` seconds
+        without an item (``None``: only when the queue closes)."""
+        return ItemIterator(self, timeout)
+
+    async def aget(self, timeout: float | None = None) -> Item:
+        """``await reader.aget(timeout)``: :meth:`get` for asyncio, woken by puts (no polling);
+        a cancelled ``aget`` never loses or strands an item."""
+        return await _aio.aget(self, timeout)
+
+    def atransaction(self, timeout: float | None = None) -> _aio.AsyncTransactionContext:
+        """``async with reader.atransaction(timeout) as item:`` -- :meth:`transaction` for asyncio."""
+        return _aio.AsyncTransactionContext(self, timeout)
+
+    def aiter(self, timeout: float | None = None) -> _aio.AsyncItemIterator:
+        """``async for item in reader.aiter(timeout)`` -- :meth:`iter` for asyncio."""
+        return _aio.AsyncItemIterator(self, timeout)
+
+    def __aiter__(self) -> _aio.AsyncItemIterator:
+        """``async for item in reader``: :meth:`aiter` without a timeout (ends when the queue
+        closes)."""
+        return _aio.AsyncItemIterator(self)
 
     # ------------------------------------------------------------------ state
     def _checkpoint_locked(self) -> CheckpointData:
@@ -283,20 +395,9 @@ class Reader:
             raise QueueClosed(f"reader {self.name!r} is closed")
 
     def stats(self) -> ReaderStats:
-        """Counters and sizes of this reader."""
+        """A snapshot of this reader's sizes and counters (no I/O; see :class:`ReaderStats`)."""
         with self._lock:
-            waiting = self._journal.next_id - self.head - len(self.done) - len(self._open)
-            return ReaderStats(
-                name=self.name,
-                head=self.head,
-                items_waiting=waiting,
-                items_in_memory=len(self._mem),
-                bytes_in_memory=self._mem_bytes,
-                open_reads=len(self._open),
-                delivered=self.delivered,
-                committed=self.committed,
-                aborted=self.aborted,
-            )
+            return reader_stats_locked(self)
 
     def __len__(self) -> int:
         """Items waiting for delivery (not counting open reads)."""

@@ -111,6 +111,8 @@ RECORD_HEADER_SIZE: Final = _REC_HDR.size  # 9
 # PUT body: id(u64) add_ms(u64) expire_ms(u64, 0 = never) payload
 _PUT_HDR = struct.Struct("<IIBQQQ")
 _PUT_FIELDS = struct.Struct("<QQQ")
+_PUT_TAIL = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
+_CRC = struct.Struct("<I")
 PUT_OVERHEAD: Final = _PUT_HDR.size  # 33: bytes a PUT adds around its payload
 
 TYPE_PUT: Final = 1
@@ -154,21 +156,24 @@ def encode_puts(
     The batch form of :func:`encode_put`, kept in one loop with local names because this is the
     hottest code in the library.
     """
-    pack_into = _PUT_HDR.pack_into
-    hdr_size = _PUT_HDR.size
+    # perf: the CRC is chained over (header tail, payload) instead of over a copy of the
+    # record in ``out``: crc32c(a + b, seed) == crc32c(b, crc32c(a, seed)).  That makes each
+    # record two pack calls, two CRC calls and three appends, with no memoryview and no
+    # zero-filled placeholder; the bytes are identical to encode_put's.
+    pack_tail = _PUT_TAIL.pack
+    pack_crc = _CRC.pack
+    overhead = _PUT_HDR.size
     offsets = []
+    append_offset = offsets.append
     item_id = first_id
     for payload in payloads:
-        start = len(out)
-        offsets.append(offset)
-        out += bytes(hdr_size)
-        pack_into(out, start, 0, 24 + len(payload), TYPE_PUT, item_id, add_ms, expire_ms)
+        n = len(payload)
+        append_offset(offset)
+        tail = pack_tail(24 + n, TYPE_PUT, item_id, add_ms, expire_ms)
+        out += pack_crc(crc32c(payload, crc32c(tail, (salt ^ offset) & 0xFFFFFFFF)))
+        out += tail
         out += payload
-        view = memoryview(out)
-        crc = crc32c(view[start + 4 :], (salt ^ offset) & 0xFFFFFFFF)
-        view.release()
-        struct.pack_into("<I", out, start, crc)
-        offset += hdr_size + len(payload)
+        offset += overhead + n
         item_id += 1
     return offsets
 

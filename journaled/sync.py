@@ -1,30 +1,34 @@
 """Group commit: many threads waiting for durability share one fdatasync.
 
-The classic leader/follower scheme.  Every append advances a byte sequence number; a caller that
-needs its bytes durable calls :meth:`GroupCommit.wait_durable` with the sequence number its
-append reached.  The first caller to get the leader lock writes out everything buffered so far
-and fsyncs once; callers that queued behind it usually find their bytes already covered and
-return without a syscall.  While a leader is inside fdatasync, new appends keep accumulating, so
-the next leader's single fsync covers all of them.
+A leader/follower scheme.  Every append advances a byte sequence number; a caller that needs its
+bytes durable calls :meth:`GroupCommit.wait_durable` with the sequence number its append reached.
+If no fsync is under way it becomes the leader: it writes out everything buffered so far (its
+own bytes and every other thread's) and fsyncs once.  Callers arriving meanwhile wait on a
+condition; when the leader finishes, all of them wake at once, those covered return without a
+syscall and one of the others leads the next round, covering everything appended during the
+previous fsync.  A failed fsync wakes everyone too: each then tries to lead and gets the
+journal's (poisoned) error, so no caller is ever told "durable" on the strength of a failed sync.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 
 class GroupCommit:
     """Coordinates fsyncs for one journal.
 
-    ``flush`` is called by the leader; it must write out all buffered bytes and return
-    ``(sequence_number_written, fsync_callable)``.  Calling ``fsync_callable`` makes those
-    bytes durable (it may raise; the journal poisons itself in that case).
+    ``flush`` is called by the leader, never under this object's lock; it must write out all
+    buffered bytes and return ``(sequence_number_written, fsync_callable)``.  Calling
+    ``fsync_callable`` makes those bytes durable (it may raise; the journal poisons itself then).
     """
 
     def __init__(self, flush: Callable[[], tuple[int, Callable[[], None]]]) -> None:
         self._flush = flush
-        self._leader = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._leading = False
         self._durable = 0
         self.fsyncs = 0  # number of fsync rounds actually performed (for tests and stats)
 
@@ -35,18 +39,36 @@ class GroupCommit:
 
     def mark_durable(self, seq: int) -> None:
         """Record that bytes up to ``seq`` became durable by other means (e.g. at rotation)."""
-        if seq > self._durable:
-            self._durable = seq
+        with self._cond:
+            if seq > self._durable:
+                self._durable = seq
+                self._cond.notify_all()
 
     def wait_durable(self, seq: int) -> None:
         """Return once bytes up to ``seq`` are durable, fsyncing at most once as leader."""
         if self._durable >= seq:
             return
-        with self._leader:
+        with self._cond:
+            while self._leading:
+                self._cond.wait()
+                if self._durable >= seq:
+                    return  # an earlier leader's fsync covered us
             if self._durable >= seq:
-                return  # an earlier leader's fsync covered us
-            target, fsync = self._flush()
-            if target > self._durable:
+                return
+            self._leading = True
+        target = 0  # stays 0 unless the fsync succeeded: a failed one proves nothing
+        try:
+            # Let threads that are runnable right now (typically the ones the previous round
+            # just released) append before we flush, so this one fsync covers them too.
+            time.sleep(0)
+            written, fsync = self._flush()
+            if written > self._durable:
                 fsync()
                 self.fsyncs += 1
-                self.mark_durable(target)
+                target = written
+        finally:
+            with self._cond:
+                self._leading = False
+                if target > self._durable:
+                    self._durable = target
+                self._cond.notify_all()

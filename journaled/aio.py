@@ -1,0 +1,230 @@
+"""asyncio support: awaitable gets, async transactions and loops, and non-blocking puts.
+
+A waiting ``aget`` joins the reader's FIFO line of waiters exactly like a blocked thread, so
+threads and coroutines are served in arrival order and a put hands its item straight to the
+first of them.  The hand-off happens under the queue lock on the putting thread; the waiter's
+``wake`` only schedules its future with ``loop.call_soon_threadsafe`` -- nothing polls.
+
+Cancellation never loses or strands an item: a cancelled (or timed-out) ``aget`` leaves the
+line under the lock, and if an item had already been handed to it, that item goes back to the
+head of the reader *without* an ``error_count`` increment (the item did nothing wrong).
+
+The commit rules of :mod:`journaled.txn` apply unchanged to :class:`AsyncTransactionContext`
+and :class:`AsyncItemIterator`; a cancellation counts as a ``BaseException`` (release, no error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from journaled.errors import Empty, QueueClosed
+from journaled.item import Item
+from journaled.txn import release_later, settle
+
+if TYPE_CHECKING:
+    import datetime as _dt
+
+    from journaled.queue import JournaledQueue
+    from journaled.reader import Reader
+
+
+class _AsyncWaiter:
+    """A coroutine in a reader's line of waiters (see ``reader.Waiter``)."""
+
+    __slots__ = ("item", "_reader", "_loop", "future")
+
+    def __init__(self, reader: Reader, loop: asyncio.AbstractEventLoop) -> None:
+        self.item: Item | None = None
+        self._reader = reader
+        self._loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def wake(self) -> None:
+        # Called under the queue lock, from any thread.
+        try:
+            self._loop.call_soon_threadsafe(self._resolve)
+        except RuntimeError:
+            # The waiter's loop is closed: nobody will ever take this item, so put it back.
+            item, self.item = self.item, None
+            if item is not None:
+                self._reader._release_locked(item.id)
+
+    def _resolve(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+async def aget(reader: Reader, timeout: float | None = None) -> Item:
+    """``await reader.aget(timeout)``: open a read without blocking the event loop.
+
+    Raises :class:`~journaled.Empty` after ``timeout`` seconds (``0``: only what is ready now),
+    :class:`~journaled.QueueClosed` when the queue closes, ``ValueError`` for a negative timeout.
+    """
+    if timeout is not None and timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number")
+    loop = asyncio.get_running_loop()
+    lock = reader._lock
+    with lock:
+        reader._check_open()
+        if not reader._waiters:
+            item = reader._take_locked()
+            if item is not None:
+                return item
+        if timeout == 0:
+            raise Empty
+        waiter = _AsyncWaiter(reader, loop)
+        reader._waiters.append(waiter)
+    timer = None if timeout is None else loop.call_later(timeout, waiter._resolve)
+    try:
+        await waiter.future
+    except BaseException:
+        # Cancelled: leave the line; an item handed to us meanwhile goes back, uncounted.
+        with lock:
+            item, waiter.item = waiter.item, None
+            if item is not None:
+                reader._release_locked(item.id)
+            else:
+                _leave(reader, waiter)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    with lock:
+        if waiter.item is not None:
+            return waiter.item  # also when the timer fired just after the hand-off
+        _leave(reader, waiter)
+        if reader._closed:
+            raise QueueClosed(f"reader {reader.name!r} is closed")
+    raise Empty
+
+
+def _leave(reader: Reader, waiter: _AsyncWaiter) -> None:
+    try:
+        reader._waiters.remove(waiter)
+    except ValueError:
+        pass  # the close path may already have cleared it
+
+
+class AsyncTransactionContext:
+    """``async with reader.atransaction(timeout) as item:`` -- commit on normal exit, abort on an
+    ``Exception``, release (no error counted) on cancellation or another ``BaseException``."""
+
+    __slots__ = ("_reader", "_timeout", "item")
+
+    def __init__(self, reader: Reader, timeout: float | None = None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        self._reader = reader
+        self._timeout = timeout
+        self.item: Item | None = None
+
+    async def __aenter__(self) -> Item:
+        if self.item is not None:
+            raise RuntimeError("a transaction context can be entered only once")
+        self.item = await aget(self._reader, self._timeout)
+        return self.item
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.item is not None:
+            settle(self._reader, self.item, exc, commit=True)
+
+
+class AsyncItemIterator:
+    """``async for item in reader.aiter(timeout)`` (or ``async for item in reader``).
+
+    Item *n* is committed when the loop asks for item *n + 1* or the loop ends for lack of items
+    (no item within ``timeout``; ``None`` waits forever) or because the queue closed.  A body
+    that raises, ``break``s or is cancelled gives item *n* back: at once under
+    ``async with reader.aiter(...) as items``, else when :meth:`aclose` runs or the iterator is
+    collected.
+    """
+
+    def __init__(self, reader: Reader, timeout: float | None = None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        self._reader = reader
+        self._timeout = timeout
+        self._current: Item | None = None
+        self._finished = False
+
+    @property
+    def current(self) -> Item | None:
+        """The item handed out last and not yet committed by the iterator."""
+        return self._current
+
+    def __aiter__(self) -> AsyncItemIterator:
+        return self
+
+    async def __anext__(self) -> Item:
+        current, self._current = self._current, None
+        if current is not None:
+            settle(self._reader, current, None, commit=True)
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            self._current = await aget(self._reader, self._timeout)
+        except (Empty, QueueClosed):
+            self._finished = True
+            raise StopAsyncIteration from None
+        return self._current
+
+    async def aclose(self, exc: BaseException | None = None) -> None:
+        """Stop; the current item goes back to the head (aborted if ``exc`` is an
+        ``Exception``, released otherwise).  Idempotent."""
+        self._finished = True
+        current, self._current = self._current, None
+        if current is not None:
+            settle(self._reader, current, exc, commit=False)
+
+    async def __aenter__(self) -> AsyncItemIterator:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose(exc)
+
+    def __del__(self) -> None:
+        current = getattr(self, "_current", None)
+        if current is not None:
+            self._current = None
+            release_later(self._reader, current)
+
+
+async def aput(
+    queue: JournaledQueue,
+    data: bytes | bytearray | memoryview,
+    *,
+    expire_at: float | _dt.datetime | None = None,
+    ttl: float | None = None,
+) -> int:
+    """``await q.aput(data)``: :meth:`~journaled.JournaledQueue.put` without blocking the loop."""
+    return (await aput_many(queue, (data,), expire_at=expire_at, ttl=ttl))[0]
+
+
+async def aput_many(
+    queue: JournaledQueue,
+    items: Iterable[bytes | bytearray | memoryview],
+    *,
+    expire_at: float | _dt.datetime | None = None,
+    ttl: float | None = None,
+) -> list[int]:
+    """``await q.aput_many(items)``: :meth:`~journaled.JournaledQueue.put_many` off the loop.
+
+    Under ``sync="always"`` the put (which waits for an fdatasync) runs in the loop's default
+    thread-pool executor.  Under the other policies a put only appends to a buffer, so it runs
+    inline.  A cancelled ``aput`` whose put already started in the executor still completes it.
+    """
+    call = functools.partial(queue.put_many, list(items), expire_at=expire_at, ttl=ttl)
+    if queue.config.sync != "always":
+        return call()
+    return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
+__all__ = ["AsyncItemIterator", "AsyncTransactionContext", "aget", "aput", "aput_many"]

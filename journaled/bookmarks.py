@@ -1,0 +1,88 @@
+"""External-reader bookmarks: how a process that does not own a queue holds back archiving.
+
+A reader in another process (a Spark query, a tailing tool) cannot register a ``Reader`` with
+the owner, but it can leave a small bookmark file ``external/<name>`` in the queue directory
+saying "I still need every id from ``head`` on".  The owner reads the bookmarks before each
+archiving pass and never archives a journal file holding an id at or above the lowest one.
+
+A bookmark is replaced atomically and carries a CRC; a damaged bookmark is treated as head 0
+(keep everything) rather than ignored, because ignoring it could archive data its reader needs.
+A stale bookmark pins the journal forever: remove it with :func:`remove_bookmark`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from crc32c import crc32c
+
+from journaled import fileio
+from journaled.config import validate_name
+
+log = logging.getLogger("journaled")
+
+BOOKMARK_DIR = "external"
+_MAGIC = "journaled-bookmark 1"
+
+
+def bookmark_path(queue_dir: str, name: str) -> str:
+    """Path of the bookmark called ``name`` (validated: it can never escape the directory)."""
+    return os.path.join(queue_dir, BOOKMARK_DIR, validate_name(name, "bookmark name"))
+
+
+def write_bookmark(queue_dir: str, name: str, head: int) -> None:
+    """Durably record that reader ``name`` still needs every id ``>= head``."""
+    if head < 0:
+        raise ValueError("bookmark head must be >= 0")
+    path = bookmark_path(queue_dir, name)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    body = f"{_MAGIC}\n{head}\n".encode("ascii")
+    fileio.write_atomic(path, body + b"crc32c %08x\n" % crc32c(body))
+
+
+def read_bookmark(queue_dir: str, name: str) -> int | None:
+    """The head recorded by bookmark ``name``, ``None`` if absent, ``0`` if damaged."""
+    return _read(bookmark_path(queue_dir, name))
+
+
+def _read(path: str) -> int | None:
+    try:
+        raw = fileio.ops.read_file(path)
+    except FileNotFoundError:
+        return None
+    body, sep, tail = raw.rpartition(b"crc32c ")
+    try:
+        lines = body.decode("ascii").splitlines()
+        if sep and int(tail.strip(), 16) == crc32c(body) and len(lines) == 2 and lines[0] == _MAGIC:
+            return int(lines[1])
+    except (ValueError, UnicodeDecodeError):
+        pass
+    log.warning("bookmark %s is damaged; keeping every journal file until it is rewritten", path)
+    return 0
+
+
+def read_bookmarks(queue_dir: str) -> dict[str, int]:
+    """Every bookmark of the queue directory: ``{name: head}``."""
+    d = os.path.join(queue_dir, BOOKMARK_DIR)
+    try:
+        entries = os.listdir(d)
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for entry in entries:
+        if entry.startswith("."):
+            continue  # temp files of an atomic replace in progress
+        head = _read(os.path.join(d, entry))
+        if head is not None:
+            out[entry] = head
+    return out
+
+
+def remove_bookmark(queue_dir: str, name: str) -> bool:
+    """Delete bookmark ``name``; return whether it existed."""
+    try:
+        fileio.ops.unlink(bookmark_path(queue_dir, name))
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,271 @@
+"""``journaled.Queue``: a durable drop-in for :class:`queue.Queue`.
+
+Backed by a :class:`~journaled.JournaledQueue` with one reader.  ``put`` serializes and appends;
+``get`` opens a read; ``task_done`` commits.  So an item that was fetched but never marked done
+is delivered again after a crash or restart (at-least-once), while the stdlib contract --
+FIFO order, ``maxsize`` back-pressure, ``Empty``/``Full``, timeouts, ``join`` -- is unchanged
+(it passes the ``BaseQueueTestMixin`` and ``BaseSimpleQueueTest`` cases of CPython's
+``Lib/test/test_queue.py``, see tests/test_stdlib_queue.py).
+
+Which read ``task_done`` commits: the oldest read still open that was fetched by the *calling
+thread*, or, if that thread has none, the oldest open read of all.  So in the usual
+worker-pool shape (each thread ``get``, work, ``task_done``) a crash never loses an item another
+worker was still processing, and hand-offs between threads still balance.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from collections import OrderedDict, deque
+from types import TracebackType
+from typing import Any
+
+from journaled import serializers as ser
+from journaled.config import QueueConfig, ReaderConfig
+from journaled.errors import Full, QueueClosed, SerializationError
+from journaled.item import Item
+from journaled.queue import JournaledQueue
+from journaled.reader import Reader
+from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
+
+
+class Queue:
+    """A FIFO queue with the API and blocking behaviour of :class:`queue.Queue`, kept on disk.
+
+    Args:
+        path: the queue directory (created if missing).
+        maxsize: as in the stdlib: ``put`` blocks while ``qsize() >= maxsize`` (``<= 0``:
+            unbounded).  Settable at any time; raising it wakes blocked ``put`` calls.
+        serializer: turns items into bytes and back: anything with ``dumps``/``loads``, such
+            as the :mod:`pickle` (default) or :mod:`json` modules, or :class:`BytesSerializer`.
+        config: the :class:`~journaled.QueueConfig` (sync policy etc.) of the directory.
+        reader: name of the reader this queue consumes through (default ``"default"``).
+        reader_config: policies of that reader (:class:`~journaled.ReaderConfig`).
+
+    ``qsize``/``empty``/``full`` count items put and not yet fetched by ``get`` (as in the
+    stdlib); ``unfinished_tasks`` counts those plus the fetched ones not yet ``task_done``.
+    Both start from what the directory holds when the queue is opened and then follow the
+    calls made on this object: items put straight into :attr:`journal`, or dropped by reader
+    policies such as ``max_age``, are delivered/skipped correctly but only show in the counts
+    after a reopen.  Call :meth:`close` (or use ``with``) to flush and release the directory.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        maxsize: int = 0,
+        serializer: Serializer = pickle,
+        *,
+        config: QueueConfig | None = None,
+        reader: str = "default",
+        reader_config: ReaderConfig | None = None,
+    ) -> None:
+        self._maxsize = maxsize
+        self.serializer = serializer
+        self.journal = JournaledQueue(path, config)
+        try:
+            self.reader: Reader = self.journal.reader(reader, reader_config)
+        except BaseException:
+            self.journal.close()
+            raise
+        # Same names as the stdlib's Queue; not_empty is absent: gets wait inside the reader.
+        self.mutex = threading.Lock()
+        self.not_full = threading.Condition(self.mutex)
+        self.all_tasks_done = threading.Condition(self.mutex)
+        # Items put (or reserved by a put in progress) and not yet fetched; our own count so
+        # that a put is visible to qsize/full the moment it is admitted, as in the stdlib.
+        self._count = len(self.reader)
+        self._open: OrderedDict[int, int] = OrderedDict()  # open read id -> fetching thread
+        self._by_thread: dict[int, deque[int]] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, value: int) -> None:
+        with self.mutex:
+            self._maxsize = value
+            self.not_full.notify_all()
+
+    def qsize(self) -> int:
+        """Number of items put and not yet fetched by ``get``."""
+        with self.mutex:
+            return self._count
+
+    def empty(self) -> bool:
+        """``qsize() == 0`` (only a snapshot, as in the stdlib)."""
+        with self.mutex:
+            return not self._count
+
+    def full(self) -> bool:
+        """``0 < maxsize <= qsize()`` (only a snapshot, as in the stdlib)."""
+        with self.mutex:
+            return 0 < self._maxsize <= self._count
+
+    @property
+    def unfinished_tasks(self) -> int:
+        """Items put and not yet ``task_done`` (waiting plus fetched)."""
+        with self.mutex:
+            return self._count + len(self._open)
+
+    # ------------------------------------------------------------------ put
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        """Put ``item`` into the queue, exactly as :meth:`queue.Queue.put`.
+
+        With a ``maxsize``, blocks while full (``block=False`` or a ``timeout`` raise
+        :class:`~journaled.Full`, a ``queue.Full``; a negative timeout raises ``ValueError``).
+        Returns once the item is as durable as the sync policy says.  An item the serializer
+        rejects raises :class:`~journaled.errors.SerializationError` and is not put.
+        """
+        payload = ser.dumps(self.serializer, item)
+        with self.not_full:
+            self._check_open()
+            if self._maxsize > 0:
+                if not block:
+                    if self._count >= self._maxsize:
+                        raise Full
+                elif timeout is None:
+                    while self._count >= self._maxsize:
+                        self.not_full.wait()
+                        self._check_open()
+                elif timeout < 0:
+                    raise ValueError("'timeout' must be a non-negative number")
+                else:
+                    endtime = time.monotonic() + timeout
+                    while self._count >= self._maxsize:
+                        remaining = endtime - time.monotonic()
+                        if remaining <= 0.0:
+                            raise Full
+                        self.not_full.wait(remaining)
+                        self._check_open()
+            self._count += 1  # reserve the slot before the (possibly fsyncing) append
+        try:
+            self.journal.put(payload)
+        except BaseException:
+            with self.not_full:
+                self._count -= 1
+                self.not_full.notify()
+            raise
+
+    def put_nowait(self, item: Any) -> None:
+        """``put(item, block=False)``."""
+        self.put(item, block=False)
+
+    # ------------------------------------------------------------------ get
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """Remove and return the next item, exactly as :meth:`queue.Queue.get`.
+
+        Raises :class:`~journaled.Empty` (a ``queue.Empty``) when nothing arrives in time and
+        ``ValueError`` for a negative timeout.  The item stays an open read until
+        :meth:`task_done`; if the process dies first it is delivered again on the next open.
+        A payload the serializer cannot load raises ``SerializationError`` (with ``.item``);
+        it still counts as fetched, so call ``task_done()`` to drop it.
+        """
+        if not block:
+            timeout = None
+        elif timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        try:
+            raw = self.reader.get(block, timeout)
+        except QueueClosed:
+            self._check_open()
+            raise
+        me = threading.get_ident()
+        with self.not_full:
+            if self._count > 0:  # 0: the item was put into self.journal directly, not via us
+                self._count -= 1
+            self._open[raw.id] = me
+            self._by_thread.setdefault(me, deque()).append(raw.id)
+            self.not_full.notify()
+        return self._load(raw)
+
+    def get_nowait(self) -> Any:
+        """``get(block=False)``."""
+        return self.get(block=False)
+
+    def _load(self, raw: Item) -> Any:
+        try:
+            return ser.loads(self.serializer, raw.data)
+        except SerializationError as exc:
+            exc.item = raw
+            raise
+
+    # ------------------------------------------------------------------ task_done / join
+    def task_done(self) -> None:
+        """Commit one fetched item: the calling thread's oldest open read, else the oldest of
+        all.  Raises ``ValueError`` if no fetched item is waiting for ``task_done``."""
+        me = threading.get_ident()
+        with self.all_tasks_done:
+            item_id = self._pick_locked(me)
+            if item_id is None:
+                raise ValueError("task_done() called too many times")
+            del self._open[item_id]
+            self.reader.commit(item_id)
+            if not self._count and not self._open:
+                self.all_tasks_done.notify_all()
+
+    def _pick_locked(self, me: int) -> int | None:
+        mine = self._by_thread.get(me)
+        while mine:
+            item_id = mine.popleft()
+            if item_id in self._open:
+                if not mine:
+                    del self._by_thread[me]
+                return item_id
+        self._by_thread.pop(me, None)
+        for item_id, owner in self._open.items():
+            owners = self._by_thread.get(owner)
+            if owners is not None:
+                try:
+                    owners.remove(item_id)
+                except ValueError:
+                    pass
+                if not owners:
+                    del self._by_thread[owner]
+            return item_id
+        return None
+
+    def join(self) -> None:
+        """Block until every item put has been fetched and marked ``task_done``."""
+        with self.all_tasks_done:
+            while self._count or self._open:
+                self._check_open()
+                self.all_tasks_done.wait()
+
+    # ------------------------------------------------------------------ lifetime
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed(f"queue {self.journal.path!r} is closed")
+
+    def close(self) -> None:
+        """Flush, checkpoint and release the directory.  Items fetched and not ``task_done``
+        are delivered again on the next open.  Blocked calls get :class:`QueueClosed`."""
+        with self.mutex:
+            self._closed = True
+            self.not_full.notify_all()
+            self.all_tasks_done.notify_all()
+        self.journal.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<journaled.Queue {self.journal.path!r} maxsize={self._maxsize}>"
+
+
+__all__ = ["BytesSerializer", "JsonSerializer", "PickleSerializer", "Queue", "Serializer"]

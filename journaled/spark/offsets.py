@@ -1,0 +1,237 @@
+"""Offsets, options and planning of the Spark source, free of pyspark (unit-testable alone).
+
+An offset is, per queue, the next id to read: ``{"<queue key>": {"id": 123}, ...}`` with the
+queue keys in sorted order (Spark compares offsets as JSON text, so the order must never vary).
+A queue's key is the path it was given by, normalized (``os.path.normpath``); the ``queue``
+column carries the same string.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+
+import attrs
+
+from journaled.errors import JournaledError
+from journaled.segments import Position, QueueView, Segment
+
+log = logging.getLogger("journaled.spark")
+
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+
+
+class DataLossError(JournaledError):
+    """Ids a query needs are gone (archived or damaged) and ``failOnDataLoss`` is true."""
+
+
+class OptionError(JournaledError, ValueError):
+    """A source or sink option is missing or malformed."""
+
+
+def opt(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    """Option ``name``, case-insensitively (Spark's own option maps are)."""
+    low = name.lower()
+    for k, v in options.items():
+        if k.lower() == low:
+            return v
+    return default
+
+
+def opt_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    v = opt(options, name)
+    if v is None:
+        return default
+    if v.strip().lower() in ("true", "1", "yes"):
+        return True
+    if v.strip().lower() in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name} must be true or false, not {v!r}")
+
+
+def opt_int(options: Mapping[str, str], name: str) -> int | None:
+    v = opt(options, name)
+    if v is None:
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        raise OptionError(f"option {name} must be an integer, not {v!r}") from None
+    if n <= 0:
+        raise OptionError(f"option {name} must be positive, not {n}")
+    return n
+
+
+def queue_paths(options: Mapping[str, str]) -> dict[str, str]:
+    """``{key: directory}`` from ``path`` and/or ``paths`` (comma-separated), sorted by key."""
+    raw: list[str] = []
+    for name in ("path", "paths"):
+        v = opt(options, name)
+        if v:
+            raw.extend(p.strip() for p in v.split(",") if p.strip())
+    if not raw:
+        raise OptionError("give a queue directory: .load(path) or option('paths', 'a,b,c')")
+    return {os.path.normpath(p): os.path.abspath(p) for p in sorted(set(raw))}
+
+
+def encode(ids: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """The offset dict for ``{key: next id}``, keys sorted."""
+    return {k: {"id": int(ids[k])} for k in sorted(ids)}
+
+
+def decode(offset: Mapping[str, object] | str) -> dict[str, int]:
+    """``{key: next id}`` from an offset dict (or its JSON text)."""
+    obj = json.loads(offset) if isinstance(offset, str) else offset
+    if not isinstance(obj, Mapping):
+        raise OptionError(f"offsets must be a JSON object, not {offset!r}")
+    out = {}
+    for k, v in obj.items():
+        if isinstance(v, Mapping) and isinstance(v.get("id"), int):
+            out[os.path.normpath(k)] = int(v["id"])
+        elif isinstance(v, int):
+            out[os.path.normpath(k)] = v
+        else:
+            raise OptionError(f'offset of queue {k!r} must look like {{"id": 123}}, not {v!r}')
+    return out
+
+
+@attrs.define
+class Planner:
+    """Everything the driver side needs over a set of queue directories."""
+
+    paths: dict[str, str]
+    fail_on_data_loss: bool = True
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    views: dict[str, QueueView] = attrs.field(factory=dict)
+
+    def view(self, key: str) -> QueueView:
+        v = self.views.get(key)
+        if v is None:
+            v = self.views[key] = QueueView(self.paths[key])
+        else:
+            v.refresh()
+        return v
+
+    # ------------------------------------------------------------------ named offsets
+    def earliest(self) -> dict[str, int]:
+        return {k: self.view(k).first_id() for k in self.paths}
+
+    def latest(self) -> dict[str, int]:
+        return {k: self.view(k).tail().id for k in self.paths}
+
+    def at_time(self, when_ms: int) -> dict[str, int]:
+        return {k: self.view(k).locate_time(when_ms) for k in self.paths}
+
+    def resolve(self, spec: str | None, timestamp: str | None, default: str) -> dict[str, int]:
+        """Start or end ids from ``earliest``/``latest``/JSON, or from a timestamp in epoch ms.
+
+        In JSON, ``-2`` means earliest and ``-1`` latest (Kafka's convention); queues the JSON
+        does not name start at the earliest id.
+        """
+        if timestamp is not None:
+            try:
+                return self.at_time(int(timestamp))
+            except ValueError:
+                raise OptionError(f"a timestamp option must be epoch milliseconds, not {timestamp!r}") from None
+        spec = (spec or default).strip()
+        if spec == "earliest":
+            return self.earliest()
+        if spec == "latest":
+            return self.latest()
+        try:
+            given = decode(spec)
+        except json.JSONDecodeError:
+            raise OptionError(f"offsets must be earliest, latest or JSON, not {spec!r}") from None
+        unknown = set(given) - set(self.paths)
+        if unknown:
+            raise OptionError(f"offsets name queues that are not read: {sorted(unknown)}")
+        out = {}
+        for k in self.paths:
+            v = given.get(k, -2)
+            out[k] = self.view(k).first_id() if v == -2 else self.view(k).tail().id if v == -1 else v
+        return out
+
+    def complete(self, ids: Mapping[str, int]) -> dict[str, int]:
+        """``ids`` with queues it lacks (added to ``paths`` since) at their earliest id."""
+        return {k: ids[k] if k in ids else self.view(k).first_id() for k in self.paths}
+
+    # ------------------------------------------------------------------ admission control
+    def cap_rows(self, start: Mapping[str, int], end: dict[str, int], max_rows: int) -> dict[str, int]:
+        """Cut ``end`` so that at most ``max_rows`` ids are read in all, shared in proportion to
+        what each queue has waiting (and at least one id when anything waits)."""
+        avail = {k: max(0, end[k] - start[k]) for k in end}
+        total = sum(avail.values())
+        if total <= max_rows:
+            return end
+        take = {k: avail[k] * max_rows // total for k in avail}
+        spare = max_rows - sum(take.values())
+        for k in sorted(avail, key=lambda k: -avail[k]):
+            if spare <= 0:
+                break
+            if take[k] < avail[k]:
+                take[k] += 1
+                spare -= 1
+        return {k: start[k] + take[k] for k in end}
+
+    def cap_bytes(self, start: Mapping[str, int], end: dict[str, int], max_bytes: int) -> dict[str, int]:
+        """Cut ``end`` so that about ``max_bytes`` of records (on-disk size) are read in all."""
+        spans = {}
+        for k in end:
+            if end[k] <= start[k]:
+                continue
+            v = self.view(k)
+            a, b = v.locate(start[k]), v.locate(end[k])
+            spans[k] = (a, b, _distance(v, a, b))
+        total = sum(s[2] for s in spans.values())
+        if total <= max_bytes:
+            return end
+        out = dict(end)
+        for k, (a, b, size) in spans.items():
+            budget = max(1, max_bytes * size // total)
+            pos = self.views[k].id_after_bytes(a, budget, b)
+            out[k] = max(min(pos.id, end[k]), start[k] + 1)
+        return out
+
+    # ------------------------------------------------------------------ planning
+    def check_loss(self, key: str, start: int) -> int:
+        """Where reading queue ``key`` really starts: ``start``, or the earliest id left on
+        disk when ``start`` was archived (an error under failOnDataLoss)."""
+        first = self.view(key).first_id()
+        if start >= first:
+            return start
+        msg = (
+            f"queue {key!r}: ids {start}..{first - 1} are no longer in the journal (archived or "
+            "set aside as damaged) but the query needs them"
+        )
+        if self.fail_on_data_loss:
+            raise DataLossError(
+                msg + ". Set failOnDataLoss=false to skip them, or register the query as an external "
+                "reader (option readerName) so the owner keeps them."
+            )
+        log.warning("%s; skipped (failOnDataLoss=false)", msg)
+        return first
+
+    def plan(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[tuple[str, Segment]]:
+        out = []
+        for k in sorted(end):
+            lo = self.check_loss(k, start.get(k, end[k]))
+            if lo >= end[k]:
+                continue
+            v = self.views[k]
+            a, b = v.locate(lo), v.locate(end[k])
+            if b.id < end[k] and b != v.tail():
+                b = v.tail()
+            for seg in v.plan(a, Position(b.file, b.offset, end[k]), self.split_bytes):
+                out.append((k, attrs.evolve(seg, lo=lo, hi=end[k])))
+        return out
+
+
+def _distance(v: QueueView, a: Position, b: Position) -> int:
+    if a.file == b.file:
+        return b.offset - a.offset
+    total = v.files[a.file].size - a.offset
+    for k in range(a.file + 1, b.file):
+        total += v.files[k].size - v.files[k].header.size
+    return total + b.offset - v.files[b.file].header.size

@@ -1,0 +1,152 @@
+"""The Spark sink: ``df.write.format("journaled")`` and ``df.writeStream.format("journaled")``.
+
+Exactly once across query restarts: each task stages its partition's rows as a spool batch
+file under ``spool/staging/`` (fsynced, CRC-checked) and returns its name; the driver's
+``commit`` joins the parts into one spool batch keyed by the sink and the batch id, published by
+one atomic rename (spool.py).  The owner adopts a key once, so a micro-batch that Spark replays
+after a crash is dropped instead of delivered twice.  A failed or aborted batch only leaves
+staged parts, which ``abort`` deletes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from journaled import spool
+from journaled.spark.offsets import OptionError, opt, queue_paths
+
+log = logging.getLogger("journaled.spark")
+
+
+@dataclass
+class StagedPart(WriterCommitMessage):
+    """What a task hands the driver: its staged part file and how many rows it holds."""
+
+    path: str
+    rows: int
+
+
+def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str:
+    if overwrite:
+        raise OptionError("a queue can only be appended to: use mode('append')")
+    paths = list(queue_paths(options).values())
+    if len(paths) != 1:
+        raise OptionError("the sink writes to exactly one queue directory")
+    field = next((f for f in schema.fields if f.name == "value"), None)
+    if field is None or not isinstance(field.dataType, (BinaryType, StringType)):
+        raise OptionError("the sink needs a 'value' column of type binary or string")
+    return paths[0]
+
+
+def stage(queue_dir: str, rows: Iterator[Row]) -> StagedPart:
+    """Executor side: write this task's rows as a staged part (not yet visible to the queue)."""
+    tmp = spool.new_temp_path(queue_dir, spool.STAGING)
+    writer = spool.BatchWriter(tmp, "part")
+    try:
+        for row in rows:
+            value = row["value"]
+            if value is None:
+                raise OptionError("the sink's value column holds a null; filter it out first")
+            writer.add(value.encode("utf-8") if isinstance(value, str) else bytes(value))
+        writer.finish()
+    except BaseException:
+        writer.discard()
+        raise
+    final = tmp.replace(os.sep + ".", os.sep).removesuffix(".tmp") + ".part"
+    os.rename(tmp, final)
+    return StagedPart(final, writer.count)
+
+
+def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key: str) -> bool:
+    """Driver side: deliver every staged part as one spool batch named ``key`` (atomically);
+    a key already adopted is not delivered again.  Returns whether it was published."""
+    parts = [m for m in messages if isinstance(m, StagedPart)]
+    if key in spool.Ledger(spool.spool_dir(queue_dir)).adopted_keys() or _spooled(queue_dir, key):
+        log.info("batch %r was published before; dropping its replay", key)
+        discard(parts)
+        return False
+    tmp = spool.new_temp_path(queue_dir)
+    writer = spool.BatchWriter(tmp, key)
+    try:
+        for part in parts:
+            _, records = spool.read_batch(part.path)
+            for payload, expire_ms in records:
+                writer.add(payload, expire_ms)
+        writer.finish()
+    except BaseException:
+        writer.discard()
+        raise
+    spool.publish(tmp, queue_dir)
+    discard(parts)
+    return True
+
+
+def _spooled(queue_dir: str, key: str) -> bool:
+    return any(spool.read_batch_key(p) == key for p in spool.pending_batches(queue_dir))
+
+
+def discard(parts: Sequence[WriterCommitMessage | None]) -> None:
+    for m in parts:
+        if isinstance(m, StagedPart):
+            try:
+                os.unlink(m.path)
+            except FileNotFoundError:
+                pass
+
+
+def sink_id(options: dict[str, str]) -> str:
+    """The name that makes batch keys unique per query: option ``sinkId``, else derived from
+    the ``checkpointLocation`` option (stable across restarts of one query)."""
+    given = opt(options, "sinkId")
+    if given:
+        return given
+    cp = opt(options, "checkpointLocation")
+    if cp:
+        return "cp-" + hashlib.sha256(os.path.abspath(cp).encode()).hexdigest()[:16]
+    raise OptionError(
+        "a streaming write to journaled needs option('sinkId', ...) or option('checkpointLocation', ...) "
+        "so that a replayed batch can be recognised"
+    )
+
+
+class JournaledBatchWriter(DataSourceWriter):
+    """``df.write``: all rows of the job become visible at once, or none."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        self.queue_dir = _target(options, schema, overwrite)
+        self.key = f"write:{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return stage(self.queue_dir, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        publish(self.queue_dir, messages, self.key)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        discard(messages)
+
+
+class JournaledStreamWriter(DataSourceStreamWriter):
+    """``df.writeStream``: one spool batch per micro-batch, keyed ``<sinkId>:<batchId>``."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        self.queue_dir = _target(options, schema, overwrite)
+        self.sink_id = sink_id(options)
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        return stage(self.queue_dir, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        publish(self.queue_dir, messages, f"{self.sink_id}:{batchId}")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        discard(messages)

@@ -1,0 +1,207 @@
+"""The Spark source: ``spark.read.format("journaled")`` and ``spark.readStream.format(...)``.
+
+Driver side: a :class:`~journaled.spark.offsets.Planner` turns offsets into segments (byte
+ranges of journal files, see segments.py); each segment is one Spark partition.  Executor side:
+:func:`read_partition` decodes a segment and yields Arrow record batches.  A streaming query
+keeps an external-reader bookmark (bookmarks.py) in each queue so the owner does not archive
+what the query still needs; it moves on ``commit(end)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from journaled.bookmarks import write_bookmark
+from journaled.segments import Gap, Segment, read_segment
+from journaled.spark.offsets import (
+    DataLossError,
+    Planner,
+    decode,
+    encode,
+    opt,
+    opt_bool,
+    opt_int,
+    queue_paths,
+)
+
+log = logging.getLogger("journaled.spark")
+
+SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING"
+ROWS_PER_BATCH = 8192
+
+
+class JournaledPartition(InputPartition):
+    """One segment of one queue (picklable; everything ``read`` needs travels inside)."""
+
+    def __init__(self, key: str, segment: Segment, fail_on_data_loss: bool) -> None:
+        super().__init__((key, segment.path, segment.start, segment.end))
+        self.key = key
+        self.segment = segment
+        self.fail_on_data_loss = fail_on_data_loss
+
+
+def _planner(options: dict[str, str]) -> Planner:
+    split = opt_int(options, "maxPartitionBytes")
+    p = Planner(queue_paths(options), opt_bool(options, "failOnDataLoss", True))
+    if split:
+        p.split_bytes = split
+    return p
+
+
+def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+    return [JournaledPartition(k, seg, planner.fail_on_data_loss) for k, seg in planner.plan(start, end)]
+
+
+def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Decode one partition into Arrow batches of the source schema."""
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    gaps: list[Gap] = []
+    ids: list[int] = []
+    values: list[bytes] = []
+    added: list[int] = []
+    expires: list[int | None] = []
+    key = part.key
+
+    def batch() -> pa.RecordBatch:
+        n = len(ids)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(ids, pa.int64()),
+                pa.array(values, pa.binary()),
+                pa.array(added, arrow_schema.field("timestamp").type),
+                pa.array(expires, arrow_schema.field("expire_at").type),
+                pa.array([key] * n, pa.string()),
+            ],
+            schema=arrow_schema,
+        )
+
+    for rec in read_segment(part.segment, gaps):
+        if gaps:
+            _on_gaps(part, gaps)
+        ids.append(rec.id)
+        values.append(rec.payload)
+        added.append(rec.add_ms * 1000)
+        expires.append(rec.expire_ms * 1000 if rec.expire_ms else None)
+        if len(ids) >= ROWS_PER_BATCH:
+            yield batch()
+            ids, values, added, expires = [], [], [], []
+    if gaps:
+        _on_gaps(part, gaps)
+    if ids:
+        yield batch()
+
+
+def _on_gaps(part: JournaledPartition, gaps: list[Gap]) -> None:
+    for g in gaps:
+        msg = f"queue {part.key!r}: {g.reason} in {g.path} at offset {g.offset}; ids {g.lo}..{g.hi - 1} lost"
+        if part.fail_on_data_loss:
+            raise DataLossError(msg + " (set failOnDataLoss=false to skip them)")
+        log.warning("%s; skipped (failOnDataLoss=false)", msg)
+    gaps.clear()
+
+
+class JournaledBatchReader(DataSourceReader):
+    """``spark.read``: ids from ``startingOffsets`` (default earliest) to ``endingOffsets``
+    (default latest), fixed when the query is planned."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.schema = schema
+        self.planner = _planner(options)
+        self.start = self.planner.resolve(
+            opt(options, "startingOffsets"), opt(options, "startingTimestamp"), "earliest"
+        )
+        self.end = self.planner.resolve(opt(options, "endingOffsets"), opt(options, "endingTimestamp"), "latest")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _partitions(self.planner, self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, JournaledPartition)
+        return read_partition(partition, self.schema)
+
+
+class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``: micro-batches of new ids, with admission control."""
+
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = dict(options)
+        self.schema = schema
+        self.planner = _planner(options)
+        self.max_rows = opt_int(options, "maxRecordsPerTrigger")
+        self.max_bytes = opt_int(options, "maxBytesPerTrigger")
+        self.reader_name = opt(options, "readerName", "spark") or None
+        self.target: dict[str, int] | None = None  # set by Trigger.AvailableNow
+        self._bookmarked = False
+
+    # -- offsets
+    def initialOffset(self) -> dict[str, Any]:
+        o = self.options
+        return encode(self.planner.resolve(opt(o, "startingOffsets"), opt(o, "startingTimestamp"), "latest"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_rows:
+            return ReadMaxRows(self.max_rows)
+        if self.max_bytes:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = self.planner.latest()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = self.planner.complete(decode(start))
+        end = self.target if self.target is not None else self.planner.latest()
+        end = {k: max(begin[k], end.get(k, begin[k])) for k in begin}
+        if isinstance(limit, ReadMaxRows):
+            end = self.planner.cap_rows(begin, end, limit.max_rows)
+        elif isinstance(limit, ReadMaxBytes):
+            end = self.planner.cap_bytes(begin, end, limit.max_bytes)
+        return encode(end)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        return encode(self.planner.latest())
+
+    # -- planning and reading
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin = self.planner.complete(decode(start))
+        if not self._bookmarked:
+            self._bookmark(begin)  # from now on the owner keeps what this query needs
+            self._bookmarked = True
+        return _partitions(self.planner, begin, decode(end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, JournaledPartition)
+        return read_partition(partition, self.schema)
+
+    # -- retention
+    def commit(self, end: dict[str, Any]) -> None:
+        # Spark calls this for a batch only once the *next* batch is planned, so the bookmark
+        # trails the query by one batch: that batch's files are kept a little longer.
+        self._bookmark(decode(end))
+
+    def _bookmark(self, ids: dict[str, int]) -> None:
+        if not self.reader_name:
+            return
+        for k, head in ids.items():
+            if k in self.planner.paths:
+                try:
+                    write_bookmark(self.planner.paths[k], self.reader_name, head)
+                except OSError as exc:  # a read-only share: the query still works
+                    log.warning("could not write bookmark in %s: %s", self.planner.paths[k], exc)
+
+    def stop(self) -> None:
+        pass

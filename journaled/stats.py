@@ -1,0 +1,162 @@
+"""Monitoring snapshots: ``reader.stats()`` and ``queue.stats()``.
+
+Both are built from counters the reader and journal already keep, under the queue lock and with
+no I/O, so calling them every second from a monitoring thread costs microseconds.  What is exact
+and what is an estimate is documented per field (and in docs/design.md, "Reader policies").
+Totals (``put``, ``delivered``, ...) count since this queue object was opened; they are not
+persisted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from journaled.queue import JournaledQueue
+    from journaled.reader import Reader
+
+
+@attrs.frozen
+class ReaderStats:
+    """A snapshot of one reader.
+
+    Attributes:
+        name: the reader's name.
+        head: every id below it is committed.
+        items_waiting: items neither committed, open nor being handed to a sink (exact).
+        items_in_memory / bytes_in_memory: the waiting items held in memory (exact).
+        items_on_disk / bytes_on_disk: the waiting items only on disk, read back later
+            (items exact; bytes exact within a session, an over-estimate after reopen).
+        bytes_waiting: ``bytes_in_memory + bytes_on_disk``.
+        open_reads / bytes_open: reads handed out and not yet committed or aborted (exact).
+        backlog_items: what ``max_items`` limits: every uncommitted item, open ones included
+            (exact, also after reopen).
+        backlog_bytes: what ``max_size`` limits (see ``backlog_bytes_exact``).
+        backlog_bytes_exact: False after a reopen until every uncommitted item has been read
+            back into memory (or none is left): until then the size is estimated from journal
+            offsets, never an under-estimate.
+        oldest_age: seconds since the oldest waiting item was added, or None if none waits.
+            Exact when that item is in memory; if it is only on disk, the age of the journal file
+            holding it (an upper bound).
+        full: a put of one more item would be refused (or would discard) right now.
+        put: items offered to this reader by puts.
+        delivered / committed / aborted: as the names say (aborted includes timed-out reads).
+        timed_out: open reads aborted by ``open_read_timeout``.
+        expired / discarded / dead_lettered: items removed by those policies.
+    """
+
+    name: str
+    head: int
+    items_waiting: int
+    items_in_memory: int
+    bytes_in_memory: int
+    items_on_disk: int
+    bytes_on_disk: int
+    bytes_waiting: int
+    open_reads: int
+    bytes_open: int
+    backlog_items: int
+    backlog_bytes: int
+    backlog_bytes_exact: bool
+    oldest_age: float | None
+    full: bool
+    put: int
+    delivered: int
+    committed: int
+    aborted: int
+    timed_out: int
+    expired: int
+    discarded: int
+    dead_lettered: int
+
+
+@attrs.frozen
+class QueueStats:
+    """A snapshot of a queue and all its readers.
+
+    Attributes:
+        name / path: the queue's name and directory.
+        next_id: the id the next put will get.
+        put / bytes_put: items and payload bytes put since this queue object was opened.
+        journal_files: journal files in the directory (the one being written included).
+        journal_bytes: bytes of those files, including what is buffered and not yet written.
+        readers: one :class:`ReaderStats` per reader, sorted by name.
+    """
+
+    name: str
+    path: str
+    next_id: int
+    put: int
+    bytes_put: int
+    journal_files: int
+    journal_bytes: int
+    readers: tuple[ReaderStats, ...]
+
+
+def reader_stats_locked(reader: Reader, now: float | None = None) -> ReaderStats:
+    """Build a reader's snapshot (caller holds the queue lock)."""
+    from journaled.policies import backlog_bytes_locked, backlog_items_locked, is_full_locked
+
+    if now is None:
+        now = time.time()
+    backlog = backlog_items_locked(reader)
+    backlog_bytes = backlog_bytes_locked(reader)
+    in_flight = len(reader._open) + len(reader._disposing)
+    waiting = max(0, backlog - in_flight)
+    open_bytes = sum(len(it.data) for it in reader._open.values())
+    disposing_bytes = sum(len(it.data) for it, _sink in reader._disposing.values())
+    waiting_bytes = max(reader._mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
+    in_mem = len(reader._mem)
+    oldest: float | None = None
+    if reader._mem:
+        oldest = max(0.0, now - reader._mem[0].add_time)
+    elif waiting:
+        oldest = max(0.0, now - reader._journal.file_created_s(reader._load_id or reader.head))
+    return ReaderStats(
+        name=reader.name,
+        head=reader.head,
+        items_waiting=waiting,
+        items_in_memory=in_mem,
+        bytes_in_memory=reader._mem_bytes,
+        items_on_disk=max(0, waiting - in_mem),
+        bytes_on_disk=waiting_bytes - reader._mem_bytes,
+        bytes_waiting=waiting_bytes,
+        open_reads=len(reader._open),
+        bytes_open=open_bytes,
+        backlog_items=backlog,
+        backlog_bytes=backlog_bytes,
+        backlog_bytes_exact=reader._backlog_exact,
+        oldest_age=oldest,
+        full=is_full_locked(reader, 1, 0),
+        put=reader.put_count,
+        delivered=reader.delivered,
+        committed=reader.committed,
+        aborted=reader.aborted,
+        timed_out=reader.timed_out,
+        expired=reader.expired,
+        discarded=reader.discarded,
+        dead_lettered=reader.dead_lettered,
+    )
+
+
+def queue_stats(queue: JournaledQueue) -> QueueStats:
+    """Build a queue's snapshot (takes the queue lock once)."""
+    now = time.time()
+    with queue._lock:
+        readers = tuple(
+            reader_stats_locked(r, now) for r in sorted(queue._reader_list, key=lambda r: r.name)
+        )
+        files, nbytes = queue._journal.disk_usage()
+        return QueueStats(
+            name=queue.name,
+            path=queue.path,
+            next_id=queue._journal.next_id,
+            put=queue._put_count,
+            bytes_put=queue._put_bytes,
+            journal_files=files,
+            journal_bytes=nbytes,
+            readers=readers,
+        )

@@ -1,0 +1,150 @@
+"""Reads as scoped transactions and as loops, on top of ``Reader.get/commit/abort``.
+
+Two shapes, one rule: *an item is committed only after the consumer's code for it has
+finished normally*; anything else gives it back to the head of the reader.
+
+* :class:`TransactionContext` (``with reader.transaction(timeout) as item:``): commit when the
+  block exits normally, abort (``error_count + 1``) when it raises an :class:`Exception`,
+  release (no error counted) on a ``BaseException`` such as ``KeyboardInterrupt`` or a
+  cancellation, which say nothing about the item.
+* :class:`ItemIterator` (``for item in reader.iter(timeout)``): item *n* is committed when the
+  loop asks for item *n + 1* -- i.e. after the loop body for *n* ran to its end -- or when the
+  loop ends because nothing arrived within ``timeout``.  If the body raises, ``break``s or
+  ``return``s, item *n* goes back to the head: at once when the iterator is used as a context
+  manager (``with reader.iter(...) as items``), else when the iterator is closed or collected,
+  and in any case after a restart.
+
+If the body already committed or aborted the item itself, nothing more is done with it.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from journaled.errors import Empty, QueueClosed, UnknownRead
+from journaled.item import Item
+
+if TYPE_CHECKING:
+    from journaled.reader import Reader
+
+
+def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: bool) -> None:
+    """Finish ``item`` if it is still an open read: commit it (``commit=True`` and no ``exc``),
+    abort it (``exc`` is an :class:`Exception`) or release it (anything else)."""
+    try:
+        if exc is None and commit:
+            reader.commit(item)
+        elif isinstance(exc, Exception):
+            reader.abort(item)
+        else:
+            reader._release(item)
+    except UnknownRead:
+        pass  # the consumer settled it already
+
+
+def release_later(reader: Reader, item: Item) -> None:
+    """Release ``item`` from a finalizer, which may run while this very thread holds the
+    reader's (non-reentrant) lock: never block on that lock here."""
+    lock = reader._lock
+    if lock.acquire(blocking=False):
+        try:
+            reader._release_locked(item.id)
+        finally:
+            lock.release()
+    else:
+        threading.Thread(target=settle, args=(reader, item, None), kwargs={"commit": False}, daemon=True).start()
+
+
+class TransactionContext:
+    """``with reader.transaction(timeout) as item:`` -- one read scoped to a block.
+
+    ``__enter__`` opens the read (raising :class:`~journaled.Empty` on timeout or
+    :class:`~journaled.QueueClosed`); ``__exit__`` commits it, aborts it (an ``Exception``
+    escaped) or releases it (a ``BaseException`` such as a cancellation escaped).
+    """
+
+    __slots__ = ("_reader", "_block", "_timeout", "item")
+
+    def __init__(self, reader: Reader, timeout: float | None = None, *, block: bool = True) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        self._reader = reader
+        self._block = block
+        self._timeout = timeout
+        self.item: Item | None = None
+
+    def __enter__(self) -> Item:
+        if self.item is not None:
+            raise RuntimeError("a transaction context can be entered only once")
+        self.item = self._reader.get(self._block, self._timeout)
+        return self.item
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.item is not None:
+            settle(self._reader, self.item, exc, commit=True)
+
+
+class ItemIterator:
+    """``for item in reader.iter(timeout)`` -- see the module docstring for when items commit.
+
+    Ends (``StopIteration``) when no item arrives within ``timeout`` seconds (``None``: wait
+    forever) or the queue closes.  Use one iterator from one thread at a time.
+    """
+
+    def __init__(self, reader: Reader, timeout: float | None = None) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        self._reader = reader
+        self._timeout = timeout
+        self._current: Item | None = None
+        self._finished = False
+
+    @property
+    def current(self) -> Item | None:
+        """The item handed out last and not yet committed by the iterator."""
+        return self._current
+
+    def __iter__(self) -> ItemIterator:
+        return self
+
+    def __next__(self) -> Item:
+        current, self._current = self._current, None
+        if current is not None:
+            settle(self._reader, current, None, commit=True)  # its loop body has finished
+        if self._finished:
+            raise StopIteration
+        try:
+            self._current = self._reader.get(timeout=self._timeout)
+        except (Empty, QueueClosed):
+            self._finished = True
+            raise StopIteration from None
+        return self._current
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Stop: the current item (if any) goes back to the head -- aborted if ``exc`` is an
+        ``Exception``, released otherwise.  Idempotent."""
+        self._finished = True
+        current, self._current = self._current, None
+        if current is not None:
+            settle(self._reader, current, exc, commit=False)
+
+    def __enter__(self) -> ItemIterator:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(exc)
+
+    def __del__(self) -> None:
+        current = getattr(self, "_current", None)
+        if current is not None:
+            self._current = None
+            release_later(self._reader, current)
+
+
+__all__ = ["ItemIterator", "TransactionContext", "settle"]
