@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -64,8 +65,11 @@ async def aget(reader: Reader, timeout: float | None = None) -> Item:
     Raises :class:`~journaled.Empty` after ``timeout`` seconds (``0``: only what is ready now),
     :class:`~journaled.QueueClosed` when the queue closes, ``ValueError`` for a negative timeout.
     """
-    if timeout is not None and timeout < 0:
-        raise ValueError("'timeout' must be a non-negative number")
+    if timeout is not None:
+        if not timeout >= 0:  # also refuses NaN
+            raise ValueError("'timeout' must be a non-negative number")
+        if timeout == math.inf:
+            timeout = None
     loop = asyncio.get_running_loop()
     lock = reader._lock
     with lock:
@@ -164,7 +168,10 @@ class AsyncItemIterator:
     async def __anext__(self) -> Item:
         current, self._current = self._current, None
         if current is not None:
-            settle(self._reader, current, None, commit=True)
+            try:
+                settle(self._reader, current, None, commit=True)
+            except QueueClosed:
+                self._finished = True  # not committed: delivered again on the next open
         if self._finished:
             raise StopAsyncIteration
         try:

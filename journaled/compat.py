@@ -21,19 +21,25 @@ import threading
 import time
 from collections import OrderedDict, deque
 from types import TracebackType
-from typing import Any
+from typing import Generic, TypeVar
 
 from journaled import serializers as ser
 from journaled.config import QueueConfig, ReaderConfig
-from journaled.errors import Full, QueueClosed, SerializationError
+from journaled.errors import Full, QueueClosed, SerializationError, UnknownRead
 from journaled.item import Item
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
 
 
-class Queue:
+T = TypeVar("T")
+
+
+class Queue(Generic[T]):
     """A FIFO queue with the API and blocking behaviour of :class:`queue.Queue`, kept on disk.
+
+    Generic like the stdlib's (``journaled.Queue[dict[str, int]]``) for type checkers; the
+    serializer decides what actually round-trips.
 
     Args:
         path: the queue directory (created if missing).
@@ -85,6 +91,7 @@ class Queue:
     # ------------------------------------------------------------------ sizes
     @property
     def maxsize(self) -> int:
+        """The bound ``put`` respects (``<= 0``: none); setting it wakes blocked ``put`` calls."""
         return self._maxsize
 
     @maxsize.setter
@@ -115,7 +122,7 @@ class Queue:
             return self._count + len(self._open)
 
     # ------------------------------------------------------------------ put
-    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+    def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
         """Put ``item`` into the queue, exactly as :meth:`queue.Queue.put`.
 
         With a ``maxsize``, blocks while full (``block=False`` or a ``timeout`` raise
@@ -153,12 +160,12 @@ class Queue:
                 self.not_full.notify()
             raise
 
-    def put_nowait(self, item: Any) -> None:
+    def put_nowait(self, item: T) -> None:
         """``put(item, block=False)``."""
         self.put(item, block=False)
 
     # ------------------------------------------------------------------ get
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+    def get(self, block: bool = True, timeout: float | None = None) -> T:
         """Remove and return the next item, exactly as :meth:`queue.Queue.get`.
 
         Raises :class:`~journaled.Empty` (a ``queue.Empty``) when nothing arrives in time and
@@ -185,16 +192,17 @@ class Queue:
             self.not_full.notify()
         return self._load(raw)
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> T:
         """``get(block=False)``."""
         return self.get(block=False)
 
-    def _load(self, raw: Item) -> Any:
+    def _load(self, raw: Item) -> T:
         try:
-            return ser.loads(self.serializer, raw.data)
+            value: T = ser.loads(self.serializer, raw.data)
         except SerializationError as exc:
             exc.item = raw
             raise
+        return value
 
     # ------------------------------------------------------------------ task_done / join
     def task_done(self) -> None:
@@ -205,8 +213,11 @@ class Queue:
             item_id = self._pick_locked(me)
             if item_id is None:
                 raise ValueError("task_done() called too many times")
+            try:
+                self.reader.commit(item_id)
+            except UnknownRead:
+                pass  # a reader policy (open_read_timeout) settled it: it will come again
             del self._open[item_id]
-            self.reader.commit(item_id)
             if not self._count and not self._open:
                 self.all_tasks_done.notify_all()
 
@@ -254,9 +265,10 @@ class Queue:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` was called."""
         return self._closed
 
-    def __enter__(self) -> Queue:
+    def __enter__(self) -> Queue[T]:
         return self
 
     def __exit__(

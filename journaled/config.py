@@ -49,6 +49,12 @@ def _positive(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> Non
         raise ValueError(f"{attribute.name} must be finite, got {value!r}")
 
 
+def _check_mode(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # permission bits only: setuid/setgid/sticky make no sense for journal files
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
+        raise ValueError(f"{attribute.name} must be permission bits 0o000..0o777, got {value!r}")
+
+
 def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _positive(inst, attribute, value)
@@ -126,9 +132,9 @@ class QueueConfig:
     checkpoint_interval: float = attrs.field(default=1.0, validator=_positive)
     archive_dir: str | None = attrs.field(
         default=None,
-        converter=attrs.converters.optional(os.fspath),  # type: ignore[misc]
+        converter=attrs.converters.optional(os.fspath),
     )
-    file_mode: int = attrs.field(default=0o600, validator=attrs.validators.instance_of(int))
+    file_mode: int = attrs.field(default=0o600, validator=_check_mode)
     recovery: RecoveryMode = attrs.field(
         default="point_in_time", validator=attrs.validators.in_(RECOVERY_MODES)
     )

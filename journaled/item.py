@@ -22,3 +22,53 @@ class Item:
     add_time: float
     expire_at: float | None = None
     error_count: int = 0
+
+
+# --------------------------------------------------------------------------------- fast paths
+# perf: attrs' generated __init__ for a frozen slots class sets each field through
+# ``object.__setattr__`` (an attribute lookup per field); calling the slot descriptors directly
+# builds the same object several times faster.  Item has no validators, converters or
+# __attrs_post_init__, so nothing is skipped; the check below fails loudly at import if a field
+# is ever added without updating these helpers.
+_FIELDS = ("id", "data", "add_time", "expire_at", "error_count")
+if tuple(a.name for a in attrs.fields(Item)) != _FIELDS:  # pragma: no cover - a developer error
+    raise TypeError("journaled.item: update new_item/new_items for Item's fields")
+_new = object.__new__
+_slots = vars(Item)  # the member descriptors of the slots
+_set_id = _slots["id"].__set__
+_set_data = _slots["data"].__set__
+_set_add_time = _slots["add_time"].__set__
+_set_expire_at = _slots["expire_at"].__set__
+_set_error_count = _slots["error_count"].__set__
+
+
+def new_item(
+    id: int, data: bytes, add_time: float, expire_at: float | None = None, error_count: int = 0
+) -> Item:
+    """``Item(id, data, add_time, expire_at, error_count)``, built faster (hot paths only)."""
+    item: Item = _new(Item)
+    _set_id(item, id)
+    _set_data(item, data)
+    _set_add_time(item, add_time)
+    _set_expire_at(item, expire_at)
+    _set_error_count(item, error_count)
+    return item
+
+
+def new_items(first_id: int, payloads: list[bytes], add_time: float, expire_at: float | None) -> list[Item]:
+    """Fresh items ``first_id, first_id + 1, ...`` for ``payloads`` (error count 0)."""
+    new, set_id, set_data = _new, _set_id, _set_data
+    set_add_time, set_expire_at, set_error_count = _set_add_time, _set_expire_at, _set_error_count
+    out: list[Item] = []
+    append = out.append
+    item_id = first_id
+    for data in payloads:
+        item = new(Item)
+        set_id(item, item_id)
+        set_data(item, data)
+        set_add_time(item, add_time)
+        set_expire_at(item, expire_at)
+        set_error_count(item, 0)
+        append(item)
+        item_id += 1
+    return out

@@ -46,10 +46,11 @@ def backlog_bytes_locked(reader: Reader) -> int:
     """Payload bytes of the uncommitted items.  Kept incrementally (exact within a session);
     after a reopen it starts as an estimate, made exact again as soon as every uncommitted item
     is in memory (nothing left on disk only) or none is left."""
-    if not reader._backlog_exact:
-        if backlog_items_locked(reader) == 0:
-            reader._backlog_bytes, reader._backlog_exact = 0, True
-        elif reader._load_id is None:
+    if backlog_items_locked(reader) == 0:
+        # also corrects ids skipped as lost (journal damage), whose sizes were never known
+        reader._backlog_bytes, reader._backlog_exact = 0, True
+    elif not reader._backlog_exact:
+        if reader._load_id is None:
             total = reader._mem_bytes + sum(len(i.data) for i in reader._open.values())
             total += sum(len(i.data) for i, _s in reader._disposing.values())
             reader._backlog_bytes, reader._backlog_exact = total, True
@@ -57,11 +58,16 @@ def backlog_bytes_locked(reader: Reader) -> int:
 
 
 def is_full_locked(reader: Reader, n: int, nbytes: int) -> bool:
-    """Would ``n`` more items of ``nbytes`` pass this reader's ``max_items``/``max_size``?"""
+    """Would ``n`` more items of ``nbytes`` pass this reader's ``max_items``/``max_size``?
+    Items already bound for a sink are not charged: they are on their way out."""
     cfg = reader.config
-    if cfg.max_items is not None and backlog_items_locked(reader) + n > cfg.max_items:
+    leaving = reader._disposing
+    if cfg.max_items is not None and backlog_items_locked(reader) - len(leaving) + n > cfg.max_items:
         return True
-    return cfg.max_size is not None and backlog_bytes_locked(reader) + nbytes > cfg.max_size
+    if cfg.max_size is None:
+        return False
+    leaving_bytes = sum(len(i.data) for i, _s in leaving.values()) if leaving else 0
+    return backlog_bytes_locked(reader) - leaving_bytes + nbytes > cfg.max_size
 
 
 def make_room_locked(readers: list[Reader], n: int, nbytes: int) -> None:
@@ -74,7 +80,9 @@ def make_room_locked(readers: list[Reader], n: int, nbytes: int) -> None:
     full = []
     for r in limited:
         if is_full_locked(r, n, nbytes):
-            sweep_expired_locked(r, now)  # expired items make room before anything is refused
+            # expired items make room before anything is refused (all of memory, not just the head)
+            sweep_expired_locked(r, now)
+            sweep_expired_in_memory_locked(r, now)
             if is_full_locked(r, n, nbytes):
                 full.append(r)
     for r in full:
@@ -96,12 +104,11 @@ def make_room_locked(readers: list[Reader], n: int, nbytes: int) -> None:
 def _can_make_room_locked(r: Reader, n: int, nbytes: int) -> bool:
     """Could dropping every waiting item make room?  (Open reads are never discarded.)"""
     cfg = r.config
-    pinned = len(r._open) + len(r._disposing)
+    pinned = len(r._open)
     if cfg.max_items is not None and pinned + n > cfg.max_items:
         return False
     if cfg.max_size is not None:
         pinned_bytes = sum(len(i.data) for i in r._open.values())
-        pinned_bytes += sum(len(i.data) for i, _s in r._disposing.values())
         if pinned_bytes + nbytes > cfg.max_size:
             return False
     return True
@@ -149,11 +156,32 @@ def sweep_expired_locked(reader: Reader, now: float) -> int:
     return count
 
 
+def sweep_expired_in_memory_locked(reader: Reader, now: float) -> int:
+    """Remove every expired item held in memory, wherever it is (O(items in memory): only used
+    when a reader is about to refuse a put)."""
+    cfg = reader.config
+    if cfg.max_age is None and not reader._saw_expiry:
+        return 0
+    dead = [it for it in reader._mem if is_expired(it, cfg.max_age, now)]
+    if not dead:
+        return 0
+    gone = {it.id for it in dead}
+    kept = [it for it in reader._mem if it.id not in gone]
+    reader._mem.clear()
+    reader._mem.extend(kept)
+    for it in dead:
+        reader._mem_bytes -= len(it.data)
+        dispose_locked(reader, it, "expired")
+    return len(dead)
+
+
 # --------------------------------------------------------------------------- open reads
 def note_opened_locked(reader: Reader, item_id: int) -> None:
     if reader.config.open_read_timeout is not None:
         reader._opened_at.pop(item_id, None)  # re-insert: dict order is delivery order
         reader._opened_at[item_id] = time.monotonic()
+        if len(reader._opened_at) == 1:
+            reader._queue._policy_kick()  # the background tick may be idle
 
 
 def sweep_open_reads_locked(reader: Reader, now_mono: float) -> int:
@@ -234,8 +262,9 @@ def run_disposals(queue: JournaledQueue, lock: threading.Lock) -> int:
 
 
 def uses_time_policies(reader: Reader) -> bool:
+    """Does this reader need the background tick (timeouts, or items that can expire)?"""
     cfg = reader.config
-    return cfg.open_read_timeout is not None or cfg.max_age is not None
+    return cfg.open_read_timeout is not None or cfg.max_age is not None or reader._saw_expiry
 
 
 def tick(queue: JournaledQueue, lock: threading.Lock) -> None:

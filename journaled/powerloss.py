@@ -274,8 +274,8 @@ def _run(
             q._archive()
         q.close()
         rec.mark(("acked", tuple(pending)))
-        for name, ids in committed.items():
-            rec.mark(("checkpoint", name, frozenset(ids)))
+        for name, done_ids in committed.items():
+            rec.mark(("checkpoint", name, frozenset(done_ids)))
     return cfg
 
 
@@ -296,6 +296,11 @@ def wl_archive(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
     return _run(path, rec, rng, cfg, archive=True)
 
 
+def wl_archive_delete(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
+    cfg = QueueConfig(sync="always", journal_size=700, checkpoint_interval=3600)
+    return _run(path, rec, rng, cfg, archive=True)  # without archive_dir: passed files are deleted
+
+
 def wl_readers(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
     cfg = QueueConfig(sync="always", journal_size=900, checkpoint_interval=3600)
     return _run(path, rec, rng, cfg, reader_churn=True)
@@ -306,6 +311,7 @@ WORKLOADS: dict[str, Workload] = {
     "periodic": wl_periodic,
     "never": wl_never,
     "archive": wl_archive,
+    "archive_delete": wl_archive_delete,
     "readers": wl_readers,
 }
 
@@ -408,14 +414,14 @@ def check_state(path: str, cfg: QueueConfig, p: Promises, v: Verdict) -> None:
                     v.errors.append(f"{name}: id {it.id} after {seen[-1]}")
                 seen.append(it.id)
                 r.commit(it)
-            got = set(seen)
+            delivered = set(seen)
             start = p.acked_after.get(name, 1)
             done = p.committed.get(name, set())
             for i in p.acked:
-                if i >= start and i not in done and i not in got:
+                if i >= start and i not in done and i not in delivered:
                     v.lost += 1
                     v.errors.append(f"{name}: acked item {i} lost")
-            beyond = got & p.checkpointed.get(name, frozenset())
+            beyond = delivered & p.checkpointed.get(name, frozenset())
             v.redelivered_beyond += len(beyond)
             if beyond:
                 v.errors.append(f"{name}: checkpointed items redelivered {sorted(beyond)[:5]}")

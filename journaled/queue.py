@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -34,7 +34,7 @@ from journaled.errors import (
     QueueLocked,
     UnknownReader,
 )
-from journaled.item import Item
+from journaled.item import new_items
 from journaled.journal import Journal, RecoveryEvent
 from journaled.reader import Reader
 from journaled.stats import QueueStats, queue_stats
@@ -74,6 +74,9 @@ def _detect_name(directory: str) -> str:
         return validate_name(base, "queue name")
     except InvalidName:
         return "queue"
+
+
+_JUST_BYTES = {bytes}
 
 
 def _as_payload(data: object, limit: int) -> bytes:
@@ -134,6 +137,8 @@ class JournaledQueue:
             self._readers: dict[str, Reader] = {}
             self._reader_list: list[Reader] = []
             self._ckpt_lock = threading.Lock()  # serializes checkpoint file writes/removals
+            # each reader's head as its checkpoint file last recorded it: archiving goes by these
+            self._ckpt_heads: dict[str, int] = {}
             self._archive_wanted = True
             self._load_readers()
             self._spool = Adopter(self.path)
@@ -186,17 +191,29 @@ class JournaledQueue:
                     rname, state.head, first, end,
                 )
                 head = min(max(state.head, first), end)
-                state = CheckpointData(head, done=tuple(i for i in state.done if head <= i < end))
-            elif any(i >= end for i in state.done):
-                state = attrs.evolve(state, done=tuple(i for i in state.done if i < end))
+                state = CheckpointData(
+                    head,
+                    done=tuple(i for i in state.done if head <= i < end),
+                    errors=tuple((i, c) for i, c in state.errors if head <= i < end),
+                )
+            elif any(i >= end for i in state.done) or any(i >= end for i, _ in state.errors):
+                # the journal lost its tail: those ids will be reused by new items, which must
+                # not inherit the old items' commits or error counts
+                state = attrs.evolve(
+                    state,
+                    done=tuple(i for i in state.done if i < end),
+                    errors=tuple((i, c) for i, c in state.errors if i < end),
+                )
             self._add_reader(rname, ReaderConfig(), state)
         if registered is None or set(registered) != names:
             ckp.write_registry(ckp.registry_path(self.path, self.name), sorted(names), self.config.file_mode)
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
         reader = Reader(self, rname, config, state)
+        self._kick.set()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._reader_list = list(self._readers.values())
+        self._ckpt_heads[rname] = state.head  # loaded from disk, or about to be written
         return reader
 
     # ------------------------------------------------------------------ readers
@@ -221,6 +238,7 @@ class JournaledQueue:
                 if existing is not None:
                     if config is not None:
                         existing.config = config
+                        self._kick.set()  # its time-driven policies may start now
                     return existing
                 cfg = config or ReaderConfig()
                 head = self._start_id(cfg.start)
@@ -253,10 +271,13 @@ class JournaledQueue:
         :class:`QueueClosed`.  Journal files only it was holding become archivable."""
         with self._ckpt_lock:
             with self._lock:
+                # once closed the directory may belong to someone else: touch nothing in it
+                self._check_open()
                 reader = self._readers.pop(name, None)
                 if reader is None:
                     raise UnknownReader(f"no reader named {name!r}")
                 self._reader_list = list(self._readers.values())
+                self._ckpt_heads.pop(name, None)
                 reader._close_locked()
                 names = list(self._readers)
                 self._archive_wanted = True
@@ -276,6 +297,9 @@ class JournaledQueue:
         ttl: float | None = None,
     ) -> int:
         """Append one item; return its id.  Durable on return as the sync policy says."""
+        if type(data) is bytes and expire_at is None and ttl is None and len(data) <= self.config.max_item_size:
+            # perf: the plain case skips put_many's batch checks; the work is the same _append
+            return self._append([data], len(data), time.time_ns() // 1_000_000, 0, None)
         return self.put_many((data,), expire_at=expire_at, ttl=ttl)[0]
 
     def put_many(
@@ -290,9 +314,13 @@ class JournaledQueue:
         All or nothing: a bad item (wrong type, too large) raises before anything is written.
         """
         limit = self.config.max_item_size
-        payloads = [_as_payload(d, limit) for d in items]
+        payloads = cast("list[bytes]", list(items))  # checked just below
+        # perf: plain bytes within the limit (the usual case) are checked with two C-level
+        # passes; anything else goes through _as_payload item by item (same errors as before).
         if not payloads:
             return []
+        if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
+            payloads = [_as_payload(d, limit) for d in payloads]
         add_ms = time.time_ns() // 1_000_000
         expire_ms = 0
         if expire_at is not None and ttl is not None:
@@ -302,7 +330,14 @@ class JournaledQueue:
         elif expire_at is not None:
             expire_ms = _to_ms(expire_at)
         expire = expire_ms / 1000.0 if expire_ms else None
-        nbytes = sum(map(len, payloads))
+        first_id = self._append(payloads, sum(map(len, payloads)), add_ms, expire_ms, expire)
+        return list(range(first_id, first_id + len(payloads)))
+
+    def _append(
+        self, payloads: list[bytes], nbytes: int, add_ms: int, expire_ms: int, expire: float | None
+    ) -> int:
+        """The one place items enter the queue (``put`` and ``put_many``): policies, journal,
+        counters, readers, then the durability wait.  Returns the first id."""
         with self._lock:
             self._check_open()
             if self._reader_list:
@@ -313,12 +348,12 @@ class JournaledQueue:
             self._put_bytes += nbytes
             if self._reader_list:
                 add_time = add_ms / 1000.0
-                made = [Item(first_id + k, p, add_time, expire, 0) for k, p in enumerate(payloads)]
+                made = new_items(first_id, payloads, add_time, expire)  # perf: Item(...) x n
                 for reader in self._reader_list:
                     reader._on_put_locked(made, nbytes)
         if self.config.sync == "always":
             self._journal.wait_durable(seq)
-        return list(range(first_id, first_id + len(payloads)))
+        return first_id
 
     def sync(self) -> None:
         """Return once everything put so far is on stable storage (any sync policy)."""
@@ -436,6 +471,11 @@ class JournaledQueue:
                 ckp.write_checkpoint(
                     ckp.checkpoint_path(self.path, self.name, rname), state, self.config.file_mode
                 )
+            with self._lock:
+                for rname, state in todo:
+                    if self._ckpt_heads.get(rname, state.head) < state.head:
+                        self._ckpt_heads[rname] = state.head
+                        self._archive_wanted = True
 
     def _adopt_spool(self) -> int:
         """Adopt batches other processes left in the spool folder (see spool.py)."""
@@ -449,14 +489,20 @@ class JournaledQueue:
 
     def _archive(self) -> None:
         external = read_bookmarks(self.path)  # out-of-process readers (see bookmarks.py)
-        with self._lock:
-            self._archive_wanted = bool(external)  # their heads move without telling us
-            if not self._reader_list:
-                return  # with no readers, everything is kept for the first one
-            min_head = min([r.head for r in self._reader_list] + list(external.values()))
-        files = self._journal.archivable(min_head)
-        if files:
-            self._journal.archive(files, self._archive_dir)
+        # Under the checkpoint lock: a reader being created with start="earliest" must not have
+        # its first files deleted between choosing its head and becoming one of the heads here.
+        with self._ckpt_lock:
+            with self._lock:
+                self._archive_wanted = bool(external)  # their heads move without telling us
+                if not self._reader_list:
+                    return  # with no readers, everything is kept for the first one
+                # Checkpointed heads, not live ones: after a crash every checkpoint still points
+                # into the journal, so recovery never has to clamp a head that was fine.
+                heads = [self._ckpt_heads.get(r.name, 0) for r in self._reader_list]
+                min_head = min(heads + list(external.values()))
+            files = self._journal.archivable(min_head)
+            if files:
+                self._journal.archive(files, self._archive_dir)
 
     # ------------------------------------------------------------------ misc
     @property

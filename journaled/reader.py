@@ -27,7 +27,7 @@ from journaled import aio as _aio
 from journaled import policies
 from journaled.config import ReaderConfig, Sink
 from journaled.errors import Empty, QueueClosed, UnknownRead
-from journaled.item import Item
+from journaled.item import Item, new_item
 from journaled.journal import Cursor
 from journaled.record import CheckpointData
 from journaled.stats import ReaderStats, reader_stats_locked
@@ -85,6 +85,8 @@ class Reader:
         self._closed = False
         # Everything from the head on is on disk and must be read back.
         self._load_id: int | None = self.head
+        if self.head >= self._journal.next_id:
+            self._load_id = None  # nothing on disk to read back: new puts go to memory
         self._load_cursor: Cursor | None = None
         if state.file_ms:
             self._load_cursor = Cursor(state.file_ms, state.file_offset, -1)  # hint, verified
@@ -105,8 +107,9 @@ class Reader:
         """New items were appended to the journal (called under the queue lock)."""
         self.put_count += len(items)
         self._backlog_bytes += nbytes
-        if items[0].expire_at is not None:
+        if items[0].expire_at is not None and not self._saw_expiry:
             self._saw_expiry = True
+            self._queue._policy_kick()  # start the expiry sweep
         if self._load_id is None and self._mem_bytes + nbytes <= self.config.max_memory:
             self._mem.extend(items)
             self._mem_bytes += nbytes
@@ -161,7 +164,7 @@ class Reader:
                 continue
             if rec.expire_ms:
                 self._saw_expiry = True
-            item = Item(
+            item = new_item(  # perf: Item(...) without attrs' __init__
                 rec.id,
                 rec.payload,
                 rec.add_ms / 1000.0,
@@ -250,17 +253,26 @@ class Reader:
             waiter = _ThreadWaiter(self._lock)
             self._waiters.append(waiter)
             deadline = None if timeout is None else time.monotonic() + timeout
-            while waiter.item is None:
-                if self._closed:
-                    break
-                if deadline is None:
-                    waiter.cond.wait()
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+            try:
+                while waiter.item is None:
+                    if self._closed:
                         break
-                    # Condition.wait overflows past TIMEOUT_MAX; the loop re-checks the deadline
-                    waiter.cond.wait(min(remaining, threading.TIMEOUT_MAX))
+                    if deadline is None:
+                        waiter.cond.wait()
+                    else:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        # Condition.wait overflows past TIMEOUT_MAX; the loop re-checks the deadline
+                        waiter.cond.wait(min(remaining, threading.TIMEOUT_MAX))
+            except BaseException:
+                # e.g. KeyboardInterrupt inside wait (the lock is held again): leave the line, and
+                # give back uncounted an item handed to us meanwhile, or it would be stranded.
+                if waiter.item is not None:
+                    self._release_locked(waiter.item.id)
+                else:
+                    self._waiters.remove(waiter)
+                raise
             if waiter.item is not None:
                 return waiter.item
             self._waiters.remove(waiter)

@@ -13,6 +13,7 @@ therefore fail the check, so a forward scan after damage cannot be fooled into a
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -148,7 +149,7 @@ def encode_puts(
     first_id: int,
     add_ms: int,
     expire_ms: int,
-    payloads: list[bytes],
+    payloads: Sequence[bytes],
     out: bytearray,
 ) -> list[int]:
     """Append PUT records for ``payloads`` (consecutive ids) to ``out``; return their offsets.
@@ -163,7 +164,7 @@ def encode_puts(
     pack_tail = _PUT_TAIL.pack
     pack_crc = _CRC.pack
     overhead = _PUT_HDR.size
-    offsets = []
+    offsets: list[int] = []
     append_offset = offsets.append
     item_id = first_id
     for payload in payloads:
@@ -197,6 +198,26 @@ class Put:
     add_ms: int
     expire_ms: int
     payload: bytes
+
+
+_put_slots = vars(Put)
+_put_setters = tuple(_put_slots[a.name].__set__ for a in attrs.fields(Put))
+if tuple(a.name for a in attrs.fields(Put)) != ("offset", "size", "id", "add_ms", "expire_ms", "payload"):
+    raise TypeError("journaled.record: update _new_put for Put's fields")  # pragma: no cover
+
+
+def _new_put(offset: int, size: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> Put:
+    """``Put(...)`` without attrs' __init__ (perf: decoding is on the read hot path; Put has no
+    validators or converters, and its setters come from ``attrs.fields`` in field order)."""
+    put: Put = object.__new__(Put)
+    s_offset, s_size, s_id, s_add, s_expire, s_payload = _put_setters
+    s_offset(put, offset)
+    s_size(put, size)
+    s_id(put, item_id)
+    s_add(put, add_ms)
+    s_expire(put, expire_ms)
+    s_payload(put, payload)
+    return put
 
 
 @attrs.frozen
@@ -278,12 +299,41 @@ def decode_many(
     """
     out: list[Decoded] = []
     n = len(buf)
-    while pos < n and (limit is None or len(out) < limit):
-        rec = decode_one(buf, pos, base_offset, salt, max_body)
-        if isinstance(rec, Damage):
-            return out, pos, rec
-        out.append(rec)
-        pos += rec.size
+    # perf: well-formed PUT records (nearly all of them) are decoded inline here, with one
+    # memoryview for the whole buffer and Put built from its slots; anything else -- another
+    # type, a bad length, a short buffer, a CRC mismatch -- goes through decode_one, which
+    # classifies it exactly as before.  Only records whose CRC verified are ever returned.
+    view = memoryview(buf)
+    try:
+        unpack_hdr, unpack_fields = _REC_HDR.unpack_from, _PUT_FIELDS.unpack_from
+        as_bytes = type(buf) is bytes
+        append = out.append
+        count = 0
+        while pos < n and (limit is None or count < limit):
+            if pos + PUT_OVERHEAD <= n:
+                crc, length, rtype = unpack_hdr(buf, pos)
+                end = pos + RECORD_HEADER_SIZE + length
+                offset = base_offset + pos
+                if (
+                    rtype == TYPE_PUT
+                    and 24 <= length <= max_body
+                    and end <= n
+                    and crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) == crc
+                ):
+                    item_id, add_ms, expire_ms = unpack_fields(buf, pos + RECORD_HEADER_SIZE)
+                    payload = buf[pos + PUT_OVERHEAD : end] if as_bytes else bytes(view[pos + PUT_OVERHEAD : end])
+                    append(_new_put(offset, end - pos, item_id, add_ms, expire_ms, payload))  # type: ignore[arg-type]
+                    pos = end
+                    count += 1
+                    continue
+            rec = decode_one(buf, pos, base_offset, salt, max_body)
+            if isinstance(rec, Damage):
+                return out, pos, rec
+            append(rec)
+            pos += rec.size
+            count += 1
+    finally:
+        view.release()
     return out, pos, None
 
 
@@ -301,10 +351,20 @@ def find_next_record(
     Position-seeded CRCs make a false match a 2**-32 event per candidate offset, and the id
     check rejects stale records left over from an earlier life of the same offsets.
     """
-    n = len(buf)
+    data = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
+    n = len(data)
+    put_type = bytes([TYPE_PUT])
     while pos + PUT_OVERHEAD <= n:
+        # Only a PUT can be accepted, so only offsets whose type byte is TYPE_PUT are candidates:
+        # jumping between them keeps a scan over megabytes of zeros or garbage fast.
+        t = data.find(put_type, pos + RECORD_HEADER_SIZE - 1)
+        if t < 0:
+            return None
+        pos = t - (RECORD_HEADER_SIZE - 1)
+        if pos + PUT_OVERHEAD > n:
+            return None
         try:
-            rec = decode_one(buf, pos, base_offset, salt, max_body)
+            rec = decode_one(data, pos, base_offset, salt, max_body)
         except UnsupportedVersion:
             rec = Damage(pos, "unknown type", False)
         if isinstance(rec, Put) and rec.id >= min_id:

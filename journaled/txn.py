@@ -42,6 +42,11 @@ def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: boo
             reader._release(item)
     except UnknownRead:
         pass  # the consumer settled it already
+    except QueueClosed:
+        # The item stays uncommitted and is delivered again on the next open.  A failed commit
+        # is reported; a failed give-back is not (it would mask the exception in flight).
+        if exc is None and commit:
+            raise
 
 
 def release_later(reader: Reader, item: Item) -> None:
@@ -54,7 +59,9 @@ def release_later(reader: Reader, item: Item) -> None:
         finally:
             lock.release()
     else:
-        threading.Thread(target=settle, args=(reader, item, None), kwargs={"commit": False}, daemon=True).start()
+        helper = threading.Thread(target=settle, args=(reader, item, None), kwargs={"commit": False})
+        helper.daemon = True
+        helper.start()
 
 
 class TransactionContext:
@@ -114,7 +121,10 @@ class ItemIterator:
     def __next__(self) -> Item:
         current, self._current = self._current, None
         if current is not None:
-            settle(self._reader, current, None, commit=True)  # its loop body has finished
+            try:
+                settle(self._reader, current, None, commit=True)  # its loop body has finished
+            except QueueClosed:
+                self._finished = True  # not committed: delivered again on the next open
         if self._finished:
             raise StopIteration
         try:

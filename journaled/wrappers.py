@@ -32,7 +32,9 @@ T = TypeVar("T")
 
 
 class _Base(Generic[T]):
-    def __init__(self, queue: JournaledQueue, reader: Reader | str, serializer: ser.Serializer | None) -> None:
+    def __init__(
+        self, queue: JournaledQueue, reader: Reader | str, serializer: ser.Serializer | None
+    ) -> None:
         self.queue = queue
         self.reader = queue.reader(reader) if isinstance(reader, str) else reader
         self.serializer: ser.Serializer = serializer if serializer is not None else ser.BytesSerializer()
@@ -132,6 +134,7 @@ class Transaction(Generic[T]):
 
     @property
     def id(self) -> int:
+        """The item's id in the journal."""
         return self.raw.id
 
     @property

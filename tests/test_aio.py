@@ -10,9 +10,6 @@ import pytest
 from journaled import Empty, JournaledQueue, QueueClosed, QueueConfig
 from journaled.aio import _AsyncWaiter
 
-pytestmark = pytest.mark.asyncio
-
-
 class Boom(Exception):
     pass
 
@@ -32,6 +29,7 @@ async def until_waiting(reader, n: int = 1) -> None:
     raise AssertionError("the waiter never registered")
 
 
+@pytest.mark.asyncio
 async def test_aget_returns_a_ready_item_at_once(jq):
     r = jq.reader("r")
     jq.put(b"a")
@@ -40,6 +38,7 @@ async def test_aget_returns_a_ready_item_at_once(jq):
     assert not r._waiters
 
 
+@pytest.mark.asyncio
 async def test_aget_is_woken_by_a_put_from_another_thread(jq):
     r = jq.reader("r")
     task = asyncio.create_task(r.aget(timeout=60))
@@ -50,6 +49,7 @@ async def test_aget_is_woken_by_a_put_from_another_thread(jq):
     assert item.data == b"from-thread"
 
 
+@pytest.mark.asyncio
 async def test_aget_timeout_raises_empty_and_leaves_the_line(jq):
     r = jq.reader("r")
     with pytest.raises(Empty):
@@ -63,6 +63,7 @@ async def test_aget_timeout_raises_empty_and_leaves_the_line(jq):
     assert r.get(block=False).data == b"later"  # nothing stranded on a dead waiter
 
 
+@pytest.mark.asyncio
 async def test_cancelled_aget_before_hand_off_leaves_no_waiter(jq):
     r = jq.reader("r")
     task = asyncio.create_task(r.aget())
@@ -75,6 +76,7 @@ async def test_cancelled_aget_before_hand_off_leaves_no_waiter(jq):
     assert r.get(block=False).data == b"x"
 
 
+@pytest.mark.asyncio
 async def test_item_handed_to_a_cancelled_aget_goes_back_to_the_head_uncounted(jq):
     r = jq.reader("r")
     task = asyncio.create_task(r.aget())
@@ -90,6 +92,7 @@ async def test_item_handed_to_a_cancelled_aget_goes_back_to_the_head_uncounted(j
     assert r.stats().aborted == 0
 
 
+@pytest.mark.asyncio
 async def test_waiters_are_served_fifo_and_each_item_once(jq):
     r = jq.reader("r")
     tasks = [asyncio.create_task(r.aget(timeout=60)) for _ in range(5)]
@@ -99,6 +102,7 @@ async def test_waiters_are_served_fifo_and_each_item_once(jq):
     assert got == [b"0", b"1", b"2", b"3", b"4"]
 
 
+@pytest.mark.asyncio
 async def test_threads_and_coroutines_share_the_line(jq):
     r = jq.reader("r")
     n = 200
@@ -128,7 +132,8 @@ async def test_threads_and_coroutines_share_the_line(jq):
     for t in threads:
         t.start()
     consumers = [asyncio.create_task(async_consumer()) for _ in range(2)]
-    producer = threading.Thread(target=lambda: [jq.put(b"%d" % i) for i in range(n)] + [jq.put(b"stop")] * 4)
+    payloads = [b"%d" % i for i in range(n)] + [b"stop"] * 4
+    producer = threading.Thread(target=lambda: [jq.put(x) for x in payloads])
     producer.start()
     await asyncio.gather(*consumers)
     await asyncio.get_running_loop().run_in_executor(None, producer.join)
@@ -137,6 +142,7 @@ async def test_threads_and_coroutines_share_the_line(jq):
     assert sorted(got, key=int) == [b"%d" % i for i in range(n)]
 
 
+@pytest.mark.asyncio
 async def test_atransaction_commits_aborts_and_releases(jq):
     r = jq.reader("r")
     a, _ = jq.put_many([b"a", b"b"])
@@ -164,6 +170,7 @@ async def test_atransaction_commits_aborts_and_releases(jq):
     assert (item.data, item.error_count) == (b"b", 2)  # the cancel added no error
 
 
+@pytest.mark.asyncio
 async def test_async_for_commits_each_item_when_the_next_is_requested(jq):
     r = jq.reader("r")
     ids = jq.put_many([b"a", b"b", b"c"])
@@ -175,6 +182,7 @@ async def test_async_for_commits_each_item_when_the_next_is_requested(jq):
     assert r.head == ids[-1] + 1
 
 
+@pytest.mark.asyncio
 async def test_async_for_break_and_exception_give_the_item_back(jq):
     r = jq.reader("r")
     jq.put_many([b"a", b"b"])
@@ -192,6 +200,7 @@ async def test_async_for_break_and_exception_give_the_item_back(jq):
     assert (item.data, item.error_count) == (b"a", 1)
 
 
+@pytest.mark.asyncio
 async def test_async_for_over_a_reader_ends_when_the_queue_closes(qdir):
     q = JournaledQueue(qdir)
     r = q.reader("r")
@@ -209,6 +218,7 @@ async def test_async_for_over_a_reader_ends_when_the_queue_closes(qdir):
     assert seen == [b"a"]
 
 
+@pytest.mark.asyncio
 async def test_aput_runs_durable_puts_in_an_executor(qdir):
     with JournaledQueue(qdir, QueueConfig(sync="always")) as q:
         r = q.reader("r")
@@ -229,6 +239,7 @@ async def test_aput_runs_durable_puts_in_an_executor(qdir):
         assert [r.get(block=False).data for _ in range(3)] == [b"durable", b"x", b"y"]
 
 
+@pytest.mark.asyncio
 async def test_wrapper_async_methods(jq):
     tq = jq.transactional_queue("t")
     bq = jq.blocking_queue("b")

@@ -316,3 +316,15 @@ def test_pickle_module_and_json_module_satisfy_the_serializer_protocol():
     assert pickle.loads(journaled.serializers.dumps(pickle, (1, "a"))) == (1, "a")
     assert journaled.serializers.dumps(json, [1]) == b"[1]"
     assert os.path.basename(journaled.compat.__file__) == "compat.py"
+
+
+def test_readme_python_ecosystem_example_runs_as_written(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("### Like `queue.Queue`", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    subprocess.run([sys.executable, str(script)], check=True, timeout=120)

@@ -166,10 +166,8 @@ CHILD = textwrap.dedent(
     def work(t):
         k = 0
         while True:
-            # the payload is derived from the id the put returns, so we ask for the next id
-            # under a lock only to know what to write; ids are still assigned by put()
-            with out_lock:
-                item_id = q.put(b"pending-%d-%d" % (t, k))
+            item_id = q.put(b"pending-%d-%d" % (t, k))  # 4 threads: group commit at work
+            with out_lock:  # acknowledged: tell the parent which id holds which payload
                 sys.stdout.write("%d %d %d\\n" % (item_id, t, k))
                 sys.stdout.flush()
             k += 1
@@ -281,3 +279,34 @@ def test_failed_background_fsync_poisons_a_periodic_queue(qdir):
             q.put(b"refused")
         q.close()
     assert read_all(qdir)[1] == b"ok"
+
+
+def test_failed_write_enospc_reaches_the_caller_and_nothing_acknowledged_is_lost(qdir):
+    class FullDisk(CountingOps):
+        full = False
+
+        def write(self, fd: int, data) -> int:
+            if self.full and os.path.basename(self.paths.get(fd, "")).startswith("q."):
+                half = bytes(data)[: len(data) // 2]
+                os.write(fd, half)  # a short write reached the file before the disk filled up
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(fd, data)
+
+    ops = FullDisk()
+    with fileio.use(ops):
+        q = JournaledQueue(qdir, config=QueueConfig(sync="always"), name="q")
+        acked = q.put_many([payload(i) for i in range(1, 4)])
+        ops.full = True
+        with pytest.raises(JournalIOError) as err:
+            q.put(payload(4))
+        assert err.value.errno == errno.ENOSPC
+        ops.full = False
+        with pytest.raises(JournalIOError):
+            q.put(payload(5))
+        q.close()
+    with JournaledQueue(qdir, config=QueueConfig(sync="always")) as q:
+        [event] = q.recovery_report  # the half-written record is a torn tail, cut on reopen
+        assert event.action == "truncated-tail"
+        got = read_all(qdir)
+        assert {i: got[i] for i in acked} == {i: payload(i) for i in acked}
+        assert q.put(b"after") == 4

@@ -240,8 +240,9 @@ def test_strict_recovery_raises_corrupt_journal_naming_file_and_offset(qdir):
     assert err.value.path == path and err.value.offset == victim.offset
 
 
-def test_damage_in_an_older_file_is_skipped_reported_and_later_records_delivered(qdir):
-    config = QueueConfig(sync="never", journal_size=300)
+@pytest.mark.parametrize("recovery", ["point_in_time", "salvage"])
+def test_damage_in_an_older_file_is_reported_and_never_delivered(qdir, recovery):
+    config = QueueConfig(sync="never", journal_size=300, recovery=recovery)
     make_queue(qdir, 30, config)
     files = journal_files(qdir)
     assert len(files) >= 3
@@ -252,9 +253,16 @@ def test_damage_in_an_older_file_is_skipped_reported_and_later_records_delivered
     with JournaledQueue(qdir, config=config) as q:
         got = drain(q)
         report = q.recovery_report
-    assert [i for i, _ in got] == [i for i in range(1, 31) if i != victim.id]
+    ids = [i for i, _ in got]
+    assert victim.id not in ids
     assert all(data == payload(i) for i, data in got)
     assert any(e.path == files[0] and e.offset == victim.offset for e in report)
+    later_files = {r.id for p in files[1:] for r in file_records(p)[0]}
+    assert later_files <= set(ids)  # damage in one file never costs another file's items
+    if recovery == "salvage":  # every proven-intact record after the damage is delivered
+        assert ids == [i for i in range(1, 31) if i != victim.id]
+    else:  # point in time: the file ends at the damage, the rest is kept aside, not delivered
+        assert ids == [i for i in range(1, 31) if i < victim.id or i in later_files]
 
 
 def test_file_of_an_unknown_format_version_refuses_open_and_is_left_alone(qdir):

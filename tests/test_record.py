@@ -37,7 +37,7 @@ VECTOR_RECORD_HEX = "5cd961f31d0000000101000000000000000068e5cf8b010000000000000
 VECTOR_SALT = 0x01020304
 VECTOR_MS = 1700000000000
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def reference_crc32c(data: bytes, seed: int) -> int:
@@ -381,3 +381,85 @@ def test_one_flipped_bit_loses_exactly_the_record_it_hit(items, salt, victim, by
     bad[pos] ^= 1 << bit
     got = recover_all(bytes(bad), 44, salt)
     assert got == [r for r in written if r != hit]
+
+
+def naive_find_next_record(buf: bytes, pos: int, base: int, salt: int, min_id: int) -> int | None:
+    """find_next_record as format.md words it: try every offset."""
+    while pos + PUT_OVERHEAD <= len(buf):
+        try:
+            rec = decode_one(buf, pos, base, salt)
+        except UnsupportedVersion:
+            rec = None
+        if isinstance(rec, Put) and rec.id >= min_id:
+            return pos
+        pos += 1
+    return None
+
+
+@given(
+    items=st.lists(st.binary(max_size=40), min_size=1, max_size=8),
+    salt=st.integers(0, 2**32 - 1),
+    damage=st.lists(corruption, max_size=3),
+    start=st.integers(0, 100),
+    min_id=st.integers(0, 9),
+)
+@settings(max_examples=50, deadline=None)
+def test_forward_scan_finds_exactly_what_trying_every_offset_finds(items, salt, damage, start, min_id):
+    buf, _ = encode_stream(salt, 0, items)
+    for how in damage:
+        buf = corrupt(buf, how)
+    buf = bytes(start) + buf  # a zero-filled stretch before it
+    for pos in range(0, len(buf), 7):
+        assert find_next_record(buf, pos, -start, salt, min_id) == naive_find_next_record(
+            buf, pos, -start, salt, min_id
+        )
+
+
+def test_forward_scan_over_megabytes_of_zeros_finds_the_record_after_them():
+    salt = 77
+    zeros = 8 << 20
+    rec = encode_put(salt, zeros, 5, VECTOR_MS, 0, b"x")
+    assert find_next_record(bytes(zeros) + rec, 0, 0, salt, 5) == zeros
+
+
+@given(
+    kinds=st.lists(st.tuples(st.sampled_from([TYPE_PUT, 0x85, 0xFF, 0x02, 0x7F]), st.binary(max_size=30)), min_size=1, max_size=10),
+    salt=st.integers(0, 2**32 - 1),
+    damage=st.lists(corruption, max_size=3),
+)
+@FUZZ
+def test_mixed_record_types_decode_to_written_records_or_refuse_only_a_written_required_type(kinds, salt, damage):
+    buf = bytearray()
+    written: dict[int, tuple[int, bytes]] = {}  # offset -> (type, encoded record)
+    next_id = 1
+    for rtype, body in kinds:
+        off = len(buf)
+        if rtype == TYPE_PUT:
+            rec = encode_put(salt, off, next_id, VECTOR_MS, 0, body)
+            next_id += 1
+        else:
+            rec = encode_record(salt, off, rtype, body)
+        written[off] = (rtype, rec)
+        buf += rec
+    data = bytes(buf)
+    for how in damage:
+        data = corrupt(data, how)
+    pos = 0
+    while pos < len(data):
+        try:
+            recs, pos, dmg = decode_many(data, 0, salt, pos)
+        except UnsupportedVersion as exc:
+            rtype, rec = written[exc.offset]  # only ever a record really written there...
+            assert 2 <= rtype < 0x80  # ...of a type that must be understood
+            assert data[exc.offset : exc.offset + len(rec)] == rec
+            return
+        for r in recs:
+            rtype, rec = written[r.offset]
+            assert data[r.offset : r.offset + r.size] == rec
+            assert (rtype == TYPE_PUT) == isinstance(r, Put)
+        if dmg is None:
+            break
+        nxt = find_next_record(data, pos + 1, 0, salt, 0)
+        if nxt is None:
+            break
+        pos = nxt

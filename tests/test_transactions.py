@@ -168,12 +168,50 @@ def test_iter_finalizer_never_deadlocks_when_the_lock_is_held(jq):
 def test_iter_stops_when_the_queue_closes(qdir):
     q = JournaledQueue(qdir)
     r = q.reader("r")
-    q.put(b"a")
+    q.put_many([b"a", b"b"])
     it = r.iter()
     assert next(it).data == b"a"
-    q.close()
+    q.close()  # while the body for "a" runs: its commit can no longer happen
     with pytest.raises(StopIteration):
         next(it)
+    with JournaledQueue(qdir) as q2:
+        r2 = q2.reader("r")
+        assert [r2.get(block=False).data for _ in range(2)] == [b"a", b"b"]
+
+
+def test_iter_blocked_in_get_stops_when_the_queue_closes(qdir):
+    import threading
+
+    q = JournaledQueue(qdir)
+    r = q.reader("r")
+    seen = []
+    t = threading.Thread(target=lambda: seen.extend(i.data for i in r.iter()))
+    t.start()
+    q.put(b"a")
+    while r._open or not r._waiters:
+        time.sleep(0.005)  # wait for the loop to block on the next item (bounded by join below)
+        if not t.is_alive():
+            break
+    q.close()
+    t.join(30)
+    assert not t.is_alive() and seen == [b"a"]
+
+
+def test_transaction_commit_after_close_raises_but_abort_after_close_is_quiet(qdir):
+    from journaled import QueueClosed
+
+    q = JournaledQueue(qdir)
+    r = q.reader("r")
+    q.put_many([b"a", b"b"])
+    with pytest.raises(QueueClosed):
+        with r.transaction():
+            q.close()
+    q = JournaledQueue(qdir)
+    r = q.reader("r")
+    with pytest.raises(Boom):
+        with r.transaction():
+            q.close()
+            raise Boom  # not masked by a QueueClosed from the abort
 
 
 # ---------------------------------------------------------------- wrappers
@@ -250,3 +288,41 @@ def test_wrapper_put_reports_a_full_reader_as_false(qdir):
         assert bq.put(b"2") is False
         assert bq.size == 1
     assert issubclass(Full, Exception)
+
+
+def test_a_thread_get_interrupted_after_a_hand_off_gives_the_item_back(jq, monkeypatch):
+    """KeyboardInterrupt can surface from inside ``Condition.wait``; an item handed to that
+    waiter meanwhile must go back to the head (uncounted), not stay stranded on a dead waiter."""
+    import threading
+
+    from journaled import reader as reader_mod
+
+    r = jq.reader("r")
+
+    class InterruptedCond:
+        def __init__(self, lock):
+            self.lock = lock
+
+        def notify(self):
+            pass
+
+        def wait(self, timeout=None):
+            self.lock.release()
+            t = threading.Thread(target=jq.put, args=(b"x",))  # the hand-off happens here
+            t.start()
+            t.join()
+            self.lock.acquire()
+            raise KeyboardInterrupt
+
+    class Waiter(reader_mod._ThreadWaiter):
+        def __init__(self, lock):
+            super().__init__(lock)
+            self.cond = InterruptedCond(lock)
+
+    monkeypatch.setattr(reader_mod, "_ThreadWaiter", Waiter)
+    with pytest.raises(KeyboardInterrupt):
+        r.get(timeout=30)
+    monkeypatch.undo()
+    assert not r._waiters and not r._open
+    again = r.get(block=False)
+    assert (again.data, again.error_count) == (b"x", 0)

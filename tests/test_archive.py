@@ -1,0 +1,217 @@
+"""Archiving: journal files go away exactly when every reader has passed them.
+
+Archiving goes by each reader's *checkpointed* head (docs/design.md, "Readers, checkpoints and
+recovery"), so the tests call ``q.checkpoint()`` and then the archiving pass ``q._archive()``
+that the background thread runs, at points of their choosing; one test lets the background
+thread do both on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
+
+NAME = "q"
+PAYLOAD = b"p" * 40
+
+
+def open_q(path: str, **kw: object) -> JournaledQueue:
+    kw.setdefault("sync", "never")
+    kw.setdefault("journal_size", 400)
+    kw.setdefault("checkpoint_interval", 3600.0)
+    return JournaledQueue(path, QueueConfig(**kw), name=NAME)  # type: ignore[arg-type]
+
+
+def journal_files(path: str) -> list[str]:
+    return sorted(
+        (e for e in os.listdir(path) if e.startswith(f"{NAME}.") and e[len(NAME) + 1 :].isdigit()),
+        key=lambda e: int(e.split(".")[1]),
+    )
+
+
+def file_ranges(q: JournaledQueue) -> list[tuple[str, int, int]]:
+    """(file name, first id, last id) of every journal file, oldest first."""
+    files = list(q._journal.files)
+    out = []
+    for jf, nxt in zip(files, files[1:] + [None]):
+        last = (nxt.first_id if nxt is not None else q._journal.next_id) - 1
+        out.append((os.path.basename(jf.path), jf.first_id, last))
+    return out
+
+
+def settle(q: JournaledQueue) -> None:
+    q.checkpoint()
+    q._archive()
+
+
+def commit_through(reader, last_id: int) -> None:
+    """Get and commit every item up to and including ``last_id``."""
+    while True:
+        item = reader.get(block=False)
+        reader.commit(item)
+        if item.id >= last_id:
+            return
+
+
+def test_a_file_goes_exactly_when_every_reader_has_passed_its_last_item(qdir):
+    with open_q(qdir) as q:
+        a, b = q.reader("a"), q.reader("b")
+        q.put_many([PAYLOAD] * 30)
+        ranges = file_ranges(q)
+        assert len(ranges) >= 4
+        (f0, _, last0), (f1, _, last1) = ranges[0], ranges[1]
+        commit_through(a, last1)
+        settle(q)
+        assert journal_files(qdir)[0] == f0  # b still needs it
+        commit_through(b, last0 - 1)
+        settle(q)
+        assert journal_files(qdir)[0] == f0  # b's head is on the file's last item
+        commit_through(b, last0)
+        settle(q)
+        assert journal_files(qdir)[0] == f1  # exactly f0 went
+        assert journal_files(qdir) == [r[0] for r in ranges[1:]]
+
+
+def test_an_open_read_holds_its_file(qdir):
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        q.put_many([PAYLOAD] * 30)
+        (f0, first0, _), (_, _, last1) = file_ranges(q)[:2]
+        held = r.get(block=False)
+        assert held.id == first0
+        while True:
+            item = r.get(block=False)
+            r.commit(item)
+            if item.id >= last1:
+                break
+        settle(q)
+        assert journal_files(qdir)[0] == f0
+        r.commit(held)
+        settle(q)
+        assert f0 not in journal_files(qdir)
+
+
+def test_the_file_being_written_is_never_archived(qdir):
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        q.put_many([PAYLOAD] * 30)
+        active = file_ranges(q)[-1][0]
+        for item in list(iter_all(r)):
+            r.commit(item)
+        assert r.head == q._journal.next_id  # past every item there is
+        settle(q)
+        assert journal_files(qdir) == [active]
+        # and the queue goes on normally in it
+        new = q.put(PAYLOAD)
+        assert r.get(block=False).id == new
+
+
+def iter_all(reader):
+    while True:
+        try:
+            yield reader.get(block=False)
+        except Empty:
+            return
+
+
+def test_archive_dir_receives_the_files_byte_for_byte(qdir):
+    with open_q(qdir, archive_dir="old") as q:
+        r = q.reader("a")
+        q.put_many([PAYLOAD] * 30)
+        ranges = file_ranges(q)
+        before = {name: open(os.path.join(qdir, name), "rb").read() for name, _, _ in ranges[:-1]}
+        for item in list(iter_all(r)):
+            r.commit(item)
+        settle(q)
+        arch = os.path.join(qdir, "old")
+        assert sorted(os.listdir(arch)) == sorted(before)
+        for name, raw in before.items():
+            assert open(os.path.join(arch, name), "rb").read() == raw
+        assert journal_files(qdir) == [ranges[-1][0]]
+
+
+def test_with_no_readers_nothing_is_archived(qdir):
+    with open_q(qdir) as q:
+        ids = q.put_many([PAYLOAD] * 30)
+        names = journal_files(qdir)
+        settle(q)
+        assert journal_files(qdir) == names
+    with open_q(qdir) as q:
+        settle(q)
+        assert journal_files(qdir) == names
+        assert [i.id for i in iter_all(q.reader("late"))] == ids
+
+
+def test_removing_the_slowest_reader_makes_files_archivable(qdir):
+    with open_q(qdir) as q:
+        fast, q_slow = q.reader("fast"), q.reader("slow")
+        q.put_many([PAYLOAD] * 30)
+        names = journal_files(qdir)
+        for item in list(iter_all(fast)):
+            fast.commit(item)
+        q_slow.get(block=False)  # an open read: removal drops it
+        settle(q)
+        assert journal_files(qdir) == names
+        q.remove_reader("slow")
+        settle(q)
+        assert journal_files(qdir) == names[-1:]
+
+
+def test_a_reader_started_late_holds_nothing_before_its_start(qdir):
+    with open_q(qdir) as q:
+        q.put_many([PAYLOAD] * 30)
+        names = journal_files(qdir)
+        q.reader("late", ReaderConfig(start="latest"))
+        settle(q)
+        assert journal_files(qdir) == names[-1:]
+
+
+def test_archiving_waits_for_the_checkpoint_of_the_head(qdir):
+    # A crash right after archiving must never find a checkpoint pointing before the journal.
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        q.put_many([PAYLOAD] * 30)
+        names = journal_files(qdir)
+        for item in list(iter_all(r)):
+            r.commit(item)
+        q._archive()
+        assert journal_files(qdir) == names
+        q.checkpoint()
+        q._archive()
+        assert journal_files(qdir) == names[-1:]
+
+
+def test_the_background_thread_archives_on_its_own(qdir):
+    with open_q(qdir, checkpoint_interval=0.02) as q:
+        r = q.reader("a")
+        q.put_many([PAYLOAD] * 30)
+        for item in list(iter_all(r)):
+            r.commit(item)
+        end = time.monotonic() + 60
+        while len(journal_files(qdir)) > 1:
+            assert time.monotonic() < end, "background thread never archived"
+            time.sleep(0.01)
+
+
+def test_archived_files_stay_gone_and_reading_continues_after_reopen(qdir):
+    with open_q(qdir) as q:
+        a, b = q.reader("a"), q.reader("b", ReaderConfig(max_memory=1))
+        ids = q.put_many([PAYLOAD] * 30)
+        for item in list(iter_all(a)):
+            a.commit(item)
+        got_b = []
+        for _ in range(17):
+            item = b.get(block=False)
+            b.commit(item)
+            got_b.append(item.id)
+        before = journal_files(qdir)
+        settle(q)
+        left = journal_files(qdir)
+        assert len(left) < len(before) and before[-len(left) :] == left
+    with open_q(qdir) as q:
+        assert journal_files(qdir) == left
+        rest = [i.id for i in iter_all(q.reader("b"))]
+        assert got_b + rest == ids
+        assert list(iter_all(q.reader("a"))) == []

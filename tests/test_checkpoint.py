@@ -1,0 +1,434 @@
+"""Checkpoints and recovery of readers: clean reopen, crashes, damaged or odd checkpoints.
+
+A "crash" is taken three ways: copying the directory while the queue is open (what is on disk is
+what a crash would leave, since the copy never sees a close), and killing a subprocess with
+SIGKILL.  The guarantees (issue 3): after a clean close nothing committed comes back and open reads
+come back at the head in order; after a crash at most the items committed since the last
+checkpoint come back and nothing is lost; a bad checkpoint means replay from the earliest item,
+with a warning, never an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
+from journaled.checkpoint import registry_path, write_registry
+from journaled.record import CheckpointData, decode_checkpoint, encode_checkpoint
+
+NAME = "q"
+
+
+def open_q(path: str, **kw: object) -> JournaledQueue:
+    kw.setdefault("sync", "always")
+    kw.setdefault("checkpoint_interval", 3600.0)  # checkpoints only where the test says
+    return JournaledQueue(path, QueueConfig(**kw), name=NAME)  # type: ignore[arg-type]
+
+
+def ckpt_file(path: str, reader: str) -> str:
+    return os.path.join(path, f"{NAME}.read.{reader}")
+
+
+def read_ckpt(path: str, reader: str) -> CheckpointData:
+    with open(ckpt_file(path, reader), "rb") as f:
+        return decode_checkpoint(f.read())
+
+
+def write_ckpt(path: str, reader: str, data: CheckpointData) -> None:
+    with open(ckpt_file(path, reader), "wb") as f:
+        f.write(encode_checkpoint(data))
+
+
+def journal_files(path: str) -> list[str]:
+    return sorted(e for e in os.listdir(path) if e.startswith(f"{NAME}.") and e[len(NAME) + 1 :].isdigit())
+
+
+def drain(reader) -> list:
+    out = []
+    while True:
+        try:
+            out.append(reader.get(block=False))
+        except Empty:
+            return out
+
+
+def take(reader, n: int) -> list:
+    return [reader.get(block=False) for _ in range(n)]
+
+
+def crash_copy(q: JournaledQueue, dst: str) -> str:
+    """The directory as a crash would leave it now; the original object is then dropped."""
+    shutil.copytree(q.path, dst)
+    q.close()  # only to release threads and fds: the copy never saw this close
+    return dst
+
+
+def warnings_of(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
+# ----------------------------------------------------------------------------- clean reopen
+
+
+def test_clean_reopen_redelivers_open_reads_at_the_head_in_order_and_no_committed_item(qdir):
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        ids = q.put_many([b"%d" % k for k in range(10)])
+        got = take(r, 6)
+        for k in (0, 1, 3):
+            r.commit(got[k])
+        r.abort(got[4])
+        again = r.get(block=False)
+        assert again.id == ids[4]
+        # open now: ids[2], ids[4] (aborted once), ids[5]
+    with open_q(qdir) as q:
+        after = drain(q.reader("a"))
+        assert [i.id for i in after] == [ids[2], ids[4], ids[5]] + ids[6:]
+        assert [i.data for i in after] == [b"2", b"4", b"5", b"6", b"7", b"8", b"9"]
+        assert {i.id: i.error_count for i in after if i.error_count} == {ids[4]: 1}
+
+
+def test_out_of_order_commits_survive_reopen(qdir):
+    # libkestrel writes its out-of-order "done" set but ignores it on replay; we must not.
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        ids = q.put_many([b"%d" % k for k in range(8)])
+        got = take(r, 5)
+        for k in (1, 3, 4):
+            r.commit(got[k])
+    ck = read_ckpt(qdir, "a")
+    assert ck.head == ids[0] and set(ck.done) == {ids[1], ids[3], ids[4]}
+    with open_q(qdir) as q:
+        assert [i.id for i in drain(q.reader("a"))] == [ids[0], ids[2]] + ids[5:]
+
+
+def test_out_of_order_commits_collapse_into_the_head_when_the_gap_closes(qdir):
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        ids = q.put_many([b"%d" % k for k in range(4)])
+        got = take(r, 3)
+        r.commit(got[2])
+        r.commit(got[1])
+        r.commit(got[0])
+    ck = read_ckpt(qdir, "a")
+    assert (ck.head, ck.done) == (ids[3], ())
+
+
+def test_checkpoint_file_is_named_after_queue_and_reader_and_leaves_no_temp_file(qdir):
+    with open_q(qdir) as q:
+        r = q.reader("analytics")
+        q.put(b"x")
+        r.commit(r.get(block=False))
+        q.checkpoint()
+        assert read_ckpt(qdir, "analytics").head == 2
+        assert not [e for e in os.listdir(qdir) if e.endswith(".tmp")]
+
+
+def test_checkpoint_records_a_journal_position_for_the_head(qdir):
+    with open_q(qdir, journal_size=400) as q:
+        r = q.reader("a")
+        q.put_many([b"x" * 40 for _ in range(30)])
+        for item in take(r, 20):
+            r.commit(item)
+        q.checkpoint()
+        ck = read_ckpt(qdir, "a")
+        assert ck.head == 21
+        assert f"{NAME}.{ck.file_ms}" in journal_files(qdir)
+        assert ck.file_offset > 0
+
+
+def test_background_thread_writes_checkpoints_when_something_changed(qdir):
+    with open_q(qdir, checkpoint_interval=0.02) as q:
+        r = q.reader("a")
+        q.put(b"x")
+        r.commit(r.get(block=False))
+        import time
+
+        end = time.monotonic() + 60
+        while read_ckpt(qdir, "a").head != 2:
+            assert time.monotonic() < end, "no checkpoint was written"
+            time.sleep(0.01)
+
+
+def test_a_wrong_position_hint_is_ignored(qdir):
+    with open_q(qdir, journal_size=300) as q:
+        r = q.reader("a")
+        ids = q.put_many([b"y" * 30 for _ in range(40)])
+        for item in take(r, 25):
+            r.commit(item)
+    ck = read_ckpt(qdir, "a")
+    files = journal_files(qdir)
+    for ms, offset in [(ck.file_ms, 7), (ck.file_ms, 10**9), (12345, ck.file_offset),
+                       (int(files[0].split(".")[1]), 40)]:
+        write_ckpt(qdir, "a", CheckpointData(ck.head, ms, offset, ck.done, ck.errors))
+        with open_q(qdir) as q:
+            assert [i.id for i in drain(q.reader("a"))] == ids[25:]
+
+
+def test_error_counts_survive_a_clean_reopen(qdir):
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        q.put_many([b"1", b"2"])
+        for _ in range(3):
+            r.abort(r.get(block=False))
+    with open_q(qdir) as q:
+        assert [(i.data, i.error_count) for i in drain(q.reader("a"))] == [(b"1", 3), (b"2", 0)]
+
+
+# ----------------------------------------------------------------------------- crashes
+
+
+def test_crash_redelivers_at_most_the_commits_since_the_last_checkpoint(qdir, tmp_path):
+    q = open_q(qdir)
+    a, b = q.reader("a"), q.reader("b")
+    ids = q.put_many([b"%d" % k for k in range(20)])
+    for item in take(a, 5):
+        a.commit(item)
+    got = take(b, 6)
+    for k in (0, 2, 4):  # out of order on b
+        b.commit(got[k])
+    q.checkpoint()
+    for item in take(a, 3):  # since the checkpoint: may come back
+        a.commit(item)
+    take(a, 2)  # open at the crash: must come back
+    b.commit(got[1])
+    copy = crash_copy(q, str(tmp_path / "crashed"))
+    with open_q(copy) as q2:
+        got_a = [i.id for i in drain(q2.reader("a"))]
+        got_b = [i.id for i in drain(q2.reader("b"))]
+    # exactly what the last checkpoint says (no background checkpoint can have run)
+    assert got_a == ids[5:]
+    assert got_b == [ids[1], ids[3]] + ids[5:]
+
+
+def test_crash_loses_nothing_that_was_put_before_it(qdir, tmp_path):
+    q = open_q(qdir, journal_size=500)
+    r = q.reader("a")
+    ids = q.put_many([b"%d" % k for k in range(60)])
+    for item in take(r, 10):
+        r.commit(item)
+    q.checkpoint()
+    ids += [q.put(b"late")]
+    copy = crash_copy(q, str(tmp_path / "crashed"))
+    with open_q(copy) as q2:
+        assert [i.id for i in drain(q2.reader("a"))] == ids[10:]
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from journaled import JournaledQueue, QueueConfig
+    q = JournaledQueue(sys.argv[1], QueueConfig(sync="always", checkpoint_interval=3600,
+                                                journal_size=2000), name="q")
+    r = q.reader("a")
+    ids = q.put_many([b"item-%d" % k for k in range(50)])
+    got = [r.get(block=False) for _ in range(25)]
+    for it in got[:20]:
+        r.commit(it)
+    r.commit(got[21]); r.commit(got[23])      # out of order, before the checkpoint
+    q.checkpoint()
+    r.commit(got[20]); r.commit(got[22]); r.commit(got[24])  # after it
+    [r.get(block=False) for _ in range(5)]   # open at the crash
+    sys.stdout.write("ready\\n"); sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_sigkilled_process_redelivers_only_commits_since_its_last_checkpoint(qdir):
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, qdir], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert proc.stdout == "ready\n"
+    with open_q(qdir) as q:
+        got = [i.id for i in drain(q.reader("a"))]
+    # 21..25 were read; 22 and 24 committed before the checkpoint never come back
+    assert got == [21, 23, 25] + list(range(26, 51))
+
+
+# ----------------------------------------------------------------------------- bad checkpoints
+
+
+def _damage(path: str, how: str) -> None:
+    f = ckpt_file(path, "a")
+    if how == "missing":
+        os.unlink(f)
+        return
+    raw = open(f, "rb").read()
+    if how == "truncated":
+        raw = raw[: len(raw) // 2]
+    elif how == "empty":
+        raw = b""
+    elif how == "corrupt":
+        raw = raw[:20] + bytes([raw[20] ^ 0x40]) + raw[21:]
+    elif how == "garbage":
+        raw = os.urandom(len(raw))
+    elif how == "future-version":
+        raw = raw[:8] + b"\x63\x00" + raw[10:]
+    with open(f, "wb") as out:
+        out.write(raw)
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated", "empty", "corrupt", "garbage", "future-version"])
+def test_bad_checkpoint_warns_and_replays_from_the_earliest_item(qdir, caplog, how):
+    with open_q(qdir) as q:
+        r, other = q.reader("a"), q.reader("b")
+        ids = q.put_many([b"%d" % k for k in range(6)])
+        for item in take(r, 4):
+            r.commit(item)
+    _damage(qdir, how)
+    caplog.set_level(logging.WARNING, logger="journaled")
+    with open_q(qdir) as q:
+        assert q.readers() == ["a", "b"]
+        assert [i.id for i in drain(q.reader("a"))] == ids  # replay, never loss
+        assert [i.id for i in drain(q.reader("b"))] == ids  # the other reader is untouched
+    assert f"{NAME}.read.a" in warnings_of(caplog)
+
+
+def test_registry_listing_a_reader_without_checkpoint_replays_it_from_the_earliest(qdir, caplog):
+    with open_q(qdir) as q:
+        q.reader("a")
+        ids = q.put_many([b"1", b"2"])
+    write_registry(registry_path(qdir, NAME), ["a", "ghost"], 0o600)
+    caplog.set_level(logging.WARNING, logger="journaled")
+    with open_q(qdir) as q:
+        assert q.readers() == ["a", "ghost"]
+        assert [i.id for i in drain(q.reader("ghost"))] == ids
+    assert "ghost" in warnings_of(caplog)
+    assert os.path.exists(ckpt_file(qdir, "ghost"))  # written on close
+
+
+@pytest.mark.parametrize("how", ["missing", "damaged"])
+def test_readers_are_found_from_checkpoint_files_when_the_registry_is_bad(qdir, how):
+    with open_q(qdir) as q:
+        q.reader("a")
+        q.reader("b")
+    reg = registry_path(qdir, NAME)
+    if how == "missing":
+        os.unlink(reg)
+    else:
+        open(reg, "ab").write(b"junk\n")
+    with open_q(qdir) as q:
+        assert q.readers() == ["a", "b"]
+    with open_q(qdir) as q:  # and the registry was rewritten
+        assert q.readers() == ["a", "b"]
+
+
+def test_head_beyond_the_journal_end_is_clamped_with_a_warning(qdir, caplog):
+    with open_q(qdir) as q:
+        r = q.reader("a")
+        q.put_many([b"1", b"2"])
+        for item in take(r, 2):
+            r.commit(item)
+    write_ckpt(qdir, "a", CheckpointData(100, done=(150,), errors=((120, 3),)))
+    caplog.set_level(logging.WARNING, logger="journaled")
+    with open_q(qdir) as q:
+        new = q.put_many([b"3", b"4"])
+        got = drain(q.reader("a"))
+        assert [(i.id, i.error_count) for i in got] == [(new[0], 0), (new[1], 0)]
+    assert "outside the journal" in warnings_of(caplog)
+
+
+def test_head_before_the_journal_start_is_clamped_with_a_warning(qdir, caplog):
+    with open_q(qdir, journal_size=300) as q:
+        r = q.reader("a")
+        ids = q.put_many([b"z" * 30 for _ in range(40)])
+        for item in take(r, 30):
+            r.commit(item)
+        q.checkpoint()
+        q._archive()
+    with open_q(qdir) as q:
+        first = q._journal.first_id()
+    assert 1 < first <= 31
+    write_ckpt(qdir, "a", CheckpointData(1, done=(first + 1,)))
+    caplog.set_level(logging.WARNING, logger="journaled")
+    with open_q(qdir) as q:
+        got = [i.id for i in drain(q.reader("a"))]
+    assert got == [i for i in ids if i >= first and i != first + 1]
+    assert "outside the journal" in warnings_of(caplog)
+
+
+def test_ids_reused_after_a_lost_journal_tail_inherit_no_commits_or_error_counts(qdir):
+    with open_q(qdir, sync="never") as q:
+        q.put_many([b"1", b"2", b"3"])
+    (jname,) = journal_files(qdir)
+    size3 = os.path.getsize(os.path.join(qdir, jname))
+    with open_q(qdir, sync="never") as q:
+        r = q.reader("a")
+        q.put_many([b"4", b"5"])
+        got = take(r, 5)
+        r.commit(got[3])  # id 4, out of order
+        for _ in range(3):
+            r.abort(got[4])
+            got[4] = r.get(block=False)  # id 5, error_count grows
+    assert read_ckpt(qdir, "a").errors == ((5, 3),)
+    os.truncate(os.path.join(qdir, jname), size3)  # the tail holding ids 4 and 5 is gone
+    with open_q(qdir) as q:
+        new = q.put_many([b"new4", b"new5"])
+        assert new == [4, 5]
+        got = drain(q.reader("a"))
+        assert [(i.id, i.data, i.error_count) for i in got] == [
+            (1, b"1", 0), (2, b"2", 0), (3, b"3", 0), (4, b"new4", 0), (5, b"new5", 0)
+        ]
+
+
+def test_opening_never_raises_on_any_checkpoint_bytes(qdir):
+    with open_q(qdir) as q:
+        q.reader("a")
+        ids = q.put_many([b"1"])
+    good = open(ckpt_file(qdir, "a"), "rb").read()
+    for k in range(0, len(good), 3):
+        with open(ckpt_file(qdir, "a"), "wb") as f:
+            f.write(good[:k] + bytes([good[k] ^ 0xFF]) + good[k + 1 :])
+        with open_q(qdir) as q:
+            assert [i.id for i in drain(q.reader("a"))] == ids
+
+
+# ----------------------------------------------------------------------------- races
+
+
+def test_checkpoints_racing_remove_reader_never_resurrect_it(qdir):
+    with open_q(qdir) as q:
+        q.put(b"x")
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def checkpointer() -> None:
+            while not stop.is_set():
+                try:
+                    for name in q.readers():
+                        try:
+                            rd = q._readers[name]
+                            with rd._lock:
+                                rd._dirty = True
+                        except KeyError:
+                            pass
+                    q.checkpoint()
+                except BaseException as exc:  # noqa: BLE001
+                    errors.append(exc)
+                    return
+
+        t = threading.Thread(target=checkpointer)
+        t.start()
+        try:
+            for k in range(40):
+                r = q.reader(f"r{k % 3}", ReaderConfig())
+                r.commit(r.get(block=False))
+                q.remove_reader(f"r{k % 3}")
+                assert not os.path.exists(ckpt_file(qdir, f"r{k % 3}"))
+        finally:
+            stop.set()
+            t.join()
+        assert not errors
+    with open_q(qdir) as q:
+        assert q.readers() == []

@@ -1,0 +1,263 @@
+"""The Spark source and sink, on one local SparkSession shared by the whole test session."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java, and there is none here", allow_module_level=True)
+
+import journaled  # noqa: E402
+from journaled import spool  # noqa: E402
+from journaled.bookmarks import read_bookmark  # noqa: E402
+from journaled.config import QueueConfig  # noqa: E402
+from journaled.scan import JournalScanner  # noqa: E402
+
+SMALL = QueueConfig(journal_size=4096, sync="never")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from journaled.spark import JournaledDataSource
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("journaled-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(JournaledDataSource)
+    yield session
+    session.stop()
+
+
+def fill(path, items, config=SMALL):
+    with journaled.JournaledQueue(path, config) as q:
+        return q.put_many(items)
+
+
+def delivered(path):
+    """(id, payload) of every item in a queue, after adopting what the sink spooled."""
+    with journaled.JournaledQueue(path):
+        pass
+    return [(r.id, r.payload) for r in JournalScanner(path).records()]
+
+
+def stream_copy(spark, src, dst, cp, **options):
+    """Run one availableNow query copying ``src`` into queue ``dst``; return rows per batch."""
+    reader = spark.readStream.format("journaled")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (
+        (reader.load(src) if src else reader.load())
+        .selectExpr("value")
+        .writeStream.format("journaled")
+        .option("checkpointLocation", cp)
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    query.awaitTermination()
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_batch_read_gives_every_item_once_with_its_columns_across_partitions(spark, tmp_path):
+    q = str(tmp_path / "events")
+    items = [f"event-{i}".encode() * (1 + i % 7) for i in range(300)]
+    one_file = QueueConfig(journal_size=1 << 20, sync="never")
+    fill(q, items[:100], one_file)
+    with journaled.JournaledQueue(q, one_file) as jq:
+        jq.put_many(items[100:], expire_at=4_000_000_000)
+    df = spark.read.format("journaled").option("maxPartitionBytes", "8000").load(q)
+    assert df.rdd.getNumPartitions() >= 3  # one journal file, split by byte ranges
+    rows = sorted(df.collect(), key=lambda r: r.id)
+    assert [r.id for r in rows] == list(range(1, 301))
+    assert [r.value for r in rows] == items
+    assert {r.queue for r in rows} == {os.path.normpath(q)}
+    assert rows[0].expire_at is None and rows[150].expire_at.year == 2096
+    assert all(r.timestamp is not None for r in rows)
+
+
+def test_batch_read_honours_starting_and_ending_offsets_and_timestamp(spark, tmp_path):
+    q = str(tmp_path / "q")
+    fill(q, [b"x%d" % i for i in range(50)])
+    key = os.path.normpath(q)
+    df = (
+        spark.read.format("journaled")
+        .option("startingOffsets", json.dumps({key: {"id": 11}}))
+        .option("endingOffsets", json.dumps({key: {"id": 21}}))
+        .load(q)
+    )
+    assert sorted(r.id for r in df.collect()) == list(range(11, 21))
+    (first,) = [r for r in JournalScanner(q).records() if r.id == 30]
+    later = spark.read.format("journaled").option("startingTimestamp", str(first.add_ms)).load(q)
+    ids = sorted(r.id for r in later.collect())
+    assert ids[-1] == 50 and ids[0] <= 30
+
+
+def test_streaming_available_now_honours_max_records_per_trigger(spark, tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    items = [b"r%03d" % i for i in range(70)]
+    fill(src, items)
+    batches = stream_copy(spark, src, dst, str(tmp_path / "cp"), startingOffsets="earliest", maxRecordsPerTrigger=30)
+    assert batches == [30, 30, 10]
+    assert [p for _, p in delivered(dst)] == items
+
+
+def test_streaming_available_now_honours_max_bytes_per_trigger(spark, tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    items = [b"y" * 67 for _ in range(30)]  # 100 bytes a record on disk
+    fill(src, items)
+    batches = stream_copy(spark, src, dst, str(tmp_path / "cp"), startingOffsets="earliest", maxBytesPerTrigger=1000)
+    assert sum(batches) == 30 and len(batches) >= 3 and max(batches) <= 11
+    assert len(delivered(dst)) == 30
+
+
+def test_restart_from_checkpoint_loses_nothing_and_duplicates_nothing(spark, tmp_path):
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [b"a%d" % i for i in range(40)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=25)
+    fill(src, [b"b%d" % i for i in range(30)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=50)
+    got = [p for _, p in delivered(dst)]
+    assert got == [b"a%d" % i for i in range(40)] + [b"b%d" % i for i in range(30)]
+    # the query registered itself as an external reader, one batch behind at most
+    bookmark = read_bookmark(src, "spark")
+    assert bookmark is not None and 26 <= bookmark <= 71
+
+
+def test_sink_drops_a_replayed_micro_batch(spark, tmp_path):
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [b"m%d" % i for i in range(20)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=10)
+    # Forget that the last batch committed: Spark replays it on restart, as after a crash
+    # between the sink's commit and the commit log write.
+    last = max(int(n) for n in os.listdir(os.path.join(cp, "commits")) if n.isdigit())
+    os.remove(os.path.join(cp, "commits", str(last)))
+    if os.path.exists(os.path.join(cp, "commits", f".{last}.crc")):
+        os.remove(os.path.join(cp, "commits", f".{last}.crc"))
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=10)
+    assert [p for _, p in delivered(dst)] == [b"m%d" % i for i in range(20)]
+
+
+def test_stream_writer_commit_of_the_same_batch_twice_publishes_once(tmp_path):
+    from journaled.spark.sink import JournaledStreamWriter, StagedPart, stage
+    from pyspark.sql import Row
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    dst = str(tmp_path / "dst")
+    schema = StructType([StructField("value", BinaryType())])
+    writer = JournaledStreamWriter({"path": dst, "sinkId": "s"}, schema, False)
+    for _ in range(2):
+        part = stage(dst, iter([Row(value=b"once")]))
+        assert isinstance(part, StagedPart)
+        writer.commit([part], 7)
+    assert [p for _, p in delivered(dst)] == [b"once"]
+    writer.commit([stage(dst, iter([Row(value=b"once")]))], 7)  # after adoption, too
+    assert [p for _, p in delivered(dst)] == [b"once"]
+    assert os.listdir(os.path.join(spool.spool_dir(dst), spool.STAGING)) == []
+
+
+def test_batch_write_appends_strings_and_bytes(spark, tmp_path):
+    dst = str(tmp_path / "dst")
+    spark.createDataFrame([("a",), ("b",)], "value STRING").write.format("journaled").mode("append").save(dst)
+    assert sorted(p for _, p in delivered(dst)) == [b"a", b"b"]
+
+
+def test_many_queues_in_one_query(spark, tmp_path):
+    paths = [str(tmp_path / f"host{k}" / "events") for k in range(3)]
+    for k, p in enumerate(paths):
+        fill(p, [b"%d-%d" % (k, i) for i in range(10 * (k + 1))])
+    df = spark.read.format("journaled").option("paths", ",".join(paths)).load()
+    counts = collections.Counter(r.queue for r in df.select("queue").collect())
+    assert counts == {os.path.normpath(p): 10 * (k + 1) for k, p in enumerate(paths)}
+    dst = str(tmp_path / "dst")
+    batches = stream_copy(
+        spark, "", dst, str(tmp_path / "cp"), paths=",".join(paths), startingOffsets="earliest",
+        maxRecordsPerTrigger=40,
+    )
+    assert batches == [40, 20]
+    assert sorted(p for _, p in delivered(dst)) == sorted(b"%d-%d" % (k, i) for k in range(3) for i in range(10 * (k + 1)))
+
+
+def archived_queue(path):
+    """A queue whose oldest files were archived: ids 1.. are gone, the rest is there."""
+    with journaled.JournaledQueue(path, QueueConfig(journal_size=600, sync="never")) as q:
+        r = q.reader("r")
+        q.put_many([b"z" * 40 for _ in range(60)])
+        for _ in range(30):
+            r.commit(r.get(timeout=1).id)
+        q.checkpoint()
+        q._archive()
+    first = next(iter(JournalScanner(path).records())).id
+    assert first > 1
+    return first
+
+
+def test_fail_on_data_loss_true_refuses_archived_offsets(spark, tmp_path):
+    q = str(tmp_path / "q")
+    archived_queue(q)
+    start = json.dumps({os.path.normpath(q): {"id": 1}})
+    with pytest.raises(Exception, match="no longer in the journal"):
+        spark.read.format("journaled").option("startingOffsets", start).load(q).collect()
+    with pytest.raises(Exception, match="no longer in the journal"):
+        stream_copy(spark, q, str(tmp_path / "dst"), str(tmp_path / "cp"), startingOffsets=start)
+
+
+def test_fail_on_data_loss_false_skips_to_what_is_left(spark, tmp_path):
+    q = str(tmp_path / "q")
+    first = archived_queue(q)
+    start = json.dumps({os.path.normpath(q): {"id": 1}})
+    df = spark.read.format("journaled").option("startingOffsets", start).option("failOnDataLoss", "false").load(q)
+    assert sorted(r.id for r in df.collect()) == list(range(first, 61))
+    dst = str(tmp_path / "dst")
+    stream_copy(spark, q, dst, str(tmp_path / "cp"), startingOffsets=start, failOnDataLoss="false")
+    assert len(delivered(dst)) == 61 - first
+
+
+PRODUCER = textwrap.dedent(
+    """
+    import sys, time, journaled
+    cfg = journaled.QueueConfig(journal_size=8192, sync=0.01)
+    with journaled.JournaledQueue(sys.argv[1], cfg) as q:
+        for i in range(int(sys.argv[2])):
+            q.put(b"p%05d" % i + b"." * (i % 50))
+            if i % 50 == 0:
+                time.sleep(0.01)
+    """
+)
+
+
+def test_streaming_while_a_producer_process_writes(spark, tmp_path):
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [])
+    n = 1500
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, src, str(n)])
+    try:
+        runs = 0
+        while producer.poll() is None or runs == 0:
+            stream_copy(spark, src, dst, cp, startingOffsets="earliest")
+            runs += 1
+        stream_copy(spark, src, dst, cp, startingOffsets="earliest")  # whatever came last
+    finally:
+        producer.wait(timeout=60)
+    assert producer.returncode == 0
+    got = [p for _, p in delivered(dst)]
+    assert got == [b"p%05d" % i + b"." * (i % 50) for i in range(n)]
