@@ -159,7 +159,10 @@ def cmd_stat(args: argparse.Namespace) -> int:
     print(f"  files {st['files']}, {st['bytes']} bytes, ids {st['first_id']}..{st['next_id'] - 1} "
           f"({st['items']} items)")
     if st["oldest_item_age_s"] is not None:
-        print(f"  oldest item {st['oldest_item_age_s']:.1f} s old, newest file {st['newest_file_age_s']:.1f} s old")
+        print(
+            f"  oldest item {st['oldest_item_age_s']:.1f} s old, "
+            f"newest file {st['newest_file_age_s']:.1f} s old"
+        )
     for r in st["readers"]:
         print(f"  reader {r['name']}: head {r['head']}, backlog {r['backlog']}, "
               f"{r['done_out_of_order']} committed out of order, checkpoint "

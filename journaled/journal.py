@@ -221,7 +221,9 @@ class Journal:
             lo = (before[-1] + 1) if before else jf.first_id
             lost = (lo, after[0] - 1) if after and after[0] > lo else None
             self.recovery_report.append(
-                RecoveryEvent(jf.path, span.offset, "skipped-damage", span.reason, span.resume - span.offset, lost)
+                RecoveryEvent(
+                    jf.path, span.offset, "skipped-damage", span.reason, span.resume - span.offset, lost
+                )
             )
             log.warning(
                 "%s: damaged bytes %d..%d skipped (%s); ids lost: %s",
@@ -262,7 +264,8 @@ class Journal:
         )
         raw = encode_header(header)
         try:
-            fd = fileio.ops.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, self.config.file_mode)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+            fd = fileio.ops.open(path, flags, self.config.file_mode)
         except OSError as exc:
             # poison: after a failed rotation there is no file to append to (found by
             # tests/test_faults.py: ENOSPC at open used to escape put() as a bare OSError)
@@ -559,13 +562,15 @@ class Journal:
             recs, end, damage = decode_many(
                 data, cursor.offset, jf.header.salt, 0, max_body, limit=max_items - len(out)
             )
-            for rec in recs:
-                if isinstance(rec, Put) and rec.id >= cursor.next_id:
-                    out.append(rec)
-                    payload_bytes += len(rec.payload)
-                    cursor = Cursor(jf.ms, rec.offset + rec.size, rec.id + 1)
-                else:
-                    cursor = Cursor(jf.ms, rec.offset + rec.size, cursor.next_id)
+            if recs:
+                # perf: one Cursor per chunk, not per record (same positions as before)
+                next_id = cursor.next_id
+                for rec in recs:
+                    if isinstance(rec, Put) and rec.id >= next_id:
+                        out.append(rec)
+                        payload_bytes += len(rec.payload)
+                        next_id = rec.id + 1
+                cursor = Cursor(jf.ms, rec.offset + rec.size, next_id)
             if damage is None or (damage.incomplete and end > 0):
                 continue
             if damage.incomplete and cursor.offset + len(data) < limit:

@@ -284,11 +284,13 @@ def wl_always(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
 
 
 def wl_periodic(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
-    return _run(path, rec, rng, QueueConfig(sync=3600.0, journal_size=900, checkpoint_interval=3600), periodic=True)
+    cfg = QueueConfig(sync=3600.0, journal_size=900, checkpoint_interval=3600)  # flushed by q.sync() only
+    return _run(path, rec, rng, cfg, periodic=True)
 
 
 def wl_never(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
-    return _run(path, rec, rng, QueueConfig(sync="never", journal_size=900, checkpoint_interval=3600), periodic=True)
+    cfg = QueueConfig(sync="never", journal_size=900, checkpoint_interval=3600)
+    return _run(path, rec, rng, cfg, periodic=True)
 
 
 def wl_archive(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:

@@ -99,7 +99,11 @@ def plan(scan: FileScan, mode: str, path: str, newest: bool) -> Plan:
     if mode == "tolerate_tail":
         if len(scan.spans) == 1 and first.resume is None and newest:
             return Plan(first.offset, [], first)
-        where = "damage before the last valid record" if first.resume is not None else "damaged tail of an older file"
+        where = (
+            "damage before the last valid record"
+            if first.resume is not None
+            else "damaged tail of an older file"
+        )
         raise CorruptJournal(path, first.offset, f"{first.reason}: {where} (recovery='tolerate_tail')")
     if mode == "point_in_time":
         return Plan(first.offset, [], first)
@@ -180,7 +184,8 @@ def check_dir(directory: str, name: str | None = None) -> CheckReport:
         scan = scan_file(data, header, MAX_RECORD_BODY)
         records += len(scan.records)
         if prev_end is not None and header.first_id > prev_end:
-            findings.append(Finding(path, 0, "id-gap", "ids missing between files", 0, (prev_end, header.first_id - 1)))
+            gap = (prev_end, header.first_id - 1)
+            findings.append(Finding(path, 0, "id-gap", "ids missing between files", 0, gap))
         for span in scan.spans:
             end = span.resume if span.resume is not None else len(data)
             torn = newest and is_torn_tail(span, data)
@@ -188,7 +193,8 @@ def check_dir(directory: str, name: str | None = None) -> CheckReport:
             before = [r[0] for r in scan.records if r[1] < span.offset]
             lo = before[-1] + 1 if before else header.first_id
             lost = (lo, after[0] - 1) if after and after[0] > lo else None
-            findings.append(Finding(path, span.offset, "torn-tail" if torn else "damage", span.reason, end - span.offset, lost))
+            kind = "torn-tail" if torn else "damage"
+            findings.append(Finding(path, span.offset, kind, span.reason, end - span.offset, lost))
         mx = scan.max_id()
         prev_end = (mx + 1) if mx is not None else header.first_id
     for reader in ckp.list_checkpoints(directory, name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -260,3 +261,54 @@ def test_a_waiter_whose_loop_closed_does_not_strand_the_item(jq):
     assert r.get(block=False).data == b"x"
     assert r.stats().open_reads == 1
     del task
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_random_cancellations_never_lose_or_strand_an_item(jq, seed):
+    """Consumers with short timeouts are cancelled at random while a thread puts: every item is
+    still committed exactly once, and nothing is left open or waiting."""
+    import random
+
+    rnd = random.Random(seed)
+    r = jq.reader("r")
+    n = 300
+    got: list[bytes] = []
+
+    async def consumer() -> None:
+        while True:
+            try:
+                item = await r.aget(timeout=rnd.choice([0, 0.001, 0.01, None]))
+            except Empty:
+                await asyncio.sleep(0)
+                continue
+            r.commit(item)
+            got.append(item.data)
+
+    def produce() -> None:
+        for i in range(n):
+            jq.put(b"%d" % i)
+            if i % 10 == 0:
+                time.sleep(0.001)  # paced, so hand-offs race with cancellations (~5 per run)
+
+    tasks = [asyncio.create_task(consumer()) for _ in range(4)]
+    producer = threading.Thread(target=produce)
+    producer.start()
+    cancelled = 0
+    while len(got) < n:
+        await asyncio.sleep(rnd.random() * 0.002)
+        k = rnd.randrange(len(tasks))
+        tasks[k].cancel()
+        try:
+            await tasks[k]
+        except asyncio.CancelledError:
+            cancelled += 1
+        tasks[k] = asyncio.create_task(consumer())
+        assert cancelled < 100_000
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().run_in_executor(None, producer.join, 30)
+    assert sorted(got, key=int) == [b"%d" % i for i in range(n)]
+    assert not r._open and not r._waiters
+    assert r.stats().aborted == 0

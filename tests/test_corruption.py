@@ -378,3 +378,24 @@ def test_older_file_damage_is_cut_lazily_and_reported_once(work, base):
         (event,) = q.recovery_report
         assert event.action == "cut-at-damage" and event.ids_lost == (4, 6)
         assert event.kept and os.path.exists(event.kept)
+
+
+def test_reader_resuming_past_a_damaged_record_loses_no_intact_item(work):
+    """Regression: locating a checkpoint head counted records instead of ids, so with a record
+    missing between the scan start and the head it overshot and silently dropped the intact
+    item at the head."""
+    d = os.path.join(work, "resume", "q")
+    with JournaledQueue(d, QueueConfig(sync="always"), name="q") as q:
+        r = q.reader("r")
+        for i in range(1, N + 1):
+            q.put(payload(i))
+        for _ in range(7):
+            r.commit(r.get(block=False))  # head 8
+    rec = PUT_OVERHEAD + len(payload(0))
+
+    def flip(b: bytearray) -> bytearray:
+        b[len(b) - (N - 5 + 1) * rec + 20] ^= 1  # damage id 5, below the head
+        return b
+
+    mutate(d, 0, flip)
+    assert open_and_drain(d, "salvage", reader="r") == list(range(8, N + 1))

@@ -20,8 +20,8 @@ def run_soak(*args: str) -> dict:
 
 
 def test_kill_minus_nine_cycles_lose_nothing_acknowledged(tmp_path):
-    r = run_soak("--cycles", "45", "--seed", "11", "--max-life", "0.15", "--dir", str(tmp_path))
-    assert r["kill_cycles"] == 45
+    r = run_soak("--cycles", "100", "--seed", "11", "--max-life", "0.15", "--dir", str(tmp_path))
+    assert r["kill_cycles"] == 100
     assert r["puts_acked"] > 100  # the workers did real work between kills
     assert r["named_kill_points"] > 0
     assert r["errors"] == []
@@ -30,6 +30,13 @@ def test_kill_minus_nine_cycles_lose_nothing_acknowledged(tmp_path):
     assert r["order_violations"] == 0
     assert r["redelivered_beyond_allowance"] == 0
     assert r["failed_restarts"] == 0
+
+
+def test_workers_started_as_fresh_interpreters_also_survive_kills(tmp_path):
+    r = run_soak("--cycles", "4", "--seed", "3", "--exec", "--min-life", "0.2", "--dir", str(tmp_path))
+    assert r["kill_cycles"] == 4 and r["puts_acked"] > 0
+    assert (r["lost"], r["corrupt"], r["order_violations"], r["failed_restarts"]) == (0, 0, 0, 0)
+    assert r["redelivered_beyond_allowance"] == 0
 
 
 def test_crash_soak_help_describes_the_long_run():

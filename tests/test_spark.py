@@ -26,10 +26,17 @@ from journaled.scan import JournalScanner  # noqa: E402
 SMALL = QueueConfig(journal_size=4096, sync="never")
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+AUTO_REGISTERED: list[bool] = []
+
+
 @pytest.fixture(scope="session")
 def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # An editable install hides pyspark_journaled.py from the workers' module scan; a regular
+    # install puts it in site-packages.  The repository root on the path stands in for that.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
 
     from journaled.spark import JournaledDataSource
@@ -44,6 +51,7 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    AUTO_REGISTERED.append(session._jsparkSession.sessionState().dataSourceManager().dataSourceExists("journaled"))
     session.dataSource.register(JournaledDataSource)
     yield session
     session.stop()
@@ -93,6 +101,16 @@ def test_batch_read_gives_every_item_once_with_its_columns_across_partitions(spa
     assert {r.queue for r in rows} == {os.path.normpath(q)}
     assert rows[0].expire_at is None and rows[150].expire_at.year == 2096
     assert all(r.timestamp is not None for r in rows)
+
+
+def test_the_journaled_format_is_registered_automatically(spark):
+    assert AUTO_REGISTERED == [True]
+
+
+def test_batch_read_of_an_empty_queue_gives_no_rows(spark, tmp_path):
+    q = str(tmp_path / "empty")
+    fill(q, [])
+    assert spark.read.format("journaled").load(q).collect() == []
 
 
 def test_batch_read_honours_starting_and_ending_offsets_and_timestamp(spark, tmp_path):

@@ -143,6 +143,10 @@ class ReadersMachine(RuleBasedStateMachine):
         assert self.q is not None
         self._added(self.q.put_many(datas), datas)
 
+    @rule(datas=st.lists(payloads, min_size=1, max_size=12))
+    def put_many_more(self, datas: list[bytes]) -> None:
+        self.put_many(datas)  # a second rule: keep enough items flowing to rotate and archive
+
     # ------------------------------------------------------------------ consuming
     @rule(data=st.data(), n=st.integers(1, 6))
     def get(self, data: st.DataObject, n: int) -> None:
@@ -163,12 +167,28 @@ class ReadersMachine(RuleBasedStateMachine):
             assert item.error_count == m.errors.get(want, 0)
             m.open[want] = item.error_count
 
+    @rule(data=st.data(), n=st.integers(1, 6))
+    def get_more(self, data: st.DataObject, n: int) -> None:
+        self.get(data, n)  # a second rule: consuming should be as common as producing
+
     @precondition(lambda self: any(m.open for m in self.models.values()))
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(n for n, m in self.models.items() if m.open)))
         m = self.models[name]
         item_id = data.draw(st.sampled_from(sorted(m.open)), label="id")
+        self.reader(name).commit(item_id)
+        del m.open[item_id]
+        m.errors.pop(item_id, None)
+        m.since_ckpt.add(item_id)
+
+    @precondition(lambda self: any(m.open for m in self.models.values()))
+    @rule(data=st.data())
+    def commit_newest(self, data: st.DataObject) -> None:
+        """Out of order on purpose: what libkestrel forgets on replay."""
+        name = data.draw(st.sampled_from(sorted(n for n, m in self.models.items() if m.open)))
+        m = self.models[name]
+        item_id = max(m.open)
         self.reader(name).commit(item_id)
         del m.open[item_id]
         m.errors.pop(item_id, None)
@@ -225,7 +245,13 @@ class ReadersMachine(RuleBasedStateMachine):
         for m in self.models.values():
             m.checkpointed()
 
-    @rule()
+    @rule(crash=st.booleans())
+    def reopen(self, crash: bool) -> None:
+        if crash:
+            self.crash_and_reopen()
+        else:
+            self.close_and_reopen()
+
     def close_and_reopen(self) -> None:
         assert self.q is not None
         self.q.close()
@@ -233,7 +259,6 @@ class ReadersMachine(RuleBasedStateMachine):
             m.reopened(crashed=False)
         self._open()
 
-    @rule()
     def crash_and_reopen(self) -> None:
         assert self.q is not None
         dst = self._new_path()

@@ -139,7 +139,9 @@ class JournaledStreamWriter(DataSourceStreamWriter):
     """``df.writeStream``: one spool batch per micro-batch, keyed ``<sinkId>:<batchId>``."""
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
-        self.queue_dir = _target(options, schema, overwrite)
+        # Spark says "overwrite" for outputMode("complete"): each micro-batch then carries the
+        # whole result table, which we append as one snapshot (a queue cannot be truncated).
+        self.queue_dir = _target(options, schema, False)
         self.sink_id = sink_id(options)
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:

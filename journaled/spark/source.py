@@ -130,7 +130,8 @@ class JournaledBatchReader(DataSourceReader):
         return _partitions(self.planner, self.start, self.end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, JournaledPartition)
+        if not isinstance(partition, JournaledPartition):
+            return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_partition(partition, self.schema)
 
 
@@ -184,7 +185,8 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return _partitions(self.planner, begin, decode(end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, JournaledPartition)
+        if not isinstance(partition, JournaledPartition):
+            return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_partition(partition, self.schema)
 
     # -- retention
