@@ -34,7 +34,7 @@ from journaled.errors import (
     QueueLocked,
     UnknownReader,
 )
-from journaled.item import new_items
+from journaled.item import new_item, new_items
 from journaled.journal import Journal, RecoveryEvent
 from journaled.reader import Reader
 from journaled.stats import QueueStats, queue_stats
@@ -343,12 +343,20 @@ class JournaledQueue:
             if self._reader_list:
                 # max_items/max_size: refuse (writing nothing) or discard, before appending
                 policies.make_room_locked(self._reader_list, len(payloads), nbytes)
-            first_id, add_ms, seq = self._journal.append(payloads, add_ms, expire_ms)
+            one = len(payloads) == 1 and not expire_ms  # perf: the plain single put
+            if one:
+                first_id, add_ms, seq = self._journal.append_one(payloads[0], add_ms)
+            else:
+                first_id, add_ms, seq = self._journal.append(payloads, add_ms, expire_ms)
             self._put_count += len(payloads)
             self._put_bytes += nbytes
             if self._reader_list:
                 add_time = add_ms / 1000.0
-                made = new_items(first_id, payloads, add_time, expire)  # perf: Item(...) x n
+                # perf: Item(...) without attrs' __init__
+                if one:
+                    made = [new_item(first_id, payloads[0], add_time, None, 0)]
+                else:
+                    made = new_items(first_id, payloads, add_time, expire)
                 for reader in self._reader_list:
                     reader._on_put_locked(made, nbytes)
         if self.config.sync == "always":

@@ -157,3 +157,17 @@ def test_repair_with_nothing_to_do(qpath, capsys):
     assert main(["repair", qpath]) == 0
     assert "nothing to repair" in capsys.readouterr().out
     assert not glob.glob(os.path.join(qpath, "repair-*"))
+
+
+def test_check_is_clean_after_point_in_time_recovery_but_notes_the_id_gap(qpath, capsys):
+    damage_record(qpath, 6)
+    with JournaledQueue(qpath, name="q") as q:  # default point_in_time: cuts 6..10, kept aside
+        assert q.recovery_report[0].ids_lost == (6, 10)
+        assert q.put(b"new") == 11
+    capsys.readouterr()
+    assert main(["check", qpath, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [f["kind"] for f in rep["findings"]] == ["id-gap"]
+    assert main(["stat", qpath, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert len(st["damaged_files_kept"]) == 1

@@ -27,7 +27,7 @@ def test_many_producers_and_consumers_deliver_every_item_exactly_once_in_order(q
     per_producer = ITEMS // PRODUCERS
     q = JournaledQueue(qdir, QueueConfig(journal_size=1 << 20), name="q")
     # b reads behind from disk part of the time (small memory bound), a stays in memory
-    readers = {"a": q.reader("a"), "b": q.reader("b", ReaderConfig(max_memory=64 * 1024))}
+    readers = {"a": q.reader("a"), "b": q.reader("b", ReaderConfig(max_memory=512))}
     seen: dict[tuple[str, int], list[tuple[int, int, int]]] = {
         (r, c): [] for r in READERS for c in range(CONSUMERS)
     }

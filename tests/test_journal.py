@@ -525,3 +525,37 @@ def test_scanner_refuses_a_file_of_an_unknown_version(qdir):
         f.write((7).to_bytes(2, "little"))
     with pytest.raises(UnsupportedVersion):
         list(JournalScanner(qdir, "q").records())
+
+
+def independent_reader(path: str) -> list[tuple[int, int, int, bytes]]:
+    """A reader written from docs/format.md alone (struct + crc32c, nothing from journaled)."""
+    import struct
+
+    from crc32c import crc32c
+
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89JRNL\r\n\x1a"
+    version, header_len, salt, first_id, created_ms, name_len = struct.unpack_from("<HHIQQH", data, 8)
+    assert version == 1 and header_len == 38 + name_len
+    assert struct.unpack_from("<I", data, 34 + name_len)[0] == crc32c(data[: 34 + name_len])
+    out, off = [], header_len
+    while off + 9 <= len(data):
+        crc, length, rtype = struct.unpack_from("<IIB", data, off)
+        end = off + 9 + length
+        if rtype == 0 or end > len(data) or crc32c(data[off + 4 : end], (salt ^ off) & 0xFFFFFFFF) != crc:
+            break
+        if rtype == 1:
+            item_id, add_ms, expire_ms = struct.unpack_from("<QQQ", data, off + 9)
+            out.append((item_id, add_ms, expire_ms, data[off + 33 : end]))
+        off = end
+    return out
+
+
+def test_a_reader_built_from_format_md_alone_reads_what_the_queue_wrote(qdir):
+    with JournaledQueue(qdir, config=QueueConfig(sync="never", journal_size=500), name="q") as q:
+        for i in range(1, 41):
+            q.put(payload(i), ttl=60 if i % 3 == 0 else None)
+    got = [rec for path in journal_files(qdir) for rec in independent_reader(path)]
+    assert [(i, p) for i, _, _, p in got] == [(i, payload(i)) for i in range(1, 41)]
+    assert all((e != 0) == (i % 3 == 0) and (e == 0 or e == a + 60_000) for i, a, e, _ in got)

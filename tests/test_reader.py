@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import queue as stdlib_queue
+import shutil
+import tempfile
 import threading
 import time
 import types
@@ -25,6 +27,24 @@ from journaled import (
     UnknownRead,
     UnknownReader,
 )
+
+
+# tmpfs when there is one: on ext4 a rename over a file or a truncate flushes data even without
+# fsync, which makes these tests slow on a busy disk and has no part in what they check.
+_SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+@pytest.fixture
+def qdir(tmp_path):
+    if _SHM is None:
+        yield str(tmp_path / "q")
+        return
+    root = tempfile.mkdtemp(prefix="journaled-test-", dir=_SHM)
+    try:
+        yield os.path.join(root, "q")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
 
 DEADLINE = 60.0  # generous: the machine is shared and busy
 
