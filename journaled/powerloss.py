@@ -288,6 +288,12 @@ def wl_periodic(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig
     return _run(path, rec, rng, cfg, periodic=True)
 
 
+def wl_periodic_background(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
+    # the real background flusher and checkpointer run concurrently with the workload
+    cfg = QueueConfig(sync=0.002, journal_size=900, checkpoint_interval=0.005)
+    return _run(path, rec, rng, cfg, periodic=True)
+
+
 def wl_never(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
     cfg = QueueConfig(sync="never", journal_size=900, checkpoint_interval=3600)
     return _run(path, rec, rng, cfg, periodic=True)
@@ -311,6 +317,7 @@ def wl_readers(path: str, rec: RecordingOps, rng: random.Random) -> QueueConfig:
 WORKLOADS: dict[str, Workload] = {
     "always": wl_always,
     "periodic": wl_periodic,
+    "periodic_background": wl_periodic_background,
     "never": wl_never,
     "archive": wl_archive,
     "archive_delete": wl_archive_delete,

@@ -333,6 +333,7 @@ def measure(factory: Factory, size: int, max_items: int, byte_budget: int, cap: 
         impl.finish_puts()
         put_s = time.perf_counter() - t0
         got = 0
+        min_sample = min(put_n, 2000)  # a slow first read-back alone must not decide the rate
         get = impl.get
         t0 = time.perf_counter()
         deadline = t0 + cap
@@ -343,7 +344,7 @@ def measure(factory: Factory, size: int, max_items: int, byte_budget: int, cap: 
             if len(data) != size:
                 raise RuntimeError(f"{impl.name}: got {len(data)} bytes, put {size}")
             got += 1
-            if not got & 63 and time.perf_counter() > deadline:
+            if not got & 63 and got >= min_sample and time.perf_counter() > deadline:
                 break
         get_s = time.perf_counter() - t0
     finally:
@@ -573,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="item sizes in bytes (100,1024,65536)")
     ap.add_argument("--items", type=int, default=200_000, help="most items per cell (200000)")
     ap.add_argument("--bytes", type=int, default=256 * 2**20, help="most bytes per cell (256 MiB)")
-    ap.add_argument("--cap", type=float, default=3.0, help="seconds cap per phase (3)")
+    ap.add_argument("--cap", type=float, default=2.0, help="seconds cap per phase (2)")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds; the best of them is kept (2)")
     ap.add_argument("--threads", default="1,2,4,8,16", help="group-commit producer counts")
     ap.add_argument("--quick", action="store_true", help="caps 1 s, 50k items, 64 MiB, threads 1,4,8")
     ap.add_argument("--only", default="", help="comma-separated substrings: run only matching rows")
@@ -583,27 +585,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plots", default=None, help="write PNG plots into this directory")
     args = ap.parse_args(argv)
     if args.quick:
-        args.cap, args.items, args.bytes, args.threads = 1.0, 50_000, 64 * 2**20, "1,4,8"
+        args.cap, args.items, args.bytes, args.threads, args.repeat = 1.0, 50_000, 64 * 2**20, "1,4,8", 1
     sizes = [int(s) for s in args.sizes.split(",")]
     root = tempfile.mkdtemp(prefix="bench-peers-", dir=args.dir)
     only = [s for s in args.only.split(",") if s]
     print(f"# machine: {machine()}", file=sys.stderr)
     results = []
     try:
-        for label, factory in implementations():
-            if only and not any(o in label for o in only):
-                continue
+        # Round-robin over implementations, best of --repeat per cell: on a shared machine the
+        # disk's fsync latency and the CPU drift over minutes, and peers measured side by side
+        # see the same conditions.
+        best: dict[tuple[str, int], dict[str, Any]] = {}
+        missing: set[str] = set()
+        for rep in range(args.repeat):
             for size in sizes:
-                try:
-                    r = measure(factory, size, args.items, args.bytes, args.cap, root)
-                except ImportError as exc:
-                    print(f"skipped {label} (not installed: {exc.name}); pip install -e '.[bench]'",
-                          file=sys.stderr)
-                    break
-                results.append(r)
-                print(f"{r['durability']:>8} {r['impl']:<30} {size:>6} B  put {r['put_per_s']:>11,.0f}/s "
-                      f"{r['put_mb_s']:>8.1f} MB/s   get {r['get_per_s']:>11,.0f}/s {r['get_mb_s']:>8.1f} MB/s",
-                      file=sys.stderr, flush=True)
+                for label, factory in implementations():
+                    if (only and not any(o in label for o in only)) or label in missing:
+                        continue
+                    try:
+                        r = measure(factory, size, args.items, args.bytes, args.cap, root)
+                    except ImportError as exc:
+                        print(f"skipped {label} (not installed: {exc.name}); pip install -e '.[bench]'",
+                              file=sys.stderr)
+                        missing.add(label)
+                        continue
+                    print(f"[{rep + 1}/{args.repeat}] {r['durability']:>8} {r['impl']:<30} {size:>6} B  "
+                          f"put {r['put_per_s']:>11,.0f}/s {r['put_mb_s']:>8.1f} MB/s   "
+                          f"get {r['get_per_s']:>11,.0f}/s {r['get_mb_s']:>8.1f} MB/s", file=sys.stderr, flush=True)
+                    key = (label, size)
+                    if key not in best:
+                        best[key] = r
+                        results.append(r)
+                        continue
+                    b = best[key]  # keep the best put and the best get of the rounds
+                    for phase in ("put", "get"):
+                        if r[f"{phase}_per_s"] > b[f"{phase}_per_s"]:
+                            for f in ("items", "per_s", "mb_s"):
+                                b[f"{phase}_{f}"] = r[f"{phase}_{f}"]
         spsc = []
         if not only or any(o in "spsc" for o in only):
             n = 100_000 if not args.quick else 30_000

@@ -36,12 +36,12 @@ def quiet():
 
 
 def test_power_loss_at_every_point_of_every_workload_keeps_every_promise(fastdir):
-    st = pl.campaign(fastdir, list(pl.WORKLOADS), seed=5, per_point=8)
+    st = pl.campaign(fastdir, list(pl.WORKLOADS), seed=5, per_point=12)
     v = st.verdict
     assert v.errors == []
     assert (v.lost, v.corrupt, v.order, v.redelivered_beyond) == (0, 0, 0, 0)
     assert (v.unusable, v.reader_lost, v.reader_resurrected) == (0, 0, 0)
-    assert st.states > 4000 and st.distinct > 900
+    assert st.states > 10000 and st.distinct > 1200
     assert st.acked > 150
     for kind in ("create", "write", "fsync", "fsync_dir", "rename", "unlink"):
         assert st.op_counts.get(kind, 0) > 0, kind

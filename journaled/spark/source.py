@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
@@ -26,7 +27,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from journaled.bookmarks import write_bookmark
-from journaled.segments import Gap, Segment, read_segment
+from journaled.segments import Gap, Segment, read_segment_columns
 from journaled.spark.offsets import (
     DataLossError,
     Planner,
@@ -41,7 +42,7 @@ from journaled.spark.offsets import (
 log = logging.getLogger("journaled.spark")
 
 SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING"
-ROWS_PER_BATCH = 8192
+ROWS_PER_BATCH = 32768
 
 
 class JournaledPartition(InputPartition):
@@ -69,40 +70,27 @@ def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) ->
 def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
     """Decode one partition into Arrow batches of the source schema."""
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    ts_type = arrow_schema.field("timestamp").type
     gaps: list[Gap] = []
-    ids: list[int] = []
-    values: list[bytes] = []
-    added: list[int] = []
-    expires: list[int | None] = []
-    key = part.key
-
-    def batch() -> pa.RecordBatch:
+    for ids, payloads, adds, expires in read_segment_columns(part.segment, gaps, ROWS_PER_BATCH):
+        if gaps:
+            _on_gaps(part, gaps)
         n = len(ids)
-        return pa.RecordBatch.from_arrays(
+        added = pc.multiply(pa.array(adds, pa.int64()), 1000).cast(ts_type)
+        expire_ms = pa.array(expires, pa.int64())
+        expire_at = pc.if_else(pc.equal(expire_ms, 0), None, pc.multiply(expire_ms, 1000)).cast(ts_type)
+        yield pa.RecordBatch.from_arrays(
             [
                 pa.array(ids, pa.int64()),
-                pa.array(values, pa.binary()),
-                pa.array(added, arrow_schema.field("timestamp").type),
-                pa.array(expires, arrow_schema.field("expire_at").type),
-                pa.array([key] * n, pa.string()),
+                pa.array(payloads, pa.binary()),
+                added,
+                expire_at,
+                pa.array([part.key] * n, pa.string()),
             ],
             schema=arrow_schema,
         )
-
-    for rec in read_segment(part.segment, gaps):
-        if gaps:
-            _on_gaps(part, gaps)
-        ids.append(rec.id)
-        values.append(rec.payload)
-        added.append(rec.add_ms * 1000)
-        expires.append(rec.expire_ms * 1000 if rec.expire_ms else None)
-        if len(ids) >= ROWS_PER_BATCH:
-            yield batch()
-            ids, values, added, expires = [], [], [], []
     if gaps:
         _on_gaps(part, gaps)
-    if ids:
-        yield batch()
 
 
 def _on_gaps(part: JournaledPartition, gaps: list[Gap]) -> None:
