@@ -32,6 +32,7 @@ from journaled.record import (
     Damage,
     FileHeader,
     Put,
+    Skipped,
     decode_header,
     decode_many,
     encode_header,
@@ -547,8 +548,8 @@ class Journal:
     def read(
         self, cursor: Cursor, max_bytes: int = READ_CHUNK, max_items: int = 1 << 30
     ) -> tuple[list[Put], Cursor]:
-        """Read whole records from ``cursor`` onward (at least one if any exists) until about
-        ``max_bytes`` of payload or ``max_items``; return them and the cursor after them.
+        """Read whole records from ``cursor`` onward (at least one if any exists), at most
+        ``max_bytes`` of payload and ``max_items``; return them and the cursor after them.
 
         Damage met on the way is reported (``recovery_report``, a warning) and skipped: what
         lies after it and validates is still delivered.  Never returns a record that failed
@@ -581,20 +582,32 @@ class Journal:
                 nxt = self.files[i + 1]
                 cursor = Cursor(nxt.ms, nxt.header.size, max(cursor.next_id, nxt.first_id))
                 continue
-            want = min(limit - cursor.offset, max(READ_CHUNK, max_bytes - payload_bytes + 4096))
+            # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk: a
+            # reader with a small max_memory refills often and would otherwise decode ~1 MiB
+            # to keep a few records.
+            want = min(limit - cursor.offset, min(READ_CHUNK, max_bytes - payload_bytes) + 4096)
             data = fileio.ops.pread(fd, want, cursor.offset)
             recs, end, damage = decode_many(
                 data, cursor.offset, jf.header.salt, 0, max_body, limit=max_items - len(out)
             )
+            full = False
             if recs:
                 # perf: one Cursor per chunk, not per record (same positions as before)
                 next_id = cursor.next_id
+                end_at = cursor.offset
                 for rec in recs:
                     if isinstance(rec, Put) and rec.id >= next_id:
+                        if out and payload_bytes + len(rec.payload) > max_bytes:
+                            full = True  # never past max_bytes (but at least one record)
+                            break
                         out.append(rec)
                         payload_bytes += len(rec.payload)
                         next_id = rec.id + 1
-                cursor = Cursor(jf.ms, rec.offset + rec.size, next_id)
+                    end_at = rec.offset + rec.size
+                cursor = Cursor(jf.ms, end_at, next_id)
+                self._learn_index(jf, recs)
+            if full:
+                break
             if damage is None or (damage.incomplete and end > 0):
                 continue
             if damage.incomplete and cursor.offset + len(data) < limit:
@@ -618,6 +631,19 @@ class Journal:
                     continue
             cursor = self._skip_damage(jf, fd, cursor, limit, damage)
         return out, cursor
+
+    def _learn_index(self, jf: JournalFile, recs: Sequence[Put | Skipped]) -> None:
+        """Add sparse-index points for records just read.  Files older than the newest have no
+        index after a reopen (only the newest is scanned), and a reader's checkpoint takes its
+        position hint from the index: without this, a reopened reader would scan its head's
+        file from the start."""
+        last = jf.index_offsets[-1] if jf.index_offsets else -INDEX_EVERY
+        if recs[-1].offset - last < INDEX_EVERY:
+            return  # nothing new here (also when the index already reaches further)
+        with self._lock:
+            for rec in recs:
+                if isinstance(rec, Put):
+                    jf.note(rec.id, rec.offset)
 
     def _skip_damage(
         self, jf: JournalFile, fd: int, cursor: Cursor, limit: int, damage: Damage | None

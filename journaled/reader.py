@@ -97,6 +97,7 @@ class Reader:
         self._opened_at: dict[int, float] = {}  # open read -> monotonic time, delivery order
         self._disposing: dict[int, tuple[Item, Sink]] = {}  # bound for a sink, not yet committed
         self._saw_expiry = False  # some item with an expire_at reached this reader
+        self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
         self._backlog_bytes = policies.estimate_backlog_bytes(
             queue._journal, state.head, state.file_ms, state.file_offset
         )
@@ -142,7 +143,12 @@ class Reader:
         room = max(1, self.config.max_memory - self._mem_bytes)
         # Read at most REFILL_BYTES per call (perf): one get never decodes megabytes of small
         # items at once (a latency spike), and refills stay frequent and cheap.
-        recs, cursor = journal.read(cursor, max_bytes=min(room, REFILL_BYTES))
+        want = min(room, REFILL_BYTES)
+        # Bound the records decoded too, from the sizes seen so far: a chunk of tiny items
+        # must not be decoded whole only to keep a few of them (tiny max_memory).
+        avg = self._avg_payload
+        cap = want + 1 if avg <= 0 else want // avg * 2 + 8
+        recs, cursor = journal.read(cursor, max_bytes=want, max_items=cap)
         # read() may return up to a chunk more than asked: never hold more than max_memory
         # (one item at least).  The rest is read again next time, from a position hint that
         # locate() verifies (the records may have come from two files).
@@ -153,6 +159,8 @@ class Reader:
                 cursor = Cursor(cursor.ms, rec.offset, -1)
                 recs = recs[:k]
                 break
+        if recs:
+            self._avg_payload = max(1, total // (len(recs) + 1))
         expected = self._load_id
         for rec in recs:
             if rec.id > expected:

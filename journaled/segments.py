@@ -202,9 +202,10 @@ class QueueView:
             size = os.fstat(fd).st_size
             while True:
                 start = max(f.header.size, size - window)
-                first = (
-                    _at(fd, f, f.header.size) if start == f.header.size else probe(fd, f.header.salt, start, size, f.header.first_id)
-                )
+                if start == f.header.size:
+                    first = _at(fd, f, start)
+                else:
+                    first = probe(fd, f.header.salt, start, size, f.header.first_id)
                 if first is not None:
                     last = None
                     for last in iter_records(fd, f.header.salt, first.offset, size, first.id):
@@ -219,7 +220,7 @@ class QueueView:
     def locate(self, item_id: int) -> Position:
         """Position of the first record with id >= ``item_id`` (bisection on byte offsets)."""
         if not self.files or item_id <= self.files[0].header.first_id:
-            return Position(0, self.files[0].header.size, self.files[0].header.first_id) if self.files else Position(-1, 0, 1)
+            return self._file_start(0) if self.files else Position(-1, 0, 1)
         k = max(i for i, f in enumerate(self.files) if f.header.first_id <= item_id)
         f = self.files[k]
         with _open(f.path) as fd:
@@ -278,12 +279,16 @@ class QueueView:
         limit = stop.offset if k == stop.file else f.size
         target = offset + max(budget, 1)
         if target >= limit:
-            return stop if k == stop.file else Position(k + 1, self.files[k + 1].header.size, self.files[k + 1].header.first_id)
+            return stop if k == stop.file else self._file_start(k + 1)
         with _open(f.path) as fd:
             rec = probe(fd, f.header.salt, target, limit, f.header.first_id)
         if rec is None:
-            return stop if k == stop.file else Position(k + 1, self.files[k + 1].header.size, self.files[k + 1].header.first_id)
+            return stop if k == stop.file else self._file_start(k + 1)
         return Position(k, rec.offset, rec.id)
+
+    def _file_start(self, k: int) -> Position:
+        f = self.files[k]
+        return Position(k, f.header.size, f.header.first_id)
 
     # ------------------------------------------------------------------ planning
     def plan(self, lo: Position, hi: Position, split_bytes: int) -> list[Segment]:

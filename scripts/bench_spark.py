@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,8 +65,10 @@ def run_tests() -> None:
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid))
         time.sleep(0.2)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"tests/test_spark.py: exit {proc.returncode}, wall {time.monotonic() - t0:.1f} s, "
-          f"peak memory of the process tree {peak / 2**20:.0f} MiB")
+          f"CPU {usage.ru_utime + usage.ru_stime:.1f} s (user+sys of the tree; a busy machine "
+          f"inflates wall time, not this), peak memory of the process tree {peak / 2**20:.0f} MiB")
 
 
 def make_data(base: str, rows: int, size: int) -> tuple[str, str]:

@@ -279,3 +279,21 @@ def test_streaming_while_a_producer_process_writes(spark, tmp_path):
     assert producer.returncode == 0
     got = [p for _, p in delivered(dst)]
     assert got == [b"p%05d" % i + b"." * (i % 50) for i in range(n)]
+
+
+def test_offsets_are_json_with_sorted_queue_keys_and_round_trip():
+    from journaled.spark.offsets import OptionError, decode, encode
+
+    off = encode({"b": 2, "a": 1, "c/d": 3})
+    assert json.dumps(off) == '{"a": {"id": 1}, "b": {"id": 2}, "c/d": {"id": 3}}'
+    assert decode(json.dumps(off)) == {"a": 1, "b": 2, "c/d": 3}
+    with pytest.raises(OptionError):
+        decode('{"a": {"offset": 1}}')
+
+
+def test_row_budget_is_shared_in_proportion_to_what_waits(tmp_path):
+    from journaled.spark.offsets import Planner
+
+    p = Planner({"a": str(tmp_path / "a"), "b": str(tmp_path / "b")})
+    assert p.cap_rows({"a": 1, "b": 1}, {"a": 301, "b": 101}, 100) == {"a": 76, "b": 26}
+    assert p.cap_rows({"a": 1, "b": 1}, {"a": 3, "b": 1}, 100) == {"a": 3, "b": 1}

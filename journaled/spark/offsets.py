@@ -134,7 +134,7 @@ class Planner:
             try:
                 return self.at_time(int(timestamp))
             except ValueError:
-                raise OptionError(f"a timestamp option must be epoch milliseconds, not {timestamp!r}") from None
+                raise OptionError(f"a timestamp option must be epoch ms, not {timestamp!r}") from None
         spec = (spec or default).strip()
         if spec == "earliest":
             return self.earliest()

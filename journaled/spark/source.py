@@ -112,7 +112,9 @@ class JournaledBatchReader(DataSourceReader):
         self.start = self.planner.resolve(
             opt(options, "startingOffsets"), opt(options, "startingTimestamp"), "earliest"
         )
-        self.end = self.planner.resolve(opt(options, "endingOffsets"), opt(options, "endingTimestamp"), "latest")
+        self.end = self.planner.resolve(
+            opt(options, "endingOffsets"), opt(options, "endingTimestamp"), "latest"
+        )
 
     def partitions(self) -> Sequence[InputPartition]:
         return _partitions(self.planner, self.start, self.end)
@@ -153,6 +155,8 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self.planner.complete(decode(start))
+        if not self.planner.fail_on_data_loss:  # jump over archived ids instead of crawling
+            begin = {k: max(v, self.planner.view(k).first_id()) for k, v in begin.items()}
         end = self.target if self.target is not None else self.planner.latest()
         end = {k: max(begin[k], end.get(k, begin[k])) for k in begin}
         if isinstance(limit, ReadMaxRows):
