@@ -129,7 +129,19 @@ class Reader:
             self._hand_off_locked()
 
     def _refill_locked(self) -> None:
-        """Read items back from the journal once memory has drained to half its bound."""
+        """Read items back from the journal once memory has drained to half its bound.
+
+        When memory is empty, keep going until an item turns up or the journal ends: one
+        window may hold only ids to skip (committed out of order, open, bound for a sink), and
+        stopping there would make ``get`` report Empty with items still waiting on disk.
+        """
+        while True:
+            before = self._load_id
+            self._refill_once_locked()
+            if self._mem or self._load_id is None or self._load_id == before:
+                return
+
+    def _refill_once_locked(self) -> None:
         if self._load_id is None or self._mem_bytes > self.config.max_memory // 2:
             return
         journal = self._journal

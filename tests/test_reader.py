@@ -528,3 +528,19 @@ def test_remove_reader_after_close_raises_queue_closed(qdir):
         q.remove_reader("a")
     with open_q(qdir) as q:
         assert q.readers() == ["a"]
+
+
+def test_a_reader_reading_behind_never_holds_more_than_max_memory(qdir):
+    with open_q(qdir, journal_size=2000) as q:
+        r = q.reader("a", ReaderConfig(max_memory=100))
+        ids = q.put_many([os.urandom(n % 37) for n in range(300)])
+        got = []
+        while True:
+            assert r.stats().bytes_in_memory <= 100
+            try:
+                item = r.get(block=False)
+            except Empty:
+                break
+            got.append(item.id)
+            r.commit(item)
+        assert got == ids
