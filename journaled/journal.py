@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from journaled import fileio, recovery
-from journaled.config import MAX_ITEM_SIZE, QueueConfig
-from journaled.errors import CorruptJournal, JournalIOError, QueueClosed, UnsupportedVersion
+from journaled.config import MAX_ITEM_SIZE, QueueConfig, validate_name
+from journaled.errors import CorruptJournal, InvalidName, JournalIOError, QueueClosed, UnsupportedVersion
 from journaled.record import (
     HEADER_FIXED_SIZE,
     PUT_OVERHEAD,
@@ -831,3 +831,33 @@ class Journal:
                 self._fd = -1
                 self._retired_fds.clear()
                 self._read_fds.clear()
+
+
+_ANY_JOURNAL_RE = re.compile(r"(.+)\.(\d{1,20})")
+
+
+def detect_queue_name(directory: str) -> str:
+    """The queue name of an existing directory (from its journal files), else its basename
+    (or ``queue`` when the basename is not a valid name)."""
+    names = set()
+    for entry in os.listdir(directory):
+        m = _ANY_JOURNAL_RE.fullmatch(entry)
+        if m and not entry.startswith("."):
+            names.add(m.group(1))
+    # a reader named with digits only ("<queue>.read.7") looks like a journal of "<queue>.read"
+    names = {n for n in names if not any(n.startswith(m + ".read.") or n == m + ".read" for m in names)}
+    valid = []
+    for n in names:
+        try:
+            valid.append(validate_name(n))
+        except InvalidName:
+            pass
+    if len(valid) == 1:
+        return valid[0]
+    if len(valid) > 1:
+        raise InvalidName(f"{directory!r} holds journals of several queues {sorted(valid)}; pass name=")
+    base = os.path.basename(os.path.abspath(directory))
+    try:
+        return validate_name(base, "queue name")
+    except InvalidName:
+        return "queue"

@@ -13,7 +13,6 @@ import errno
 import fcntl
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable
@@ -35,7 +34,7 @@ from journaled.errors import (
     UnknownReader,
 )
 from journaled.item import new_item, new_items
-from journaled.journal import Journal, RecoveryEvent
+from journaled.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.reader import Reader
 from journaled.stats import QueueStats, queue_stats
 from journaled.serializers import Serializer
@@ -47,33 +46,6 @@ from journaled.spool import Adopter, QueueHost
 log = logging.getLogger("journaled")
 
 LOCK_FILE = ".journaled.lock"
-_ANY_JOURNAL = re.compile(r"(.+)\.(\d{1,20})")
-
-
-def _detect_name(directory: str) -> str:
-    """The queue name of an existing directory (from its journal files), else its basename."""
-    names = set()
-    for entry in os.listdir(directory):
-        m = _ANY_JOURNAL.fullmatch(entry)
-        if m and not entry.startswith("."):
-            names.add(m.group(1))
-    # a reader named with digits only ("<queue>.read.7") looks like a journal of "<queue>.read"
-    names = {n for n in names if not any(n.startswith(m + ".read.") or n == m + ".read" for m in names)}
-    valid = []
-    for n in names:
-        try:
-            valid.append(validate_name(n))
-        except InvalidName:
-            pass
-    if len(valid) == 1:
-        return valid[0]
-    if len(valid) > 1:
-        raise InvalidName(f"{directory!r} holds journals of several queues {sorted(valid)}; pass name=")
-    base = os.path.basename(os.path.abspath(directory))
-    try:
-        return validate_name(base, "queue name")
-    except InvalidName:
-        return "queue"
 
 
 _JUST_BYTES = {bytes}
@@ -125,7 +97,7 @@ class JournaledQueue:
         os.makedirs(self.path, mode=0o700, exist_ok=True)
         self._lock_fd = self._take_lock()
         try:
-            self.name = validate_name(name, "queue name") if name is not None else _detect_name(self.path)
+            self.name = validate_name(name, "queue name") if name is not None else detect_queue_name(self.path)
             self._archive_dir = self._resolve_archive_dir()
             self._lock = threading.Lock()
             self._closed = False

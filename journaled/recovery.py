@@ -165,10 +165,10 @@ def check_dir(directory: str, name: str | None = None) -> CheckReport:
     """Scan every journal file and checkpoint of a queue directory without modifying anything."""
     from journaled import checkpoint as ckp
     from journaled.journal import MAX_RECORD_BODY, list_journal_files
-    from journaled.queue import _detect_name
+    from journaled.journal import detect_queue_name
     from journaled.record import decode_checkpoint
 
-    name = name or _detect_name(directory)
+    name = name or detect_queue_name(directory)
     findings: list[Finding] = []
     files = list_journal_files(directory, name)
     records = 0
@@ -241,7 +241,7 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
     from journaled import fileio
     from journaled.errors import QueueLocked
     from journaled.journal import MAX_RECORD_BODY, list_journal_files
-    from journaled.queue import LOCK_FILE, _detect_name
+    from journaled.queue import LOCK_FILE
 
     if mode not in ("salvage", "point_in_time"):
         raise ValueError("repair mode must be 'salvage' or 'point_in_time'")

@@ -16,8 +16,7 @@ import attrs
 
 from journaled.config import MAX_ITEM_SIZE
 from journaled.errors import CorruptJournal, UnsupportedVersion
-from journaled.journal import list_journal_files
-from journaled.queue import _detect_name
+from journaled.journal import detect_queue_name, list_journal_files
 from journaled.record import (
     HEADER_FIXED_SIZE,
     MAX_NAME_BYTES,
@@ -67,7 +66,7 @@ class JournalScanner:
 
     def __init__(self, directory: str | os.PathLike[str], name: str | None = None) -> None:
         self.directory = os.fspath(directory)
-        self.name = name or _detect_name(self.directory)
+        self.name = name or detect_queue_name(self.directory)
         self.damage: list[ScanDamage] = []
 
     def files(self) -> list[ScannedFile]:

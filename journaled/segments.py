@@ -23,8 +23,7 @@ import attrs
 from crc32c import crc32c
 
 from journaled.errors import CorruptJournal
-from journaled.journal import list_journal_files
-from journaled.queue import _detect_name
+from journaled.journal import detect_queue_name, list_journal_files
 from journaled.record import (
     MAX_BODY,
     PUT_OVERHEAD,
@@ -168,7 +167,7 @@ class QueueView:
         self.directory = os.fspath(directory)
         if not os.path.isdir(self.directory):
             raise FileNotFoundError(f"no queue directory at {self.directory!r}")
-        self.name = name or _detect_name(self.directory)
+        self.name = name or detect_queue_name(self.directory)
         self.files: list[SegFile] = []
         self.refresh()
 

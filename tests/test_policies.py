@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import queue as stdlib_queue
 import threading
 import time

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from journaled import JournaledQueue, QueueConfig, fileio
+from journaled import fileio
 from journaled import powerloss as pl
 from journaled.faults import RecordingOps
 
