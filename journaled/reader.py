@@ -161,7 +161,8 @@ class Reader:
         avg = self._avg_payload
         cap = want + 1 if avg <= 0 else want // avg * 2 + 8
         recs, cursor = journal.read(cursor, max_bytes=want, max_items=cap)
-        # read() may return up to a chunk more than asked: never hold more than max_memory
+        # read() stays within max_bytes except for one record larger than its read chunk:
+        # never hold more than max_memory
         # (one item at least).  The rest is read again next time, from a position hint that
         # locate() verifies (the records may have come from two files).
         total = 0
