@@ -129,7 +129,14 @@ def now_ms() -> int:
 class Journal:
     """The writer side of a queue's journal (one per open queue)."""
 
-    def __init__(self, directory: str, name: str, config: QueueConfig) -> None:
+    def __init__(self, directory: str, name: str, config: QueueConfig, id_floor: int = 1) -> None:
+        """Open (recovering) or create the journal of queue ``name`` in ``directory``.
+
+        ``id_floor``: ids below it have been handed out before (the queue derives it from its
+        readers' checkpoints).  If recovery lost the journal's tail, or every file, new items
+        still start at or above it, so an id is never given to two different items.
+        """
+        self._id_floor = id_floor
         self.directory = directory
         self.name = name
         self.config = config
@@ -175,6 +182,13 @@ class Journal:
                 for jf in self.files[:-1]:
                     self._recover_file(jf, newest=False)
             self.next_id, skip_to = self._recover_file(self.files[-1], newest=True)
+            if self._id_floor > max(skip_to, self.next_id):
+                log.warning(
+                    "%s: readers have seen ids up to %d but the journal ends at %d (lost tail); "
+                    "new items start at %d", self.directory, self._id_floor - 1, self.next_id - 1,
+                    self._id_floor,
+                )
+                skip_to = self._id_floor
             if skip_to > self.next_id:
                 # ids of valid records cut off by point-in-time recovery are never reused
                 self.next_id = skip_to
@@ -183,7 +197,7 @@ class Journal:
                 last = self.files[-1]
                 self._fd = fileio.ops.open(last.path, os.O_WRONLY | os.O_APPEND, self.config.file_mode)
         else:
-            self.next_id = 1
+            self.next_id = max(1, self._id_floor)
             self._create_file(now_ms())
 
     def _set_aside(self, path: str, reason: str, size: int) -> None:

@@ -105,14 +105,22 @@ class JournaledQueue:
             self._kick = threading.Event()
             self._disposal_lock = threading.Lock()
             self._put_count = self._put_bytes = 0
-            self._journal = Journal(self.path, self.name, self.config)
+            states = self._read_reader_states()
+            # never hand out an id a reader has already seen, even if the journal lost it
+            floor = max(
+                [st.head for st in states.values() if st is not None]
+                + [max(st.done) + 1 for st in states.values() if st is not None and st.done]
+                + [max(i for i, _ in st.errors) + 1 for st in states.values() if st is not None and st.errors]
+                + [1]
+            )
+            self._journal = Journal(self.path, self.name, self.config, id_floor=floor)
             self._readers: dict[str, Reader] = {}
             self._reader_list: list[Reader] = []
             self._ckpt_lock = threading.Lock()  # serializes checkpoint file writes/removals
             # each reader's head as its checkpoint file last recorded it: archiving goes by these
             self._ckpt_heads: dict[str, int] = {}
             self._archive_wanted = True
-            self._load_readers()
+            self._load_readers(states)
             self._spool = Adopter(self.path)
             self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
         except BaseException:
@@ -149,12 +157,21 @@ class JournaledQueue:
         os.makedirs(d, mode=0o700, exist_ok=True)
         return d
 
-    def _load_readers(self) -> None:
-        registered = ckp.read_registry(ckp.registry_path(self.path, self.name))
-        names = set(ckp.list_checkpoints(self.path, self.name)) | set(registered or ())
+    def _read_reader_states(self) -> dict[str, CheckpointData | None]:
+        """Every known reader (registry and checkpoint files) with its checkpoint, or None when
+        the checkpoint is missing or damaged (that reader replays from the earliest item)."""
+        self._registered = ckp.read_registry(ckp.registry_path(self.path, self.name))
+        names = set(ckp.list_checkpoints(self.path, self.name)) | set(self._registered or ())
+        return {
+            rname: ckp.read_checkpoint(ckp.checkpoint_path(self.path, self.name, rname))
+            for rname in sorted(names)
+        }
+
+    def _load_readers(self, states: dict[str, CheckpointData | None]) -> None:
+        registered = self._registered
+        names = set(states)
         first, end = self._journal.first_id(), self._journal.next_id
-        for rname in sorted(names):
-            state = ckp.read_checkpoint(ckp.checkpoint_path(self.path, self.name, rname))
+        for rname, state in states.items():
             if state is None:
                 state = CheckpointData(head=first)
             if state.head > end or state.head < first:

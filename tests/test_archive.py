@@ -9,29 +9,10 @@ thread do both on its own.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 
-import pytest
 
 from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
-
-# tmpfs when there is one: on ext4 a rename over a file or a truncate flushes data even without
-# fsync, which makes these tests slow on a busy disk and has no part in what they check.
-_SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-
-@pytest.fixture
-def qdir(tmp_path):
-    if _SHM is None:
-        yield str(tmp_path / "q")
-        return
-    root = tempfile.mkdtemp(prefix="journaled-test-", dir=_SHM)
-    try:
-        yield os.path.join(root, "q")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 NAME = "q"
@@ -76,8 +57,8 @@ def commit_through(reader, last_id: int) -> None:
             return
 
 
-def test_a_file_goes_exactly_when_every_reader_has_passed_its_last_item(qdir):
-    with open_q(qdir) as q:
+def test_a_file_goes_exactly_when_every_reader_has_passed_its_last_item(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         a, b = q.reader("a"), q.reader("b")
         q.put_many([PAYLOAD] * 30)
         ranges = file_ranges(q)
@@ -85,18 +66,18 @@ def test_a_file_goes_exactly_when_every_reader_has_passed_its_last_item(qdir):
         (f0, _, last0), (f1, _, last1) = ranges[0], ranges[1]
         commit_through(a, last1)
         settle(q)
-        assert journal_files(qdir)[0] == f0  # b still needs it
+        assert journal_files(tmpfs_qdir)[0] == f0  # b still needs it
         commit_through(b, last0 - 1)
         settle(q)
-        assert journal_files(qdir)[0] == f0  # b's head is on the file's last item
+        assert journal_files(tmpfs_qdir)[0] == f0  # b's head is on the file's last item
         commit_through(b, last0)
         settle(q)
-        assert journal_files(qdir)[0] == f1  # exactly f0 went
-        assert journal_files(qdir) == [r[0] for r in ranges[1:]]
+        assert journal_files(tmpfs_qdir)[0] == f1  # exactly f0 went
+        assert journal_files(tmpfs_qdir) == [r[0] for r in ranges[1:]]
 
 
-def test_an_open_read_holds_its_file(qdir):
-    with open_q(qdir) as q:
+def test_an_open_read_holds_its_file(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put_many([PAYLOAD] * 30)
         (f0, first0, _), (_, _, last1) = file_ranges(q)[:2]
@@ -108,14 +89,14 @@ def test_an_open_read_holds_its_file(qdir):
             if item.id >= last1:
                 break
         settle(q)
-        assert journal_files(qdir)[0] == f0
+        assert journal_files(tmpfs_qdir)[0] == f0
         r.commit(held)
         settle(q)
-        assert f0 not in journal_files(qdir)
+        assert f0 not in journal_files(tmpfs_qdir)
 
 
-def test_the_file_being_written_is_never_archived(qdir):
-    with open_q(qdir) as q:
+def test_the_file_being_written_is_never_archived(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put_many([PAYLOAD] * 30)
         active = file_ranges(q)[-1][0]
@@ -123,7 +104,7 @@ def test_the_file_being_written_is_never_archived(qdir):
             r.commit(item)
         assert r.head == q._journal.next_id  # past every item there is
         settle(q)
-        assert journal_files(qdir) == [active]
+        assert journal_files(tmpfs_qdir) == [active]
         # and the queue goes on normally in it
         new = q.put(PAYLOAD)
         assert r.get(block=False).id == new
@@ -137,87 +118,87 @@ def iter_all(reader):
             return
 
 
-def test_archive_dir_receives_the_files_byte_for_byte(qdir):
-    with open_q(qdir, archive_dir="old") as q:
+def test_archive_dir_receives_the_files_byte_for_byte(tmpfs_qdir):
+    with open_q(tmpfs_qdir, archive_dir="old") as q:
         r = q.reader("a")
         q.put_many([PAYLOAD] * 30)
         ranges = file_ranges(q)
-        before = {name: open(os.path.join(qdir, name), "rb").read() for name, _, _ in ranges[:-1]}
+        before = {name: open(os.path.join(tmpfs_qdir, name), "rb").read() for name, _, _ in ranges[:-1]}
         for item in list(iter_all(r)):
             r.commit(item)
         settle(q)
-        arch = os.path.join(qdir, "old")
+        arch = os.path.join(tmpfs_qdir, "old")
         assert sorted(os.listdir(arch)) == sorted(before)
         for name, raw in before.items():
             assert open(os.path.join(arch, name), "rb").read() == raw
-        assert journal_files(qdir) == [ranges[-1][0]]
+        assert journal_files(tmpfs_qdir) == [ranges[-1][0]]
 
 
-def test_with_no_readers_nothing_is_archived(qdir):
-    with open_q(qdir) as q:
+def test_with_no_readers_nothing_is_archived(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         ids = q.put_many([PAYLOAD] * 30)
-        names = journal_files(qdir)
+        names = journal_files(tmpfs_qdir)
         settle(q)
-        assert journal_files(qdir) == names
-    with open_q(qdir) as q:
+        assert journal_files(tmpfs_qdir) == names
+    with open_q(tmpfs_qdir) as q:
         settle(q)
-        assert journal_files(qdir) == names
+        assert journal_files(tmpfs_qdir) == names
         assert [i.id for i in iter_all(q.reader("late"))] == ids
 
 
-def test_removing_the_slowest_reader_makes_files_archivable(qdir):
-    with open_q(qdir) as q:
+def test_removing_the_slowest_reader_makes_files_archivable(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         fast, q_slow = q.reader("fast"), q.reader("slow")
         q.put_many([PAYLOAD] * 30)
-        names = journal_files(qdir)
+        names = journal_files(tmpfs_qdir)
         for item in list(iter_all(fast)):
             fast.commit(item)
         q_slow.get(block=False)  # an open read: removal drops it
         settle(q)
-        assert journal_files(qdir) == names
+        assert journal_files(tmpfs_qdir) == names
         q.remove_reader("slow")
         settle(q)
-        assert journal_files(qdir) == names[-1:]
+        assert journal_files(tmpfs_qdir) == names[-1:]
 
 
-def test_a_reader_started_late_holds_nothing_before_its_start(qdir):
-    with open_q(qdir) as q:
+def test_a_reader_started_late_holds_nothing_before_its_start(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         q.put_many([PAYLOAD] * 30)
-        names = journal_files(qdir)
+        names = journal_files(tmpfs_qdir)
         q.reader("late", ReaderConfig(start="latest"))
         settle(q)
-        assert journal_files(qdir) == names[-1:]
+        assert journal_files(tmpfs_qdir) == names[-1:]
 
 
-def test_archiving_waits_for_the_checkpoint_of_the_head(qdir):
+def test_archiving_waits_for_the_checkpoint_of_the_head(tmpfs_qdir):
     # A crash right after archiving must never find a checkpoint pointing before the journal.
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put_many([PAYLOAD] * 30)
-        names = journal_files(qdir)
+        names = journal_files(tmpfs_qdir)
         for item in list(iter_all(r)):
             r.commit(item)
         q._archive()
-        assert journal_files(qdir) == names
+        assert journal_files(tmpfs_qdir) == names
         q.checkpoint()
         q._archive()
-        assert journal_files(qdir) == names[-1:]
+        assert journal_files(tmpfs_qdir) == names[-1:]
 
 
-def test_the_background_thread_archives_on_its_own(qdir):
-    with open_q(qdir, checkpoint_interval=0.02) as q:
+def test_the_background_thread_archives_on_its_own(tmpfs_qdir):
+    with open_q(tmpfs_qdir, checkpoint_interval=0.02) as q:
         r = q.reader("a")
         q.put_many([PAYLOAD] * 30)
         for item in list(iter_all(r)):
             r.commit(item)
         end = time.monotonic() + 60
-        while len(journal_files(qdir)) > 1:
+        while len(journal_files(tmpfs_qdir)) > 1:
             assert time.monotonic() < end, "background thread never archived"
             time.sleep(0.01)
 
 
-def test_archived_files_stay_gone_and_reading_continues_after_reopen(qdir):
-    with open_q(qdir) as q:
+def test_archived_files_stay_gone_and_reading_continues_after_reopen(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         a, b = q.reader("a"), q.reader("b", ReaderConfig(max_memory=1))
         ids = q.put_many([PAYLOAD] * 30)
         for item in list(iter_all(a)):
@@ -227,12 +208,12 @@ def test_archived_files_stay_gone_and_reading_continues_after_reopen(qdir):
             item = b.get(block=False)
             b.commit(item)
             got_b.append(item.id)
-        before = journal_files(qdir)
+        before = journal_files(tmpfs_qdir)
         settle(q)
-        left = journal_files(qdir)
+        left = journal_files(tmpfs_qdir)
         assert len(left) < len(before) and before[-len(left) :] == left
-    with open_q(qdir) as q:
-        assert journal_files(qdir) == left
+    with open_q(tmpfs_qdir) as q:
+        assert journal_files(tmpfs_qdir) == left
         rest = [i.id for i in iter_all(q.reader("b"))]
         assert got_b + rest == ids
         assert list(iter_all(q.reader("a"))) == []

@@ -5,10 +5,8 @@ own errors."""
 from __future__ import annotations
 
 import glob
-import logging
 import os
 import shutil
-import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +16,8 @@ from journaled import Empty, JournaledQueue, QueueConfig
 from journaled.errors import CorruptJournal, JournaledError, UnsupportedVersion
 from journaled.record import PUT_OVERHEAD
 
+from conftest import scratch_dir
+
 MODES = ("point_in_time", "tolerate_tail", "strict", "salvage")
 N = 12
 
@@ -26,21 +26,13 @@ def payload(i: int) -> bytes:
     return b"item-%03d-" % i + bytes([65 + i % 26]) * 40
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logger = logging.getLogger("journaled")
-    old = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(old)
+pytestmark = pytest.mark.usefixtures("quiet")
 
 
 @pytest.fixture(scope="module")
 def work():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    d = tempfile.mkdtemp(prefix="corrupt-", dir=base)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with scratch_dir("corrupt-") as d:
+        yield d
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ persistent, for every N until the workload completes; plus a real full tmpfs whe
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 
 import pytest
@@ -17,6 +15,8 @@ import pytest
 from journaled import Empty, JournaledQueue, QueueConfig, fileio
 from journaled.errors import JournaledError, JournalIOError
 from journaled.faults import FaultyOps
+
+from conftest import scratch_dir
 
 CFG = QueueConfig(sync="always", journal_size=400, checkpoint_interval=3600)
 OUTCOMES: Counter[str] = Counter()
@@ -31,21 +31,13 @@ def fault_report():
             print(f"  {k}: {v}", file=sys.__stdout__)
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logger = logging.getLogger("journaled")
-    old = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(old)
+pytestmark = pytest.mark.usefixtures("quiet")
 
 
 @pytest.fixture
 def fastdir(tmp_path):
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
-    d = tempfile.mkdtemp(prefix="faults-", dir=base)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with scratch_dir("faults-", str(tmp_path)) as d:
+        yield d
 
 
 def workload(path: str, acked: dict[int, bytes], attempted: set[bytes], state: dict) -> None:

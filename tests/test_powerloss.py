@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -16,23 +14,17 @@ from journaled import fileio
 from journaled import powerloss as pl
 from journaled.faults import RecordingOps
 
+from conftest import scratch_dir
+
 
 @pytest.fixture
 def fastdir(tmp_path):
     """States are fsync-heavy and thrown away: use tmpfs when there is one."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
-    d = tempfile.mkdtemp(prefix="pl-", dir=base)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with scratch_dir("pl-", str(tmp_path)) as d:
+        yield d
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logger = logging.getLogger("journaled")
-    old = logger.level
-    logger.setLevel(logging.CRITICAL)  # thousands of expected recovery warnings
-    yield
-    logger.setLevel(old)
+pytestmark = pytest.mark.usefixtures("quiet")  # thousands of expected recovery warnings
 
 
 def test_power_loss_at_every_point_of_every_workload_keeps_every_promise(fastdir):

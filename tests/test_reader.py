@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import queue as stdlib_queue
-import shutil
-import tempfile
 import threading
 import time
 import types
@@ -28,22 +26,6 @@ from journaled import (
     UnknownReader,
 )
 
-
-# tmpfs when there is one: on ext4 a rename over a file or a truncate flushes data even without
-# fsync, which makes these tests slow on a busy disk and has no part in what they check.
-_SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-
-@pytest.fixture
-def qdir(tmp_path):
-    if _SHM is None:
-        yield str(tmp_path / "q")
-        return
-    root = tempfile.mkdtemp(prefix="journaled-test-", dir=_SHM)
-    try:
-        yield os.path.join(root, "q")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 DEADLINE = 60.0  # generous: the machine is shared and busy
@@ -120,17 +102,17 @@ def drain(reader) -> list:
 # ----------------------------------------------------------------------------- errors and types
 
 
-def test_empty_is_a_stdlib_queue_empty_and_a_journaled_error(qdir):
+def test_empty_is_a_stdlib_queue_empty_and_a_journaled_error(tmpfs_qdir):
     assert issubclass(Empty, stdlib_queue.Empty)
     assert issubclass(Empty, JournaledError)
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         with pytest.raises(stdlib_queue.Empty):
             r.get(block=False)
 
 
-def test_negative_timeout_raises_value_error(qdir):
-    with open_q(qdir) as q:
+def test_negative_timeout_raises_value_error(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put(b"x")
         with pytest.raises(ValueError):
@@ -139,8 +121,8 @@ def test_negative_timeout_raises_value_error(qdir):
         assert r.get(block=False).data == b"x"
 
 
-def test_zero_timeout_returns_a_ready_item_or_raises_empty(qdir):
-    with open_q(qdir) as q:
+def test_zero_timeout_returns_a_ready_item_or_raises_empty(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         with pytest.raises(Empty):
             r.get(timeout=0)
@@ -148,15 +130,15 @@ def test_zero_timeout_returns_a_ready_item_or_raises_empty(qdir):
         assert r.get(timeout=0).data == b"x"
 
 
-def test_nan_timeout_raises_value_error(qdir):
-    with open_q(qdir) as q:
+def test_nan_timeout_raises_value_error(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         with pytest.raises(ValueError):
             r.get(timeout=float("nan"))
 
 
-def test_infinite_timeout_waits_like_none(qdir):
-    with open_q(qdir) as q:
+def test_infinite_timeout_waits_like_none(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         (t,) = start_waiters(r, 1, timeout=float("inf"))
         q.put(b"x")
@@ -164,8 +146,8 @@ def test_infinite_timeout_waits_like_none(qdir):
         assert t.error is None and t.item.data == b"x"
 
 
-def test_huge_timeout_does_not_overflow(qdir):
-    with open_q(qdir) as q:
+def test_huge_timeout_does_not_overflow(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         (t,) = start_waiters(r, 1, timeout=1e300)
         q.put(b"x")
@@ -176,8 +158,8 @@ def test_huge_timeout_does_not_overflow(qdir):
 # ----------------------------------------------------------------------------- blocking
 
 
-def test_blocking_get_is_woken_by_a_put_from_another_thread(qdir):
-    with open_q(qdir) as q:
+def test_blocking_get_is_woken_by_a_put_from_another_thread(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         (t,) = start_waiters(r, 1)
         producer = threading.Thread(target=q.put, args=(b"hello",))
@@ -187,8 +169,8 @@ def test_blocking_get_is_woken_by_a_put_from_another_thread(qdir):
         assert t.item.data == b"hello"
 
 
-def test_blocking_get_is_woken_by_an_abort_from_another_thread(qdir):
-    with open_q(qdir) as q:
+def test_blocking_get_is_woken_by_an_abort_from_another_thread(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put(b"x")
         held = r.get(block=False)
@@ -198,8 +180,8 @@ def test_blocking_get_is_woken_by_an_abort_from_another_thread(qdir):
         assert t.item.id == held.id and t.item.error_count == 1
 
 
-def test_timed_out_get_raises_empty_after_at_least_the_timeout(qdir):
-    with open_q(qdir) as q:
+def test_timed_out_get_raises_empty_after_at_least_the_timeout(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         t0 = time.monotonic()
         with pytest.raises(Empty):
@@ -219,7 +201,7 @@ class _Clock(types.ModuleType):
         return getattr(time, name)
 
 
-def test_timeout_deadline_is_taken_from_time_monotonic(qdir, monkeypatch):
+def test_timeout_deadline_is_taken_from_time_monotonic(tmpfs_qdir, monkeypatch):
     # A monotonic clock that jumps an hour per call: the first call fixes the deadline, the next
     # finds it passed, so a one-hour timeout expires at once -- proof the deadline is monotonic.
     calls = []
@@ -228,7 +210,7 @@ def test_timeout_deadline_is_taken_from_time_monotonic(qdir, monkeypatch):
         calls.append(1)
         return time.monotonic() + 3600.0 * len(calls)
 
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         monkeypatch.setattr(journaled.reader, "time", _Clock(jumping))
         with pytest.raises(Empty):
@@ -236,10 +218,10 @@ def test_timeout_deadline_is_taken_from_time_monotonic(qdir, monkeypatch):
         assert len(calls) >= 2
 
 
-def test_wall_clock_jumps_do_not_affect_timeouts(qdir, monkeypatch):
+def test_wall_clock_jumps_do_not_affect_timeouts(tmpfs_qdir, monkeypatch):
     clock = _Clock(time.monotonic)
     clock.time = lambda: 0.0  # wall clock stuck at the epoch
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         monkeypatch.setattr(journaled.reader, "time", clock)
         (t,) = start_waiters(r, 1, timeout=DEADLINE)
@@ -248,8 +230,8 @@ def test_wall_clock_jumps_do_not_affect_timeouts(qdir, monkeypatch):
         assert t.error is None and t.item.data == b"x"
 
 
-def test_close_wakes_every_waiter_with_queue_closed(qdir):
-    q = open_q(qdir)
+def test_close_wakes_every_waiter_with_queue_closed(tmpfs_qdir):
+    q = open_q(tmpfs_qdir)
     a, b = q.reader("a"), q.reader("b")
     threads = start_waiters(a, 3) + start_waiters(b, 2)
     q.close()
@@ -259,8 +241,8 @@ def test_close_wakes_every_waiter_with_queue_closed(qdir):
         a.get(block=False)
 
 
-def test_close_wakes_waiters_that_have_a_timeout(qdir):
-    q = open_q(qdir)
+def test_close_wakes_waiters_that_have_a_timeout(tmpfs_qdir):
+    q = open_q(tmpfs_qdir)
     r = q.reader("a")
     threads = start_waiters(r, 2, timeout=DEADLINE)
     q.close()
@@ -268,8 +250,8 @@ def test_close_wakes_waiters_that_have_a_timeout(qdir):
     assert all(isinstance(t.error, QueueClosed) for t in threads)
 
 
-def test_remove_reader_wakes_its_waiters_with_queue_closed(qdir):
-    with open_q(qdir) as q:
+def test_remove_reader_wakes_its_waiters_with_queue_closed(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r, other = q.reader("a"), q.reader("b")
         threads = start_waiters(r, 2)
         q.remove_reader("a")
@@ -279,8 +261,8 @@ def test_remove_reader_wakes_its_waiters_with_queue_closed(qdir):
         assert other.get(block=False).data == b"x"
 
 
-def test_waiting_consumers_are_served_in_fifo_order(qdir):
-    with open_q(qdir) as q:
+def test_waiting_consumers_are_served_in_fifo_order(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         threads = start_waiters(r, 6)
         ids = q.put_many([b"%d" % k for k in range(6)])
@@ -288,8 +270,8 @@ def test_waiting_consumers_are_served_in_fifo_order(qdir):
         assert [t.item.id for t in threads] == ids
 
 
-def test_items_put_one_by_one_go_to_waiters_in_arrival_order(qdir):
-    with open_q(qdir) as q:
+def test_items_put_one_by_one_go_to_waiters_in_arrival_order(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         threads = start_waiters(r, 4)
         ids = [q.put(b"%d" % k) for k in range(4)]
@@ -297,8 +279,8 @@ def test_items_put_one_by_one_go_to_waiters_in_arrival_order(qdir):
         assert [t.item.id for t in threads] == ids
 
 
-def test_a_late_get_does_not_overtake_a_waiting_one(qdir):
-    with open_q(qdir) as q:
+def test_a_late_get_does_not_overtake_a_waiting_one(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         (t,) = start_waiters(r, 1)
         q.put(b"first")
@@ -309,9 +291,9 @@ def test_a_late_get_does_not_overtake_a_waiting_one(qdir):
         assert t.item.data == b"first"
 
 
-def test_each_item_goes_to_exactly_one_of_many_getters(qdir):
+def test_each_item_goes_to_exactly_one_of_many_getters(tmpfs_qdir):
     n_items, n_threads = 3000, 8
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         got: list[list[int]] = [[] for _ in range(n_threads)]
         stop = threading.Event()
@@ -345,8 +327,8 @@ def test_each_item_goes_to_exactly_one_of_many_getters(qdir):
 # ----------------------------------------------------------------------------- commit / abort
 
 
-def test_commit_accepts_the_item_or_its_id(qdir):
-    with open_q(qdir) as q:
+def test_commit_accepts_the_item_or_its_id(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put_many([b"1", b"2"])
         r.commit(r.get(block=False))
@@ -355,8 +337,8 @@ def test_commit_accepts_the_item_or_its_id(qdir):
 
 
 @pytest.mark.parametrize("op", ["commit", "abort"])
-def test_commit_or_abort_of_an_unknown_id_raises_unknown_read_and_changes_nothing(qdir, op):
-    with open_q(qdir) as q:
+def test_commit_or_abort_of_an_unknown_id_raises_unknown_read_and_changes_nothing(tmpfs_qdir, op):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         q.put_many([b"1", b"2", b"3"])
         held = r.get(block=False)
@@ -372,8 +354,8 @@ def test_commit_or_abort_of_an_unknown_id_raises_unknown_read_and_changes_nothin
         assert [i.data for i in drain(r)] == [b"2", b"3"]
 
 
-def test_commit_of_an_id_open_on_another_reader_raises_unknown_read(qdir):
-    with open_q(qdir) as q:
+def test_commit_of_an_id_open_on_another_reader_raises_unknown_read(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         a, b = q.reader("a"), q.reader("b")
         q.put(b"x")
         item = a.get(block=False)
@@ -383,8 +365,8 @@ def test_commit_of_an_id_open_on_another_reader_raises_unknown_read(qdir):
         a.commit(item)
 
 
-def test_abort_returns_item_to_head_with_error_count_plus_one(qdir):
-    with open_q(qdir) as q:
+def test_abort_returns_item_to_head_with_error_count_plus_one(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         ids = q.put_many([b"1", b"2", b"3"])
         first = r.get(block=False)
@@ -400,8 +382,8 @@ def test_abort_returns_item_to_head_with_error_count_plus_one(qdir):
         assert [(i.id, i.error_count) for i in order] == [(ids[1], 1), (ids[0], 2), (ids[2], 0)]
 
 
-def test_commit_after_close_raises_queue_closed(qdir):
-    q = open_q(qdir)
+def test_commit_after_close_raises_queue_closed(tmpfs_qdir):
+    q = open_q(tmpfs_qdir)
     r = q.reader("a")
     q.put(b"x")
     item = r.get(block=False)
@@ -415,8 +397,8 @@ def test_commit_after_close_raises_queue_closed(qdir):
 # ----------------------------------------------------------------------------- fan-out and start
 
 
-def test_fan_out_every_reader_sees_every_item_in_order(qdir):
-    with open_q(qdir, journal_size=512) as q:
+def test_fan_out_every_reader_sees_every_item_in_order(tmpfs_qdir):
+    with open_q(tmpfs_qdir, journal_size=512) as q:
         readers = [q.reader(n) for n in ("a", "b", "c")]
         ids = q.put_many([b"%03d" % k for k in range(50)])
         ids += [q.put(b"%03d" % k) for k in range(50, 100)]
@@ -431,8 +413,8 @@ def test_fan_out_every_reader_sees_every_item_in_order(qdir):
         assert got_a == got_b == got_c == ids
 
 
-def test_fan_out_with_tiny_memory_reads_behind_in_order(qdir):
-    with open_q(qdir, journal_size=300) as q:
+def test_fan_out_with_tiny_memory_reads_behind_in_order(tmpfs_qdir):
+    with open_q(tmpfs_qdir, journal_size=300) as q:
         small = q.reader("small", ReaderConfig(max_memory=1))
         big = q.reader("big")
         ids = q.put_many([os.urandom(20) for _ in range(60)])
@@ -441,31 +423,31 @@ def test_fan_out_with_tiny_memory_reads_behind_in_order(qdir):
         assert [i.data for i in got] == [i.data for i in drain(big)]
 
 
-def test_new_reader_starts_at_earliest_by_default(qdir):
-    with open_q(qdir) as q:
+def test_new_reader_starts_at_earliest_by_default(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         ids = q.put_many([b"1", b"2"])
         r = q.reader("a")
         ids += [q.put(b"3")]
         assert [i.id for i in drain(r)] == ids
 
 
-def test_new_reader_with_start_latest_sees_only_later_items(qdir):
-    with open_q(qdir) as q:
+def test_new_reader_with_start_latest_sees_only_later_items(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         q.put_many([b"1", b"2"])
         r = q.reader("a", ReaderConfig(start="latest"))
         later = q.put(b"3")
         assert [i.id for i in drain(r)] == [later]
 
 
-def test_new_reader_with_an_item_id_starts_there(qdir):
-    with open_q(qdir) as q:
+def test_new_reader_with_an_item_id_starts_there(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         ids = q.put_many([b"%d" % k for k in range(10)])
         r = q.reader("a", ReaderConfig(start=ids[6]))
         assert [i.id for i in drain(r)] == ids[6:]
 
 
-def test_start_id_outside_the_journal_is_clamped(qdir):
-    with open_q(qdir) as q:
+def test_start_id_outside_the_journal_is_clamped(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         ids = q.put_many([b"1", b"2"])
         beyond = q.reader("beyond", ReaderConfig(start=10**9))
         before = q.reader("before", ReaderConfig(start=0))
@@ -474,27 +456,27 @@ def test_start_id_outside_the_journal_is_clamped(qdir):
         assert [i.id for i in drain(before)] == ids + [later]
 
 
-def test_start_only_matters_when_the_reader_is_new(qdir):
-    with open_q(qdir) as q:
+def test_start_only_matters_when_the_reader_is_new(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         ids = q.put_many([b"1", b"2"])
         r = q.reader("a")
         assert q.reader("a", ReaderConfig(start="latest")) is r
         assert [i.id for i in drain(r)] == ids
 
 
-def test_readers_are_remembered_across_reopen(qdir):
-    with open_q(qdir) as q:
+def test_readers_are_remembered_across_reopen(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         q.reader("b")
         q.reader("a", ReaderConfig(start="latest"))
         assert q.readers() == ["a", "b"]
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         assert q.readers() == ["a", "b"]
         ids = q.put_many([b"x"])
         assert [i.id for i in drain(q.reader("a"))] == ids
 
 
-def test_remove_reader_forgets_it_and_its_checkpoint(qdir):
-    with open_q(qdir) as q:
+def test_remove_reader_forgets_it_and_its_checkpoint(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         q.reader("a")
         r = q.reader("b")
         q.put(b"x")
@@ -505,12 +487,12 @@ def test_remove_reader_forgets_it_and_its_checkpoint(qdir):
             r.get(block=False)
         with pytest.raises(UnknownReader):
             q.remove_reader("b")
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         assert q.readers() == ["a"]
 
 
-def test_a_removed_reader_recreated_starts_afresh(qdir):
-    with open_q(qdir) as q:
+def test_a_removed_reader_recreated_starts_afresh(tmpfs_qdir):
+    with open_q(tmpfs_qdir) as q:
         r = q.reader("a")
         ids = q.put_many([b"1", b"2"])
         r.commit(r.get(block=False))
@@ -520,18 +502,18 @@ def test_a_removed_reader_recreated_starts_afresh(qdir):
         assert [i.id for i in drain(again)] == ids  # earliest again: its old commits are gone
 
 
-def test_remove_reader_after_close_raises_queue_closed(qdir):
-    q = open_q(qdir)
+def test_remove_reader_after_close_raises_queue_closed(tmpfs_qdir):
+    q = open_q(tmpfs_qdir)
     q.reader("a")
     q.close()
     with pytest.raises(QueueClosed):
         q.remove_reader("a")
-    with open_q(qdir) as q:
+    with open_q(tmpfs_qdir) as q:
         assert q.readers() == ["a"]
 
 
-def test_a_reader_reading_behind_never_holds_more_than_max_memory(qdir):
-    with open_q(qdir, journal_size=2000) as q:
+def test_a_reader_reading_behind_never_holds_more_than_max_memory(tmpfs_qdir):
+    with open_q(tmpfs_qdir, journal_size=2000) as q:
         r = q.reader("a", ReaderConfig(max_memory=100))
         ids = q.put_many([os.urandom(n % 37) for n in range(300)])
         got = []

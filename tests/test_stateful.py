@@ -30,9 +30,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig, UnknownRead, fileio
 
+from conftest import SHM
+
 NAMES = ("r0", "r1", "r2")
-# tmpfs when there is one: on ext4, rename-over and truncate flush data even without fsync
-SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 class NoSyncOps(fileio.FileOps):
@@ -79,7 +79,7 @@ class ReadersMachine(RuleBasedStateMachine):
         super().__init__()
         self._ops = fileio.use(NoSyncOps())
         self._ops.__enter__()
-        self.root = tempfile.mkdtemp(prefix="journaled-stateful-", dir=SCRATCH)
+        self.root = tempfile.mkdtemp(prefix="journaled-stateful-", dir=SHM)  # tmpfs: on ext4, rename-over and truncate flush data
         self.generation = 0
         self.path = self._new_path()
         self.q: JournaledQueue | None = None
