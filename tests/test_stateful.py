@@ -19,7 +19,6 @@ The model, per reader (what issue 3 promises):
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 
