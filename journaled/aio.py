@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from journaled.errors import Empty, QueueClosed
 from journaled.item import Item
-from journaled.txn import release_later, settle
+from journaled.txn import ItemLoop, check_timeout, settle
 
 if TYPE_CHECKING:
     import datetime as _dt
@@ -120,8 +120,7 @@ class AsyncTransactionContext:
     __slots__ = ("_reader", "_timeout", "item")
 
     def __init__(self, reader: Reader, timeout: float | None = None) -> None:
-        if timeout is not None and timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
+        check_timeout(timeout)
         self._reader = reader
         self._timeout = timeout
         self.item: Item | None = None
@@ -139,7 +138,7 @@ class AsyncTransactionContext:
             settle(self._reader, self.item, exc, commit=True)
 
 
-class AsyncItemIterator:
+class AsyncItemIterator(ItemLoop):
     """``async for item in reader.aiter(timeout)`` (or ``async for item in reader``).
 
     Item *n* is committed when the loop asks for item *n + 1* or the loop ends for lack of items
@@ -149,30 +148,11 @@ class AsyncItemIterator:
     collected.
     """
 
-    def __init__(self, reader: Reader, timeout: float | None = None) -> None:
-        if timeout is not None and timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
-        self._reader = reader
-        self._timeout = timeout
-        self._current: Item | None = None
-        self._finished = False
-
-    @property
-    def current(self) -> Item | None:
-        """The item handed out last and not yet committed by the iterator."""
-        return self._current
-
     def __aiter__(self) -> AsyncItemIterator:
         return self
 
     async def __anext__(self) -> Item:
-        current, self._current = self._current, None
-        if current is not None:
-            try:
-                settle(self._reader, current, None, commit=True)
-            except QueueClosed:
-                self._finished = True  # not committed: delivered again on the next open
-        if self._finished:
+        if not self._advance():
             raise StopAsyncIteration
         try:
             self._current = await aget(self._reader, self._timeout)
@@ -184,10 +164,7 @@ class AsyncItemIterator:
     async def aclose(self, exc: BaseException | None = None) -> None:
         """Stop; the current item goes back to the head (aborted if ``exc`` is an
         ``Exception``, released otherwise).  Idempotent."""
-        self._finished = True
-        current, self._current = self._current, None
-        if current is not None:
-            settle(self._reader, current, exc, commit=False)
+        self._stop(exc)
 
     async def __aenter__(self) -> AsyncItemIterator:
         return self
@@ -196,12 +173,6 @@ class AsyncItemIterator:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose(exc)
-
-    def __del__(self) -> None:
-        current = getattr(self, "_current", None)
-        if current is not None:
-            self._current = None
-            release_later(self._reader, current)
 
 
 async def aput(

@@ -127,6 +127,7 @@ class JournaledQueue:
             os.close(self._lock_fd)
             raise
         self._stop = threading.Event()
+        self._close_done = threading.Event()
         self._bg = threading.Thread(target=self._background, name=f"journaled-{self.name}", daemon=True)
         self._bg.start()
 
@@ -523,12 +524,20 @@ class JournaledQueue:
     def close(self) -> None:
         """Flush and sync the journal, write every reader's checkpoint, release the directory.
 
-        Waiting ``get`` calls are woken with :class:`QueueClosed`.  Idempotent.
+        Waiting ``get`` calls are woken with :class:`QueueClosed`.  Idempotent; a second
+        concurrent call returns only once the first has released the directory.
         """
         with self._lock:
             if self._closed:
-                return
-            self._closed = True
+                closing = self._close_done
+            else:
+                closing = None
+                self._closed = True
+        if closing is not None:
+            if threading.current_thread() is not self._bg:
+                closing.wait()
+            return
+        with self._lock:
             for reader in self._reader_list:
                 reader._close_locked()
             for reader in self._reader_list:
@@ -550,8 +559,11 @@ class JournaledQueue:
             else:
                 self.checkpoint()
         finally:
-            self._journal.close()
-            os.close(self._lock_fd)
+            try:
+                self._journal.close()
+            finally:
+                os.close(self._lock_fd)
+                self._close_done.set()
 
     def __enter__(self) -> JournaledQueue:
         return self

@@ -64,6 +64,12 @@ def release_later(reader: Reader, item: Item) -> None:
         helper.start()
 
 
+def check_timeout(timeout: float | None) -> None:
+    """Reject a negative ``timeout`` (``None`` waits forever)."""
+    if timeout is not None and timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number")
+
+
 class TransactionContext:
     """``with reader.transaction(timeout) as item:`` -- one read scoped to a block.
 
@@ -75,8 +81,7 @@ class TransactionContext:
     __slots__ = ("_reader", "_block", "_timeout", "item")
 
     def __init__(self, reader: Reader, timeout: float | None = None, *, block: bool = True) -> None:
-        if timeout is not None and timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
+        check_timeout(timeout)
         self._reader = reader
         self._block = block
         self._timeout = timeout
@@ -95,16 +100,12 @@ class TransactionContext:
             settle(self._reader, self.item, exc, commit=True)
 
 
-class ItemIterator:
-    """``for item in reader.iter(timeout)`` -- see the module docstring for when items commit.
-
-    Ends (``StopIteration``) when no item arrives within ``timeout`` seconds (``None``: wait
-    forever) or the queue closes.  Use one iterator from one thread at a time.
-    """
+class ItemLoop:
+    """What :class:`ItemIterator` and :class:`journaled.aio.AsyncItemIterator` share: the item
+    handed out last, its commit when the next one is asked for, and its give-back on a stop."""
 
     def __init__(self, reader: Reader, timeout: float | None = None) -> None:
-        if timeout is not None and timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
+        check_timeout(timeout)
         self._reader = reader
         self._timeout = timeout
         self._current: Item | None = None
@@ -115,17 +116,42 @@ class ItemIterator:
         """The item handed out last and not yet committed by the iterator."""
         return self._current
 
+    def _advance(self) -> bool:
+        """Commit the item handed out last (its loop body has finished); False when the loop
+        is over."""
+        current, self._current = self._current, None
+        if current is not None:
+            try:
+                settle(self._reader, current, None, commit=True)
+            except QueueClosed:
+                self._finished = True  # not committed: delivered again on the next open
+        return not self._finished
+
+    def _stop(self, exc: BaseException | None) -> None:
+        self._finished = True
+        current, self._current = self._current, None
+        if current is not None:
+            settle(self._reader, current, exc, commit=False)
+
+    def __del__(self) -> None:
+        current = getattr(self, "_current", None)
+        if current is not None:
+            self._current = None
+            release_later(self._reader, current)
+
+
+class ItemIterator(ItemLoop):
+    """``for item in reader.iter(timeout)`` -- see the module docstring for when items commit.
+
+    Ends (``StopIteration``) when no item arrives within ``timeout`` seconds (``None``: wait
+    forever) or the queue closes.  Use one iterator from one thread at a time.
+    """
+
     def __iter__(self) -> ItemIterator:
         return self
 
     def __next__(self) -> Item:
-        current, self._current = self._current, None
-        if current is not None:
-            try:
-                settle(self._reader, current, None, commit=True)  # its loop body has finished
-            except QueueClosed:
-                self._finished = True  # not committed: delivered again on the next open
-        if self._finished:
+        if not self._advance():
             raise StopIteration
         try:
             self._current = self._reader.get(timeout=self._timeout)
@@ -137,10 +163,7 @@ class ItemIterator:
     def close(self, exc: BaseException | None = None) -> None:
         """Stop: the current item (if any) goes back to the head -- aborted if ``exc`` is an
         ``Exception``, released otherwise.  Idempotent."""
-        self._finished = True
-        current, self._current = self._current, None
-        if current is not None:
-            settle(self._reader, current, exc, commit=False)
+        self._stop(exc)
 
     def __enter__(self) -> ItemIterator:
         return self
@@ -149,12 +172,6 @@ class ItemIterator:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close(exc)
-
-    def __del__(self) -> None:
-        current = getattr(self, "_current", None)
-        if current is not None:
-            self._current = None
-            release_later(self._reader, current)
 
 
 __all__ = ["ItemIterator", "TransactionContext", "settle"]
