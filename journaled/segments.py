@@ -307,23 +307,39 @@ class QueueView:
         return out
 
 
-def read_segment(seg: Segment, gaps: list[Gap] | None = None, expected: int | None = None) -> Iterator[Put]:
-    """The records of ``seg`` in id order (damage skipped and noted in ``gaps``); ``expected``
-    is the id of the record at ``seg.start`` when known (it dates a gap found right there)."""
+def _open_segment(seg: Segment, gaps: list[Gap] | None) -> tuple[int, int, int] | None:
+    """(descriptor, file size, offset of the first record) for reading ``seg``, the caller to
+    close the descriptor; None when its file was archived (noted in ``gaps``) or the segment
+    holds no record start."""
     try:
         fd = os.open(seg.path, os.O_RDONLY)
     except FileNotFoundError:
         if gaps is not None:
             gaps.append(Gap(seg.path, seg.start, "journal file archived before it was read", seg.lo, seg.hi))
-        return
+        return None
     try:
         size = os.fstat(fd).st_size
         pos = seg.start
         if not seg.exact:
             first = probe(fd, seg.salt, seg.start, min(seg.end, size), seg.file_first_id)
             if first is None:
-                return
+                os.close(fd)
+                return None
             pos = first.offset
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, size, pos
+
+
+def read_segment(seg: Segment, gaps: list[Gap] | None = None, expected: int | None = None) -> Iterator[Put]:
+    """The records of ``seg`` in id order (damage skipped and noted in ``gaps``); ``expected``
+    is the id of the record at ``seg.start`` when known (it dates a gap found right there)."""
+    opened = _open_segment(seg, gaps)
+    if opened is None:
+        return
+    fd, size, pos = opened
+    try:
         min_id = expected if expected is not None and seg.exact else seg.file_first_id
         for rec in iter_records(fd, seg.salt, pos, size, min_id, gaps, seg.path):
             if rec.offset >= seg.end or rec.id >= seg.hi:
@@ -363,20 +379,11 @@ def read_segment_columns(seg: Segment, gaps: list[Gap] | None = None, rows: int 
     damage, a record longer than a chunk) hands over to :func:`read_segment` from that point."""
     cols: Columns = ([], [], [], [])
     ids, payloads, adds, expires = cols
-    try:
-        fd = os.open(seg.path, os.O_RDONLY)
-    except FileNotFoundError:
-        if gaps is not None:
-            gaps.append(Gap(seg.path, seg.start, "journal file archived before it was read", seg.lo, seg.hi))
+    opened = _open_segment(seg, gaps)
+    if opened is None:
         return
+    fd, size, pos = opened
     try:
-        size = os.fstat(fd).st_size
-        pos = seg.start
-        if not seg.exact:
-            first = probe(fd, seg.salt, seg.start, min(seg.end, size), seg.file_first_id)
-            if first is None:
-                return
-            pos = first.offset
         salt, lo, hi, seg_end = seg.salt, seg.lo, seg.hi, seg.end
         unpack, hsize = _PUT.unpack_from, _PUT.size
         done = False

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from journaled import Empty, Item, JournaledQueue, QueueConfig
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 # tmpfs when there is one, else None (the system's temporary directory).
@@ -32,11 +34,32 @@ def scratch_dir(prefix: str, fallback: str | None = None) -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+def ready_items(reader) -> Iterator[Item]:
+    """Every item ``reader`` can hand out without waiting, opened one at a time (each is got only
+    after the caller's loop body for the previous one has run)."""
+    while True:
+        try:
+            yield reader.get(block=False)
+        except Empty:
+            return
+
+
 @pytest.fixture
 def qdir(tmp_path):
     """A fresh, empty queue directory."""
     d = tmp_path / "q"
     return str(d)
+
+
+@pytest.fixture
+def jq(qdir):
+    """An open queue (sync="never") in ``qdir``, closed after the test."""
+    with JournaledQueue(qdir, QueueConfig(sync="never")) as q:
+        yield q
+
+
+class Boom(Exception):
+    """The exception a test's consumer code raises on purpose."""
 
 
 @pytest.fixture

@@ -11,14 +11,7 @@ import pytest
 from journaled import Empty, JournaledQueue, QueueClosed, QueueConfig
 from journaled.aio import _AsyncWaiter
 
-class Boom(Exception):
-    pass
-
-
-@pytest.fixture
-def jq(qdir):
-    with JournaledQueue(qdir, QueueConfig(sync="never")) as q:
-        yield q
+from conftest import Boom
 
 
 async def until_waiting(reader, n: int = 1) -> None:

@@ -12,7 +12,9 @@ import os
 import time
 
 
-from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
+from journaled import JournaledQueue, QueueConfig, ReaderConfig
+
+from conftest import ready_items as iter_all
 
 
 NAME = "q"
@@ -108,14 +110,6 @@ def test_the_file_being_written_is_never_archived(tmpfs_qdir):
         # and the queue goes on normally in it
         new = q.put(PAYLOAD)
         assert r.get(block=False).id == new
-
-
-def iter_all(reader):
-    while True:
-        try:
-            yield reader.get(block=False)
-        except Empty:
-            return
 
 
 def test_archive_dir_receives_the_files_byte_for_byte(tmpfs_qdir):

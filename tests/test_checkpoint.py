@@ -21,9 +21,11 @@ import threading
 
 import pytest
 
-from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
+from journaled import JournaledQueue, QueueConfig, ReaderConfig
 from journaled.checkpoint import registry_path, write_registry
 from journaled.record import CheckpointData, decode_checkpoint, encode_checkpoint
+
+from conftest import ready_items
 
 
 
@@ -55,12 +57,7 @@ def journal_files(path: str) -> list[str]:
 
 
 def drain(reader) -> list:
-    out = []
-    while True:
-        try:
-            out.append(reader.get(block=False))
-        except Empty:
-            return out
+    return list(ready_items(reader))
 
 
 def take(reader, n: int) -> list:

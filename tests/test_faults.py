@@ -12,11 +12,11 @@ from collections import Counter
 
 import pytest
 
-from journaled import Empty, JournaledQueue, QueueConfig, fileio
+from journaled import JournaledQueue, QueueConfig, fileio
 from journaled.errors import JournaledError, JournalIOError
 from journaled.faults import FaultyOps
 
-from conftest import scratch_dir
+from conftest import ready_items, scratch_dir
 
 CFG = QueueConfig(sync="always", journal_size=400, checkpoint_interval=3600)
 OUTCOMES: Counter[str] = Counter()
@@ -66,13 +66,10 @@ def drain_all(path: str, name: str = "a") -> list[tuple[int, bytes]]:
     with JournaledQueue(path, QueueConfig(sync="always"), name="q") as q:
         r = q.reader(name)
         out = []
-        while True:
-            try:
-                it = r.get(block=False)
-            except Empty:
-                return out
+        for it in ready_items(r):
             out.append((it.id, it.data))
             r.commit(it)
+        return out
 
 
 SEED_ITEMS = {1: b"seed-1", 2: b"seed-2", 3: b"seed-3"}

@@ -15,7 +15,6 @@ import pytest
 
 from journaled import (
     CorruptJournal,
-    Empty,
     InvalidName,
     ItemTooLarge,
     JournaledQueue,
@@ -26,6 +25,8 @@ from journaled import (
 from journaled import fileio
 from journaled.record import Put, decode_header, decode_many
 from journaled.scan import JournalScanner
+
+from conftest import ready_items
 
 NEVER = QueueConfig(sync="never")
 
@@ -50,13 +51,10 @@ def drain(q: JournaledQueue, reader: str = "t") -> list[tuple[int, bytes]]:
     """Everything a fresh reader (from the earliest item) gets, committed as it goes."""
     r = q.reader(reader)
     out = []
-    while True:
-        try:
-            item = r.get(block=False)
-        except Empty:
-            return out
+    for item in ready_items(r):
         r.commit(item)
         out.append((item.id, item.data))
+    return out
 
 
 def payload(i: int) -> bytes:

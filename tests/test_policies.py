@@ -23,6 +23,8 @@ from journaled import (
 from journaled import fileio, policies
 from journaled.journal import Journal
 
+from conftest import ready_items
+
 FAST = QueueConfig(sync="never")
 
 
@@ -54,14 +56,11 @@ def clock(monkeypatch):
 
 def drain(reader, commit=True):
     out = []
-    while True:
-        try:
-            item = reader.get(block=False)
-        except Empty:
-            return out
+    for item in ready_items(reader):
         out.append(item.data)
         if commit:
             reader.commit(item)
+    return out
 
 
 # ----------------------------------------------------------------------------- config

@@ -26,7 +26,7 @@ from journaled import (
     UnknownReader,
 )
 
-
+from conftest import ready_items
 
 DEADLINE = 60.0  # generous: the machine is shared and busy
 
@@ -91,12 +91,7 @@ def state(reader) -> tuple:
 
 
 def drain(reader) -> list:
-    out = []
-    while True:
-        try:
-            out.append(reader.get(block=False))
-        except Empty:
-            return out
+    return list(ready_items(reader))
 
 
 # ----------------------------------------------------------------------------- errors and types

@@ -173,21 +173,21 @@ class ReadersMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(m.open for m in self.models.values()))
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
-        name = data.draw(st.sampled_from(sorted(n for n, m in self.models.items() if m.open)))
-        m = self.models[name]
-        item_id = data.draw(st.sampled_from(sorted(m.open)), label="id")
-        self.reader(name).commit(item_id)
-        del m.open[item_id]
-        m.errors.pop(item_id, None)
-        m.since_ckpt.add(item_id)
+        name, m = self._draw_reader_with_open_reads(data)
+        self._commit(name, m, data.draw(st.sampled_from(sorted(m.open)), label="id"))
 
     @precondition(lambda self: any(m.open for m in self.models.values()))
     @rule(data=st.data())
     def commit_newest(self, data: st.DataObject) -> None:
         """Out of order on purpose: what libkestrel forgets on replay."""
+        name, m = self._draw_reader_with_open_reads(data)
+        self._commit(name, m, max(m.open))
+
+    def _draw_reader_with_open_reads(self, data: st.DataObject) -> tuple[str, Model]:
         name = data.draw(st.sampled_from(sorted(n for n, m in self.models.items() if m.open)))
-        m = self.models[name]
-        item_id = max(m.open)
+        return name, self.models[name]
+
+    def _commit(self, name: str, m: Model, item_id: int) -> None:
         self.reader(name).commit(item_id)
         del m.open[item_id]
         m.errors.pop(item_id, None)
@@ -196,8 +196,7 @@ class ReadersMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(m.open for m in self.models.values()))
     @rule(data=st.data())
     def abort(self, data: st.DataObject) -> None:
-        name = data.draw(st.sampled_from(sorted(n for n, m in self.models.items() if m.open)))
-        m = self.models[name]
+        name, m = self._draw_reader_with_open_reads(data)
         item_id = data.draw(st.sampled_from(sorted(m.open)), label="id")
         self.reader(name).abort(item_id)
         count = m.open.pop(item_id) + 1

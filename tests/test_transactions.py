@@ -19,15 +19,7 @@ from journaled import (
 )
 from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
 
-
-class Boom(Exception):
-    pass
-
-
-@pytest.fixture
-def jq(qdir):
-    with JournaledQueue(qdir, QueueConfig(sync="never")) as q:
-        yield q
+from conftest import Boom
 
 
 def open_reads(reader) -> int:
