@@ -16,7 +16,6 @@ import argparse
 import hashlib
 import importlib
 import json
-import os
 import random
 import shutil
 import struct

@@ -281,7 +281,8 @@ def _damage(path: str, how: str) -> None:
 @pytest.mark.parametrize("how", ["missing", "truncated", "empty", "corrupt", "garbage", "future-version"])
 def test_bad_checkpoint_warns_and_replays_from_the_earliest_item(tmpfs_qdir, caplog, how):
     with open_q(tmpfs_qdir) as q:
-        r, other = q.reader("a"), q.reader("b")
+        r = q.reader("a")
+        q.reader("b")  # a second reader that must be untouched
         ids = q.put_many([b"%d" % k for k in range(6)])
         for item in take(r, 4):
             r.commit(item)
