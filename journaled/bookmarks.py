@@ -15,10 +15,9 @@ from __future__ import annotations
 import logging
 import os
 
-from crc32c import crc32c
-
 from journaled import fileio
 from journaled.config import validate_name
+from journaled.record import decode_crc_text, encode_crc_text
 
 log = logging.getLogger("journaled")
 
@@ -37,8 +36,7 @@ def write_bookmark(queue_dir: str, name: str, head: int) -> None:
         raise ValueError("bookmark head must be >= 0")
     path = bookmark_path(queue_dir, name)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    body = f"{_MAGIC}\n{head}\n".encode("ascii")
-    fileio.write_atomic(path, body + b"crc32c %08x\n" % crc32c(body))
+    fileio.write_atomic(path, encode_crc_text(_MAGIC, [str(head)]))
 
 
 def read_bookmark(queue_dir: str, name: str) -> int | None:
@@ -51,13 +49,9 @@ def _read(path: str) -> int | None:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:
         return None
-    body, sep, tail = raw.rpartition(b"crc32c ")
-    try:
-        lines = body.decode("ascii").splitlines()
-        if sep and int(tail.strip(), 16) == crc32c(body) and len(lines) == 2 and lines[0] == _MAGIC:
-            return int(lines[1])
-    except (ValueError, UnicodeDecodeError):
-        pass
+    entries = decode_crc_text(raw, _MAGIC)
+    if entries is not None and len(entries) == 1 and entries[0].isdigit():
+        return int(entries[0])
     log.warning("bookmark %s is damaged; keeping every journal file until it is rewritten", path)
     return 0
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 import logging
 import os
 
-from crc32c import crc32c
 
 from journaled import fileio
 from journaled.config import validate_name
 from journaled.errors import CorruptJournal, InvalidName
-from journaled.record import CheckpointData, decode_checkpoint, encode_checkpoint
+from journaled.record import (
+    CheckpointData,
+    decode_checkpoint,
+    decode_crc_text,
+    encode_checkpoint,
+    encode_crc_text,
+)
 
 log = logging.getLogger("journaled")
 
@@ -63,9 +68,7 @@ def list_checkpoints(directory: str, queue: str) -> list[str]:
 
 
 def write_registry(path: str, names: list[str], mode: int) -> None:
-    body = "\n".join([_REGISTRY_MAGIC, *sorted(names)]) + "\n"
-    raw = body.encode("ascii")
-    fileio.write_atomic(path, raw + b"crc32c %08x\n" % crc32c(raw), mode)
+    fileio.write_atomic(path, encode_crc_text(_REGISTRY_MAGIC, sorted(names)), mode)
 
 
 def read_registry(path: str) -> list[str] | None:
@@ -74,17 +77,12 @@ def read_registry(path: str) -> list[str] | None:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:
         return None
-    body, sep, tail = raw.rpartition(b"crc32c ")
-    try:
-        ok = bool(sep) and int(tail.strip(), 16) == crc32c(body)
-        lines = body.decode("ascii").splitlines()
-    except (ValueError, UnicodeDecodeError):
-        ok = False
-    if not ok or not lines or lines[0] != _REGISTRY_MAGIC:
+    entries = decode_crc_text(raw, _REGISTRY_MAGIC)
+    if entries is None:
         log.warning("reader registry %s is damaged; using checkpoint files alone", path)
         return None
     out = []
-    for line in lines[1:]:
+    for line in entries:
         try:
             out.append(validate_name(line, "reader name"))
         except InvalidName:

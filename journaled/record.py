@@ -436,3 +436,30 @@ def decode_checkpoint(buf: bytes, path: str = "<checkpoint>") -> CheckpointData:
     pos += 8 * n_done
     errors = tuple(struct.unpack_from("<QI", buf, pos + 12 * k) for k in range(n_err))
     return CheckpointData(head, file_ms, file_offset, tuple(done), tuple(errors))
+
+
+# ---------------------------------------------------------------------------------------------
+# Small text files (reader registry, external bookmarks)
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_crc_text(magic: str, lines: list[str]) -> bytes:
+    """A small ASCII file: ``magic`` line, one line per entry, then ``crc32c <hex>`` of all
+    the bytes before it (see docs/format.md)."""
+    body = "\n".join([magic, *lines]).encode("ascii") + b"\n"
+    return body + b"crc32c %08x\n" % crc32c(body)
+
+
+def decode_crc_text(raw: bytes, magic: str) -> list[str] | None:
+    """The entry lines of a file made by :func:`encode_crc_text`, or ``None`` when its magic or
+    CRC does not match (never raises on bad bytes)."""
+    body, sep, tail = raw.rpartition(b"crc32c ")
+    try:
+        if not sep or int(tail.strip(), 16) != crc32c(body):
+            return None
+        lines = body.decode("ascii").splitlines()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not lines or lines[0] != magic:
+        return None
+    return lines[1:]

@@ -463,3 +463,16 @@ def test_mixed_record_types_decode_to_written_records_or_refuse_only_a_written_r
         if nxt is None:
             break
         pos = nxt
+
+
+def test_crc_text_files_round_trip_and_reject_any_flipped_byte():
+    from journaled.record import decode_crc_text, encode_crc_text
+
+    raw = encode_crc_text("journaled-readers 1", ["alpha", "beta"])
+    assert decode_crc_text(raw, "journaled-readers 1") == ["alpha", "beta"]
+    assert decode_crc_text(raw, "journaled-bookmark 1") is None  # another kind of file
+    for k in range(len(raw) - 1):  # the final newline only ends the CRC line
+        bad = raw[:k] + bytes([raw[k] ^ 0x01]) + raw[k + 1 :]
+        assert decode_crc_text(bad, "journaled-readers 1") is None
+    assert decode_crc_text(raw[:-3], "journaled-readers 1") is None
+    assert decode_crc_text(b"\xff\xfe garbage", "journaled-readers 1") is None
