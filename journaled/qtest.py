@@ -368,14 +368,18 @@ def test_put(run: Run, q: JournaledQueue) -> dict[str, Any]:
     return {"put_seconds": put_s, "get_seconds": time.perf_counter() - t1, "gets": got}
 
 
-def test_flood(run: Run, q: JournaledQueue) -> dict[str, Any]:
-    """W writers and R readers (get + commit on one shared reader) at once for T seconds."""
+def _writers_against_readers(
+    run: Run, q: JournaledQueue, timeout: float | None = None, pause: float | None = None
+) -> dict[str, Any]:
+    """W writers and R consumers of one shared reader run for ``--seconds``; then drain."""
     args = run.args
     reader = q.reader("qtest", run.reader_config)
     t0 = time.perf_counter()
+    consume_kw: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    produce_extra = () if pause is None else (pause,)
     with run.progress(None):
-        consumers = [_start(run.consume, reader, seed=r) for r in range(args.readers)]
-        producers = [_start(run.produce, q, p, None) for p in range(args.writers)]
+        consumers = [_start(run.consume, reader, seed=r, **consume_kw) for r in range(args.readers)]
+        producers = [_start(run.produce, q, p, None, *produce_extra) for p in range(args.writers)]
         time.sleep(args.seconds)
         run.stop_producing.set()
         _join(producers)
@@ -384,26 +388,16 @@ def test_flood(run: Run, q: JournaledQueue) -> dict[str, Any]:
         _join(consumers)
     run.drain(reader)
     return {"put_seconds": put_s, "get_seconds": time.perf_counter() - t0, "gets": run.ledger.delivered()}
+
+
+def test_flood(run: Run, q: JournaledQueue) -> dict[str, Any]:
+    """W writers and R readers (get + commit on one shared reader) at once for T seconds."""
+    return _writers_against_readers(run, q)
 
 
 def test_timeout(run: Run, q: JournaledQueue) -> dict[str, Any]:
     """Slow writers and a stampede of readers with short timeouts: nothing lost, nothing twice."""
-    args = run.args
-    reader = q.reader("qtest", run.reader_config)
-    t0 = time.perf_counter()
-    with run.progress(None):
-        consumers = [
-            _start(run.consume, reader, timeout=args.get_timeout, seed=r) for r in range(args.readers)
-        ]
-        producers = [_start(run.produce, q, p, None, args.pause) for p in range(args.writers)]
-        time.sleep(args.seconds)
-        run.stop_producing.set()
-        _join(producers)
-        put_s = time.perf_counter() - t0
-        run.producers_done.set()
-        _join(consumers)
-    run.drain(reader)
-    return {"put_seconds": put_s, "get_seconds": time.perf_counter() - t0, "gets": run.ledger.delivered()}
+    return _writers_against_readers(run, q, timeout=run.args.get_timeout, pause=run.args.pause)
 
 
 def test_fanout(run: Run, q: JournaledQueue) -> dict[str, Any]:
