@@ -147,6 +147,9 @@ class Journal:
         self._fd = -1
         self._read_fds: dict[int, int] = {}
         self._retired_fds: list[int] = []
+        # files retired under sync="never", not yet synced: by path, so that no fd stays open
+        # per rotation (that would pin archived files' space and exhaust descriptors)
+        self._unsynced_paths: list[str] = []
         self._appended = 0  # session byte sequence: appended / written out to the OS
         self._written = 0
         self._poisoned: JournalIOError | None = None
@@ -423,7 +426,14 @@ class Journal:
             except OSError as exc:
                 raise self._poison(exc) from exc
             self.commits.mark_durable(self._written)
-        self._retired_fds.append(old)
+            self._retired_fds.append(old)
+        else:
+            self._unsynced_paths.append(self.files[-1].path)
+            self._fd = -1
+            try:
+                fileio.ops.close(old)
+            except OSError as exc:
+                raise self._poison(exc) from exc
         self._fd = -1  # retired: never written or closed through _fd again, even if the next line fails
         self._create_file(now_ms())
 
@@ -432,28 +442,31 @@ class Journal:
             self._check_writable()
             self._write_out_locked()
             retired, self._retired_fds = self._retired_fds, []
+            unsynced, self._unsynced_paths = self._unsynced_paths, []
             fd = self._fd
             target = self._written
         # Under "never" a rotation neither syncs the file it retires nor the directory entry of
         # the new one, so an explicit sync() must do both or it would claim too much.  (Such a
         # rotation is always followed by a record, so target > durable and fsync() does run.)
-        unsynced = retired if self.config.sync == "never" else []
         for old in retired:
-            if old not in unsynced:
-                fileio.ops.close(old)  # synced when it was retired
+            fileio.ops.close(old)  # synced when it was retired
 
         def fsync() -> None:
             try:
-                for old in unsynced:
-                    fileio.ops.fdatasync(old)
+                for path in unsynced:
+                    try:
+                        old = fileio.ops.open(path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        continue  # archived since: every reader was done with it
+                    try:
+                        fileio.ops.fdatasync(old)
+                    finally:
+                        fileio.ops.close(old)
                 if unsynced:
                     fileio.ops.fsync_dir(self.directory)
                 fileio.ops.fdatasync(fd)
             except OSError as exc:
                 raise self._poison(exc) from exc
-            finally:
-                for old in unsynced:
-                    fileio.ops.close(old)
 
         return target, fsync
 

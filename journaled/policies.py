@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from journaled.config import Sink
-from journaled.errors import Full
+from journaled.errors import Full, QueueClosed
 from journaled.item import Item
 from journaled.record import PUT_OVERHEAD
 
@@ -241,22 +241,33 @@ def run_disposals(queue: JournaledQueue, lock: threading.Lock) -> int:
     ``lock`` serializes concurrent callers so no item reaches a sink twice in one session.  A
     sink that raises is logged and its item is committed anyway: a broken sink must not make a
     reader redeliver an item it already decided never to deliver.  A crash between the sink and
-    the next checkpoint calls the sink again after reopen (at-least-once).
+    the next checkpoint calls the sink again after reopen (at-least-once).  During ``close()`` a
+    sink raising ``QueueClosed`` (e.g. it is this very queue) leaves its item uncommitted instead,
+    so the sink gets it after reopen.
     """
     with lock:
         with queue._lock:
             batch = [(r, item, sink) for r in queue._reader_list for item, sink in r._disposing.values()]
-        for reader, item, sink in batch:
+        kept = set()
+        for k, (reader, item, sink) in enumerate(batch):
             try:
                 if callable(sink):
                     sink(item)
                 else:
                     sink.put(item.data)
+            except QueueClosed:
+                if not queue._closed:
+                    log.exception("reader %s: sink %r failed for item %d; item dropped", reader.name, sink, item.id)
+                    continue
+                # close() is running and the sink is this very queue (or another closed one):
+                # leave the item uncommitted, so it reaches the sink again after reopen
+                log.warning("reader %s: sink %r closed; item %d kept for after reopen", reader.name, sink, item.id)
+                kept.add(k)
             except Exception:
                 log.exception("reader %s: sink %r failed for item %d; item dropped", reader.name, sink, item.id)
         with queue._lock:
-            for reader, item, _sink in batch:
-                if reader._disposing.pop(item.id, None) is not None:
+            for k, (reader, item, _sink) in enumerate(batch):
+                if k not in kept and reader._disposing.pop(item.id, None) is not None:
                     reader._settle_locked(item)
     return len(batch)
 

@@ -462,13 +462,25 @@ class JournaledQueue:
                         reader._dirty = False
             if not todo:
                 return
-            # A checkpoint must never claim more than the journal durably holds.
-            if self.config.sync != "never" and self._journal.dirty:
-                self._journal.sync()
-            for rname, state in todo:
-                ckp.write_checkpoint(
-                    ckp.checkpoint_path(self.path, self.name, rname), state, self.config.file_mode
-                )
+            written = 0
+            try:
+                # A checkpoint must never claim more than the journal durably holds.
+                if self.config.sync != "never" and self._journal.dirty:
+                    self._journal.sync()
+                for rname, state in todo:
+                    ckp.write_checkpoint(
+                        ckp.checkpoint_path(self.path, self.name, rname), state, self.config.file_mode
+                    )
+                    written += 1
+            except BaseException:
+                # not written: the next checkpoint must try again, or an idle reader's file
+                # would stay stale (and hold back archiving) until its state changed again
+                with self._lock:
+                    for rname, _state in todo[written:]:
+                        pending = self._readers.get(rname)
+                        if pending is not None:
+                            pending._dirty = True
+                raise
             with self._lock:
                 for rname, state in todo:
                     if self._ckpt_heads.get(rname, state.head) < state.head:

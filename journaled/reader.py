@@ -126,7 +126,13 @@ class Reader:
                 self._mem_bytes += len(it.data)
                 budget -= len(it.data)
         if self._waiters:
-            self._hand_off_locked()
+            try:
+                self._hand_off_locked()
+            except Exception as exc:
+                # The items are in the journal and in this reader's state already: a failed
+                # read-behind refill must not fail the put (nor keep them from later readers).
+                # The waiters stay in line; the next put, abort or get retries the read.
+                log.error("reader %s: handing new items to a waiting get failed: %s", self.name, exc)
 
     def _refill_locked(self) -> None:
         """Read items back from the journal once memory has drained to half its bound.
@@ -226,7 +232,13 @@ class Reader:
         item = self._mem.popleft()
         self._mem_bytes -= len(item.data)
         if self._load_id is not None and self._mem_bytes <= self.config.max_memory // 2:
-            self._refill_locked()
+            try:
+                self._refill_locked()
+            except BaseException:
+                # a read error must not strand the item already taken: it stays the next one
+                self._mem.appendleft(item)
+                self._mem_bytes += len(item.data)
+                raise
         return item
 
     def _take_locked(self) -> Item | None:
