@@ -425,10 +425,13 @@ class JournaledQueue:
                     self._adopt_spool()
                 if self._archive_wanted:
                     self._archive()
-            except JournaledError as exc:
+            except (JournaledError, OSError) as exc:
                 log.error("background maintenance of %s failed: %s", self.path, exc)
-            except OSError as exc:
-                log.error("background maintenance of %s failed: %s", self.path, exc)
+            except Exception:
+                # a bug must not silently end flushing, checkpoints and archiving for good:
+                # log it with its traceback and keep the thread alive for the next round
+                log.exception("background maintenance of %s failed unexpectedly", self.path)
+                self._stop.wait(0.1)  # never spin on a fault that repeats every round
 
     def _policy_kick(self) -> None:
         """An item is bound for a sink: have the background thread hand it over soon."""

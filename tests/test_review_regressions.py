@@ -154,3 +154,36 @@ def test_read_error_while_handing_a_put_to_a_waiter_does_not_fail_the_put(qdir):
         assert got == [payloads[0]]
         slow.commit(1)
         assert _drain(slow) == payloads[1:] + [b"wake"]
+
+
+def test_background_thread_survives_an_unexpected_error_and_keeps_checkpointing(tmp_path, caplog):
+    import logging
+
+    from journaled import JournaledQueue, QueueConfig
+
+    q = JournaledQueue(str(tmp_path / "q"), QueueConfig(checkpoint_interval=0.05), name="q")
+    try:
+        r = q.reader("r")
+        real_checkpoint = q.checkpoint
+        calls = {"n": 0}
+
+        def flaky_checkpoint() -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise RuntimeError("a bug in a maintenance step")
+            real_checkpoint()
+
+        q.checkpoint = flaky_checkpoint  # type: ignore[method-assign]
+        caplog.set_level(logging.ERROR, logger="journaled")
+        q.put(b"x")
+        r.commit(r.get(timeout=5))
+        import time
+
+        deadline = time.monotonic() + 10
+        while calls["n"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert calls["n"] >= 3, "the background thread stopped after the first error"
+        assert q._bg.is_alive()
+        assert "failed unexpectedly" in caplog.text
+    finally:
+        q.close()
