@@ -586,23 +586,30 @@ class Journal:
         payload_bytes = 0
         max_body = MAX_RECORD_BODY
         while len(out) < max_items and payload_bytes < max_bytes:
+            relocate = False
             with self._lock:
                 if self._closed:
                     raise QueueClosed("journal is closed")
                 i = self._file_index(cursor.ms)
                 if i < 0:
-                    # the file was archived or set aside: jump to the oldest that remains
+                    # The cursor's file was archived or set aside.  A cursor left exactly at its
+                    # end (next_id == the next file's first id) is the common case: a reader
+                    # whose last refill stopped at a file boundary, then committed past it.
                     jf = self.files[0]
-                    if cursor.next_id >= jf.first_id:
-                        raise CorruptJournal(jf.path, 0, f"no journal file holds id {cursor.next_id}")
-                    cursor = Cursor(jf.ms, jf.header.size, jf.first_id)
-                    continue
-                jf = self.files[i]
-                last = i == len(self.files) - 1
-                if last and self._buf and cursor.offset >= jf.size:
-                    self._write_out_locked()
-                limit = jf.size
-                fd = self._read_fd(jf)
+                    if cursor.next_id <= jf.first_id:
+                        cursor = Cursor(jf.ms, jf.header.size, jf.first_id)
+                        continue
+                    relocate = True  # ids beyond the oldest file's first: find them by id
+                else:
+                    jf = self.files[i]
+                    last = i == len(self.files) - 1
+                    if last and self._buf and cursor.offset >= jf.size:
+                        self._write_out_locked()
+                    limit = jf.size
+                    fd = self._read_fd(jf)
+            if relocate:
+                cursor = self.locate(cursor.next_id)
+                continue
             if cursor.offset >= limit:
                 if last:
                     break
