@@ -26,6 +26,7 @@ from journaled.reader import Reader
 from journaled.stats import QueueStats, ReaderStats
 from journaled.compat import Queue
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
+from journaled.spoolfile import spool_put
 from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
 
 __version__ = "0.1.0"

@@ -29,37 +29,39 @@ from journaled.txn import ItemLoop, check_timeout, settle
 if TYPE_CHECKING:
     import datetime as _dt
 
+    from journaled.delivery import ReaderCore
     from journaled.queue import JournaledQueue
     from journaled.reader import Reader
 
 
-class _AsyncWaiter:
-    """A coroutine in a reader's line of waiters (see ``reader.Waiter``)."""
+class AsyncWaiter:
+    """A coroutine in a reader's line of waiters (see ``delivery.Waiter``)."""
 
-    __slots__ = ("item", "_reader", "_loop", "future")
+    __slots__ = ("item", "_core", "_loop", "future")
 
-    def __init__(self, reader: Reader, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, core: ReaderCore, loop: asyncio.AbstractEventLoop) -> None:
         self.item: Item | None = None
-        self._reader = reader
+        self._core = core
         self._loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
 
     def wake(self) -> None:
         # Called under the queue lock, from any thread.
         try:
-            self._loop.call_soon_threadsafe(self._resolve)
+            self._loop.call_soon_threadsafe(self.resolve)
         except RuntimeError:
             # The waiter's loop is closed: nobody will ever take this item, so put it back.
             item, self.item = self.item, None
             if item is not None:
-                self._reader._release_locked(item.id)
+                self._core.release(item)
 
-    def _resolve(self) -> None:
+    def resolve(self) -> None:
+        """Wake the awaiting coroutine (from its own loop's thread)."""
         if not self.future.done():
             self.future.set_result(None)
 
 
-async def aget(reader: Reader, timeout: float | None = None) -> Item:
+async def aget(core: ReaderCore, timeout: float | None = None) -> Item:
     """``await reader.aget(timeout)``: open a read without blocking the event loop.
 
     Raises :class:`~journaled.Empty` after ``timeout`` seconds (``0``: only what is ready now),
@@ -71,18 +73,17 @@ async def aget(reader: Reader, timeout: float | None = None) -> Item:
         if timeout == math.inf:
             timeout = None
     loop = asyncio.get_running_loop()
-    lock = reader._lock
+    lock = core.lock
     with lock:
-        reader._check_open()
-        if not reader._waiters:
-            item = reader._take_locked()
-            if item is not None:
-                return item
+        core.check_open()
+        item = core.take_if_first()
+        if item is not None:
+            return item
         if timeout == 0:
             raise Empty
-        waiter = _AsyncWaiter(reader, loop)
-        reader._waiters.append(waiter)
-    timer = None if timeout is None else loop.call_later(timeout, waiter._resolve)
+        waiter = AsyncWaiter(core, loop)
+        core.join(waiter)
+    timer = None if timeout is None else loop.call_later(timeout, waiter.resolve)
     try:
         await waiter.future
     except BaseException:
@@ -90,9 +91,9 @@ async def aget(reader: Reader, timeout: float | None = None) -> Item:
         with lock:
             item, waiter.item = waiter.item, None
             if item is not None:
-                reader._release_locked(item.id)
+                core.release(item)
             else:
-                _leave(reader, waiter)
+                core.leave(waiter)
         raise
     finally:
         if timer is not None:
@@ -100,17 +101,10 @@ async def aget(reader: Reader, timeout: float | None = None) -> Item:
     with lock:
         if waiter.item is not None:
             return waiter.item  # also when the timer fired just after the hand-off
-        _leave(reader, waiter)
-        if reader._closed:
-            raise QueueClosed(f"reader {reader.name!r} is closed")
+        core.leave(waiter)
+        if core.closed:
+            raise QueueClosed(f"reader {core.name!r} is closed")
     raise Empty
-
-
-def _leave(reader: Reader, waiter: _AsyncWaiter) -> None:
-    try:
-        reader._waiters.remove(waiter)
-    except ValueError:
-        pass  # the close path may already have cleared it
 
 
 class AsyncTransactionContext:
@@ -128,7 +122,7 @@ class AsyncTransactionContext:
     async def __aenter__(self) -> Item:
         if self.item is not None:
             raise RuntimeError("a transaction context can be entered only once")
-        self.item = await aget(self._reader, self._timeout)
+        self.item = await aget(self._reader.core, self._timeout)
         return self.item
 
     async def __aexit__(
@@ -155,7 +149,7 @@ class AsyncItemIterator(ItemLoop):
         if not self._advance():
             raise StopAsyncIteration
         try:
-            self._current = await aget(self._reader, self._timeout)
+            self._current = await aget(self._reader.core, self._timeout)
         except (Empty, QueueClosed):
             self._finished = True
             raise StopAsyncIteration from None

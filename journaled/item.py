@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+
 import attrs
+
+from journaled.errors import ItemTooLarge
 
 
 @attrs.frozen(slots=True)
@@ -72,3 +76,28 @@ def new_items(first_id: int, payloads: list[bytes], add_time: float, expire_at: 
         append(item)
         item_id += 1
     return out
+
+
+def as_payload(data: object, limit: int) -> bytes:
+    """``data`` as the bytes of one item, or ``TypeError``/``ItemTooLarge``."""
+    if isinstance(data, bytes):
+        payload = data
+    elif isinstance(data, (bytearray, memoryview)):
+        payload = bytes(data)
+    else:
+        raise TypeError(
+            f"items must be bytes, bytearray or memoryview, not {type(data).__name__}"
+            " (serialize it first, or use journaled.Queue which pickles)"
+        )
+    if len(payload) > limit:
+        raise ItemTooLarge(len(payload), limit)
+    return payload
+
+
+def epoch_ms(when: float | _dt.datetime) -> int:
+    """Epoch milliseconds of a datetime (naive = local time) or of epoch seconds."""
+    if isinstance(when, _dt.datetime):
+        if when.tzinfo is None:
+            when = when.astimezone()
+        return int(when.timestamp() * 1000)
+    return int(when * 1000)

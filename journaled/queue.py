@@ -1,77 +1,57 @@
-"""JournaledQueue: owns a queue directory, its journal and its named readers.
+"""JournaledQueue: owns a queue directory, its journal, its named readers and its background work.
 
-One lock guards the readers' in-memory state and the order of appends, so ``put`` is one short
-critical section (encode, append to the journal buffer, hand the new item to every reader).
-Durability waits (group commit), periodic flushing, checkpoints and archiving all happen outside
-that lock: the first on the caller's thread, the others on one background thread.
+Data flows one way: ``put`` -> the journal (files) -> every reader's core (delivery.py) -> ``get``
+/ ``commit`` -> checkpoints.  This module is where those meet: the one append path, reader
+creation and removal, checkpoints, archiving, and closing.
+
+Locks, and the only order in which they nest (docs/design.md, "Locks")::
+
+    ReaderFiles.lock  ->  _lock (the queue lock)  ->  the journal's lock  ->  group commit's lock
+
+* ``ReaderFiles.lock`` (readerfiles.py) serializes writing and removing checkpoint files and the
+  registry, and the archiving decision (a reader being created must not lose its first file).
+* ``_lock``, *the queue lock*, guards the order of appends, ``_readers``/``_cores``, the put
+  counters and every reader core's state (it is each core's ``lock``).  It is never held
+  across an fsync, a file write (except the journal's in-memory buffer), or user code.
+* The journal's own lock (journal.py) guards its buffer, files and descriptors.
+* Outside this order: ``Engine.disposal_lock`` (one sink hand-over pass at a time, taken before
+  the queue lock) and the spool adopter's pass lock (taken before the queue lock).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import errno
-import fcntl
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, cast
 
-import attrs
-
 from journaled import aio as _aio
-from journaled import checkpoint as ckp
-from journaled import fileio, policies
+from journaled import policies, restore
 from journaled.config import QueueConfig, ReaderConfig, validate_name
-from journaled.errors import (
-    InvalidName,
-    ItemTooLarge,
-    JournaledError,
-    QueueClosed,
-    QueueLocked,
-    UnknownReader,
-)
-from journaled.item import new_item, new_items
+from journaled.delivery import ReaderCore
+from journaled.dirlock import DirLock
+from journaled.engine import Engine
+from journaled.errors import InvalidName, QueueClosed, UnknownReader
+from journaled.item import as_payload, epoch_ms, new_item, new_items
 from journaled.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.reader import Reader
-from journaled.stats import QueueStats, queue_stats
-from journaled.serializers import Serializer
-from journaled.wrappers import BlockingQueue, TransactionalQueue
-from journaled.bookmarks import read_bookmarks
+from journaled.readerfiles import ReaderFiles
 from journaled.record import CheckpointData
-from journaled.spool import Adopter, QueueHost
+from journaled.serializers import Serializer
+from journaled.spool import Adopter, QueueAppender
+from journaled.stats import QueueStats, reader_stats
+from journaled.wrappers import BlockingQueue, TransactionalQueue
 
 log = logging.getLogger("journaled")
 
-LOCK_FILE = ".journaled.lock"
-
-
 _JUST_BYTES = {bytes}
 
-
-def _as_payload(data: object, limit: int) -> bytes:
-    if isinstance(data, bytes):
-        payload = data
-    elif isinstance(data, (bytearray, memoryview)):
-        payload = bytes(data)
-    else:
-        raise TypeError(
-            f"items must be bytes, bytearray or memoryview, not {type(data).__name__}"
-            " (serialize it first, or use journaled.Queue which pickles)"
-        )
-    if len(payload) > limit:
-        raise ItemTooLarge(len(payload), limit)
-    return payload
-
-
-def _to_ms(when: float | _dt.datetime) -> int:
-    if isinstance(when, _dt.datetime):
-        if when.tzinfo is None:
-            when = when.astimezone()
-        return int(when.timestamp() * 1000)
-    return int(when * 1000)
+#: ``(payloads, expire_ms)``: items appended together with one expiry (0 = never).
+Run = tuple[Sequence[bytes], int]
 
 
 class JournaledQueue:
@@ -79,8 +59,8 @@ class JournaledQueue:
 
     ``JournaledQueue(path, config=QueueConfig(...))`` creates the directory if needed, takes an
     exclusive lock on it (a second owner gets :class:`QueueLocked`), recovers the journal and
-    the readers' checkpoints, and starts one background thread for flushing, checkpoints and
-    archiving.  Use it as a context manager or call :meth:`close`.
+    the readers' checkpoints, and starts its background work (flushing, checkpoints, archiving,
+    reader policies).  Use it as a context manager or call :meth:`close`.
     """
 
     def __init__(
@@ -95,60 +75,37 @@ class JournaledQueue:
         if not isinstance(self.config, QueueConfig):
             raise TypeError(f"config must be a QueueConfig, not {type(self.config).__name__}")
         os.makedirs(self.path, mode=0o700, exist_ok=True)
-        self._lock_fd = self._take_lock()
+        self._dirlock = DirLock.acquire(self.path)
         try:
             self.name = validate_name(name, "queue name") if name is not None else detect_queue_name(self.path)
-            self._archive_dir = self._resolve_archive_dir()
             self._lock = threading.Lock()
             self._closed = False
-            # reader policies (policies.py): wakes the background thread for sink hand-offs
-            self._kick = threading.Event()
-            self._disposal_lock = threading.Lock()
+            self._close_done = threading.Event()
             self._put_count = self._put_bytes = 0
-            states = self._read_reader_states()
-            # never hand out an id a reader has already seen, even if the journal lost it
-            floor = max(
-                [st.head for st in states.values() if st is not None]
-                + [max(st.done) + 1 for st in states.values() if st is not None and st.done]
-                + [max(i for i, _ in st.errors) + 1 for st in states.values() if st is not None and st.errors]
-                + [1]
-            )
-            self._journal = Journal(self.path, self.name, self.config, id_floor=floor)
+            registered, states = restore.read_states(self.path, self.name)
+            self._journal = Journal(self.path, self.name, self.config, id_floor=restore.id_floor(states))
             self._readers: dict[str, Reader] = {}
-            self._reader_list: list[Reader] = []
-            self._ckpt_lock = threading.Lock()  # serializes checkpoint file writes/removals
-            # each reader's head as its checkpoint file last recorded it: archiving goes by these
-            self._ckpt_heads: dict[str, int] = {}
-            self._archive_wanted = True
-            self._load_readers(states)
+            self._cores: list[ReaderCore] = []
+            self._files = ReaderFiles(
+                self.path, self.name, self.config, self._journal, self._lock, lambda: self._cores,
+                self._resolve_archive_dir(),
+            )
+            self._engine = Engine(
+                self.name, self._lock, lambda: self._cores, self._journal,
+                self.config.sync_interval, self.config.checkpoint_interval,
+                lambda: self.checkpoint(), self._maintain, lambda: self._closed,
+            )
+            first, end = self._journal.first_id(), self._journal.next_id
+            for rname, state in states.items():
+                self._add_reader(rname, ReaderConfig(), restore.fit_to_journal(rname, state, first, end))
+            if registered is None or set(registered) != set(states):
+                self._files.write_registry(list(states))
             self._spool = Adopter(self.path)
             self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
         except BaseException:
-            os.close(self._lock_fd)
+            self._dirlock.release()
             raise
-        self._stop = threading.Event()
-        self._close_done = threading.Event()
-        self._bg = threading.Thread(target=self._background, name=f"journaled-{self.name}", daemon=True)
-        self._bg.start()
-
-    # ------------------------------------------------------------------ opening
-    def _take_lock(self) -> int:
-        lock_path = os.path.join(self.path, LOCK_FILE)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            try:
-                pid = int(os.pread(fd, 32, 0).decode().strip() or 0)
-            except (ValueError, OSError):
-                pid = 0
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise QueueLocked(self.path, pid or None) from None
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return fd
+        self._engine.start()
 
     def _resolve_archive_dir(self) -> str | None:
         d = self.config.archive_dir
@@ -158,52 +115,13 @@ class JournaledQueue:
         os.makedirs(d, mode=0o700, exist_ok=True)
         return d
 
-    def _read_reader_states(self) -> dict[str, CheckpointData | None]:
-        """Every known reader (registry and checkpoint files) with its checkpoint, or None when
-        the checkpoint is missing or damaged (that reader replays from the earliest item)."""
-        self._registered = ckp.read_registry(ckp.registry_path(self.path, self.name))
-        names = set(ckp.list_checkpoints(self.path, self.name)) | set(self._registered or ())
-        return {
-            rname: ckp.read_checkpoint(ckp.checkpoint_path(self.path, self.name, rname))
-            for rname in sorted(names)
-        }
-
-    def _load_readers(self, states: dict[str, CheckpointData | None]) -> None:
-        registered = self._registered
-        names = set(states)
-        first, end = self._journal.first_id(), self._journal.next_id
-        for rname, state in states.items():
-            if state is None:
-                state = CheckpointData(head=first)
-            if state.head > end or state.head < first:
-                log.warning(
-                    "reader %s: checkpoint head %d lies outside the journal [%d, %d]; clamped",
-                    rname, state.head, first, end,
-                )
-                head = min(max(state.head, first), end)
-                state = CheckpointData(
-                    head,
-                    done=tuple(i for i in state.done if head <= i < end),
-                    errors=tuple((i, c) for i, c in state.errors if head <= i < end),
-                )
-            elif any(i >= end for i in state.done) or any(i >= end for i, _ in state.errors):
-                # the journal lost its tail: those ids will be reused by new items, which must
-                # not inherit the old items' commits or error counts
-                state = attrs.evolve(
-                    state,
-                    done=tuple(i for i in state.done if i < end),
-                    errors=tuple((i, c) for i, c in state.errors if i < end),
-                )
-            self._add_reader(rname, ReaderConfig(), state)
-        if registered is None or set(registered) != names:
-            ckp.write_registry(ckp.registry_path(self.path, self.name), sorted(names), self.config.file_mode)
-
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
-        reader = Reader(self, rname, config, state)
-        self._kick.set()  # the background thread re-checks which policies need its tick
+        core = ReaderCore(rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake)
+        reader = Reader(core)
+        self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
-        self._reader_list = list(self._readers.values())
-        self._ckpt_heads[rname] = state.head  # loaded from disk, or about to be written
+        self._cores = [r.core for r in self._readers.values()]
+        self._files.heads[rname] = state.head  # loaded from disk, or about to be written
         return reader
 
     # ------------------------------------------------------------------ readers
@@ -221,23 +139,21 @@ class JournaledQueue:
             )
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
-        with self._ckpt_lock:
+        with self._files.lock:
             with self._lock:
                 self._check_open()
                 existing = self._readers.get(name)
                 if existing is not None:
                     if config is not None:
-                        existing.config = config
-                        self._kick.set()  # its time-driven policies may start now
+                        existing.core.config = config
+                        self._engine.wake()  # its time-driven policies may start now
                     return existing
                 cfg = config or ReaderConfig()
-                head = self._start_id(cfg.start)
-                reader = self._add_reader(name, cfg, CheckpointData(head))
-                state = reader._checkpoint_locked()
+                reader = self._add_reader(name, cfg, CheckpointData(self._start_id(cfg.start)))
+                state = reader.core.checkpoint_state()
                 names = list(self._readers)
             # durable before we return: the reader exists even if we crash right after
-            ckp.write_checkpoint(ckp.checkpoint_path(self.path, self.name, name), state, self.config.file_mode)
-            ckp.write_registry(ckp.registry_path(self.path, self.name), names, self.config.file_mode)
+            self._files.created(name, state, names)
         return reader
 
     def _start_id(self, start: object) -> int:
@@ -249,7 +165,7 @@ class JournaledQueue:
         if isinstance(start, int):
             return min(max(start, journal.first_id()), journal.next_id)
         assert isinstance(start, (float, _dt.datetime))
-        return journal.locate_time(_to_ms(start))
+        return journal.locate_time(epoch_ms(start))
 
     def readers(self) -> list[str]:
         """Names of the existing readers, sorted."""
@@ -259,24 +175,19 @@ class JournaledQueue:
     def remove_reader(self, name: str) -> None:
         """Delete a reader and its checkpoint; its open reads are dropped, its waiters get
         :class:`QueueClosed`.  Journal files only it was holding become archivable."""
-        with self._ckpt_lock:
+        with self._files.lock:
             with self._lock:
                 # once closed the directory may belong to someone else: touch nothing in it
                 self._check_open()
                 reader = self._readers.pop(name, None)
                 if reader is None:
                     raise UnknownReader(f"no reader named {name!r}")
-                self._reader_list = list(self._readers.values())
-                self._ckpt_heads.pop(name, None)
-                reader._close_locked()
+                self._cores = [r.core for r in self._readers.values()]
+                self._files.heads.pop(name, None)
+                self._files.archive_wanted = True
+                reader.core.close()
                 names = list(self._readers)
-                self._archive_wanted = True
-            ckp.write_registry(ckp.registry_path(self.path, self.name), names, self.config.file_mode)
-            try:
-                fileio.ops.unlink(ckp.checkpoint_path(self.path, self.name, name))
-                fileio.ops.fsync_dir(self.path)
-            except FileNotFoundError:
-                pass
+            self._files.removed(name, names)
 
     # ------------------------------------------------------------------ putting
     def put(
@@ -288,8 +199,12 @@ class JournaledQueue:
     ) -> int:
         """Append one item; return its id.  Durable on return as the sync policy says."""
         if type(data) is bytes and expire_at is None and ttl is None and len(data) <= self.config.max_item_size:
-            # perf: the plain case skips put_many's batch checks; the work is the same _append
-            return self._append([data], len(data), time.time_ns() // 1_000_000, 0, None)
+            # perf: the plain case skips put_many's batch checks; the append path is the same
+            with self._lock:
+                first_id, seq = self._append_locked((((data,), 0),), 1, len(data), time.time_ns() // 1_000_000)
+            if self.config.sync == "always":
+                self._journal.wait_durable(seq)
+            return first_id
         return self.put_many((data,), expire_at=expire_at, ttl=ttl)[0]
 
     def put_many(
@@ -310,7 +225,7 @@ class JournaledQueue:
         if not payloads:
             return []
         if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
-            payloads = [_as_payload(d, limit) for d in payloads]
+            payloads = [as_payload(d, limit) for d in payloads]
         add_ms = time.time_ns() // 1_000_000
         expire_ms = 0
         if expire_at is not None and ttl is not None:
@@ -318,40 +233,55 @@ class JournaledQueue:
         if ttl is not None:
             expire_ms = add_ms + int(ttl * 1000)
         elif expire_at is not None:
-            expire_ms = _to_ms(expire_at)
-        expire = expire_ms / 1000.0 if expire_ms else None
-        first_id = self._append(payloads, sum(map(len, payloads)), add_ms, expire_ms, expire)
-        return list(range(first_id, first_id + len(payloads)))
-
-    def _append(
-        self, payloads: list[bytes], nbytes: int, add_ms: int, expire_ms: int, expire: float | None
-    ) -> int:
-        """The one place items enter the queue (``put`` and ``put_many``): policies, journal,
-        counters, readers, then the durability wait.  Returns the first id."""
+            expire_ms = epoch_ms(expire_at)
         with self._lock:
-            self._check_open()
-            if self._reader_list:
-                # max_items/max_size: refuse (writing nothing) or discard, before appending
-                policies.make_room_locked(self._reader_list, len(payloads), nbytes)
-            one = len(payloads) == 1 and not expire_ms  # perf: the plain single put
-            if one:
-                first_id, add_ms, seq = self._journal.append_one(payloads[0], add_ms)
-            else:
-                first_id, add_ms, seq = self._journal.append(payloads, add_ms, expire_ms)
-            self._put_count += len(payloads)
-            self._put_bytes += nbytes
-            if self._reader_list:
-                add_time = add_ms / 1000.0
-                # perf: Item(...) without attrs' __init__
-                if one:
-                    made = [new_item(first_id, payloads[0], add_time, None, 0)]
-                else:
-                    made = new_items(first_id, payloads, add_time, expire)
-                for reader in self._reader_list:
-                    reader._on_put_locked(made, nbytes)
+            first_id, seq = self._append_locked(
+                ((payloads, expire_ms),), len(payloads), sum(map(len, payloads)), add_ms
+            )
         if self.config.sync == "always":
             self._journal.wait_durable(seq)
-        return first_id
+        return list(range(first_id, first_id + len(payloads)))
+
+    def _append_locked(
+        self,
+        runs: Sequence[Run],
+        count: int,
+        nbytes: int,
+        add_ms: int,
+        intent: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """The one place items enter the queue (``put``, ``put_many``, spool adoption): reader
+        policies, ``intent(first_id)`` (the spool's ledger line), the journal, the counters, then
+        every reader.  Call with the queue lock held; the caller then waits for durability with
+        the returned journal sequence.  Returns ``(first id, sequence)``."""
+        if self._closed:
+            raise QueueClosed(f"queue {self.path!r} is closed")
+        cores = self._cores
+        if cores:
+            # max_items/max_size: refuse (writing nothing) or discard, before appending
+            policies.make_room(cores, count, nbytes)
+        journal = self._journal
+        first_id = journal.next_id
+        if intent is not None:
+            intent(first_id)
+        seq = 0
+        for payloads, expire_ms in runs:
+            if len(payloads) == 1 and not expire_ms:  # perf: the plain single put
+                item_id, added_ms, seq = journal.append_one(payloads[0], add_ms)
+                if cores:
+                    made = [new_item(item_id, payloads[0], added_ms / 1000.0, None, 0)]
+            else:
+                item_id, added_ms, seq = journal.append(payloads, add_ms, expire_ms)
+                if cores:
+                    expire = expire_ms / 1000.0 if expire_ms else None
+                    made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
+            if cores:
+                run_bytes = nbytes if len(runs) == 1 else sum(map(len, payloads))
+                for core in cores:
+                    core.on_put(made, run_bytes)
+        self._put_count += count
+        self._put_bytes += nbytes
+        return first_id, seq
 
     def sync(self) -> None:
         """Return once everything put so far is on stable storage (any sync policy)."""
@@ -393,106 +323,51 @@ class JournaledQueue:
         :class:`~journaled.wrappers.Transaction` with ``item``, ``commit()`` and ``rollback()``."""
         return TransactionalQueue(self, reader, serializer)
 
-    # ------------------------------------------------------------------ background
+    # ------------------------------------------------------------------ maintenance
     def _head_moved(self) -> None:
-        self._archive_wanted = True
+        # called by a reader core with the queue lock held: only a flag
+        self._files.archive_wanted = True
 
-    def _background(self) -> None:
-        interval = self.config.sync_interval
-        next_ckpt = time.monotonic() + self.config.checkpoint_interval
-        while not self._stop.is_set():
-            now = time.monotonic()
-            wait = next_ckpt - now
-            if interval is not None:
-                wait = min(wait, interval)
-            with self._lock:
-                timed = any(policies.uses_time_policies(r) or r._disposing for r in self._reader_list)
-            if timed:
-                wait = min(wait, policies.POLICY_TICK)
-            self._kick.wait(max(0.0, wait))  # set by close() and by items bound for a sink
-            self._kick.clear()
-            if self._stop.is_set():
-                return
-            try:
-                if timed or self._kick_pending():
-                    policies.tick(self, self._disposal_lock)
-                if interval is not None and self._journal.dirty:
-                    self._journal.sync()
-                if time.monotonic() >= next_ckpt:
-                    self.checkpoint()
-                    next_ckpt = time.monotonic() + self.config.checkpoint_interval
-                if self._spool.has_work():
-                    self._adopt_spool()
-                if self._archive_wanted:
-                    self._archive()
-            except (JournaledError, OSError) as exc:
-                log.error("background maintenance of %s failed: %s", self.path, exc)
-            except Exception:
-                # a bug must not silently end flushing, checkpoints and archiving for good:
-                # log it with its traceback and keep the thread alive for the next round
-                log.exception("background maintenance of %s failed unexpectedly", self.path)
-                self._stop.wait(0.1)  # never spin on a fault that repeats every round
-
-    def _policy_kick(self) -> None:
-        """An item is bound for a sink: have the background thread hand it over soon."""
-        self._kick.set()
-
-    def _kick_pending(self) -> bool:
-        with self._lock:
-            return any(r._disposing for r in self._reader_list)
+    def _maintain(self) -> None:
+        """The background thread's spool adoption and archiving steps."""
+        if self._spool.has_work():
+            self._adopt_spool()
+        if self._files.archive_wanted:
+            self._files.archive()
 
     def run_policies(self) -> None:
         """Apply time-driven reader policies now: expire items at the readers' heads, abort reads
         open longer than ``open_read_timeout``, and hand items bound for ``expire_to`` /
-        ``dead_letter`` to those sinks.  The background thread does this every
+        ``dead_letter`` to those sinks (on the calling thread).  The background does this every
         ``policies.POLICY_TICK`` seconds; call it to make tests and tools deterministic."""
         self._check_open()
-        policies.tick(self, self._disposal_lock)
+        self._engine.sweep()
+        self._engine.dispose_now()
 
     def stats(self) -> QueueStats:
         """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`)."""
-        return queue_stats(self)
+        now = time.time()
+        with self._lock:
+            readers = tuple(reader_stats(c, now) for c in sorted(self._cores, key=lambda c: c.name))
+            files, nbytes = self._journal.disk_usage()
+            return QueueStats(
+                name=self.name,
+                path=self.path,
+                next_id=self._journal.next_id,
+                put=self._put_count,
+                bytes_put=self._put_bytes,
+                journal_files=files,
+                journal_bytes=nbytes,
+                readers=readers,
+            )
 
     def checkpoint(self) -> None:
         """Write the checkpoint of every reader whose state changed (the background thread does
         this every ``checkpoint_interval``; close does it too)."""
-        with self._ckpt_lock:
-            with self._lock:
-                todo = []
-                for reader in self._reader_list:
-                    if reader._dirty:
-                        todo.append((reader.name, reader._checkpoint_locked()))
-                        reader._dirty = False
-            if not todo:
-                return
-            written = 0
-            try:
-                # A checkpoint must never claim more than the journal durably holds.
-                if self.config.sync != "never" and self._journal.dirty:
-                    self._journal.sync()
-                for rname, state in todo:
-                    ckp.write_checkpoint(
-                        ckp.checkpoint_path(self.path, self.name, rname), state, self.config.file_mode
-                    )
-                    written += 1
-            except BaseException:
-                # not written: the next checkpoint must try again, or an idle reader's file
-                # would stay stale (and hold back archiving) until its state changed again
-                with self._lock:
-                    for rname, _state in todo[written:]:
-                        pending = self._readers.get(rname)
-                        if pending is not None:
-                            pending._dirty = True
-                raise
-            with self._lock:
-                for rname, state in todo:
-                    if self._ckpt_heads.get(rname, state.head) < state.head:
-                        self._ckpt_heads[rname] = state.head
-                        self._archive_wanted = True
+        self._files.checkpoint()
 
     def _adopt_spool(self) -> int:
-        """Adopt batches other processes left in the spool folder (see spool.py)."""
-        return self._spool.adopt(QueueHost(self))
+        return self._spool.adopt(QueueAppender(self._lock, self._append_locked, self._journal, self.config))
 
     def adopt_spool(self) -> int:
         """Adopt waiting spool batches now (the background thread does this on its own);
@@ -500,22 +375,11 @@ class JournaledQueue:
         self._check_open()
         return self._adopt_spool()
 
-    def _archive(self) -> None:
-        external = read_bookmarks(self.path)  # out-of-process readers (see bookmarks.py)
-        # Under the checkpoint lock: a reader being created with start="earliest" must not have
-        # its first files deleted between choosing its head and becoming one of the heads here.
-        with self._ckpt_lock:
-            with self._lock:
-                self._archive_wanted = bool(external)  # their heads move without telling us
-                if not self._reader_list:
-                    return  # with no readers, everything is kept for the first one
-                # Checkpointed heads, not live ones: after a crash every checkpoint still points
-                # into the journal, so recovery never has to clamp a head that was fine.
-                heads = [self._ckpt_heads.get(r.name, 0) for r in self._reader_list]
-                min_head = min(heads + list(external.values()))
-            files = self._journal.archivable(min_head)
-            if files:
-                self._journal.archive(files, self._archive_dir)
+    def archive(self) -> None:
+        """Archive (delete, or move to ``archive_dir``) the journal files every reader's
+        checkpoint and every external bookmark has passed, now.  The background thread does this
+        whenever a checkpoint moved a head; nothing is archived while the queue has no reader."""
+        self._files.archive()
 
     # ------------------------------------------------------------------ misc
     @property
@@ -529,6 +393,11 @@ class JournaledQueue:
         return self._journal.commits.fsyncs
 
     @property
+    def journal(self) -> Journal:
+        """The journal (files, reading by id and time); for tools and tests."""
+        return self._journal
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -539,37 +408,27 @@ class JournaledQueue:
     def close(self) -> None:
         """Flush and sync the journal, write every reader's checkpoint, release the directory.
 
-        Waiting ``get`` calls are woken with :class:`QueueClosed`.  Idempotent; a second
-        concurrent call returns only once the first has released the directory.
+        Waiting ``get`` calls are woken with :class:`QueueClosed`.  Items already bound for an
+        ``expire_to``/``dead_letter`` sink are handed over first.  Idempotent and callable from
+        any thread, a sink included; a second concurrent call returns only once the first has
+        released the directory (except on the queue's own threads, which never wait).
         """
         with self._lock:
-            if self._closed:
-                closing = self._close_done
-            else:
-                closing = None
-                self._closed = True
-        if closing is not None:
-            if threading.current_thread() is not self._bg:
-                closing.wait()
+            first = not self._closed
+            self._closed = True
+            if first:
+                for core in self._cores:
+                    core.close()
+                    core.dirty = True  # always leave a fresh checkpoint behind
+        if not first:
+            if not self._engine.on_engine_thread():
+                self._close_done.wait()
             return
-        with self._lock:
-            for reader in self._reader_list:
-                reader._close_locked()
-            for reader in self._reader_list:
-                reader._dirty = True  # always leave a fresh checkpoint behind
-        self._stop.set()
-        self._kick.set()
-        if threading.current_thread() is not self._bg:
-            self._bg.join()
         try:
-            # items already bound for a sink reach it before the final checkpoint commits them
-            policies.run_disposals(self, self._disposal_lock)
-        except Exception:
-            log.exception("handing items to expire_to/dead_letter sinks on close failed")
-        try:
+            self._engine.stop()
             try:
                 self._journal.sync()
-            except JournaledError as exc:
+            except Exception as exc:
                 log.error("final sync of %s failed: %s", self.path, exc)
             else:
                 self.checkpoint()
@@ -577,7 +436,7 @@ class JournaledQueue:
             try:
                 self._journal.close()
             finally:
-                os.close(self._lock_fd)
+                self._dirlock.release()
                 self._close_done.set()
 
     def __enter__(self) -> JournaledQueue:

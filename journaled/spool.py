@@ -1,13 +1,11 @@
-"""The spool: how any process hands a batch of items to a queue another process holds open.
+"""Adopting spool batches: exactly once, in arrival order, into the queue that owns the directory.
 
-A producer calls :func:`spool_put`: it writes a complete batch file (records, then a trailer
-with the count and a CRC32C of everything before it) under a temporary name, fsyncs it and
-renames it into ``<queue dir>/spool/``.  A batch is therefore either absent or whole.
-
-The queue's owner (or the next process to open the queue) *adopts* each batch exactly once, in
+Producers in other processes write batch files into ``<queue dir>/spool/`` (spoolfile.py).  The
+queue's owner (or the next process to open the queue) *adopts* each batch exactly once, in
 arrival order (the name starts with the producer's nanosecond clock at rename time), giving its
-items ids like any put.  The key a producer chose is remembered in an append-only ledger, so a
-re-sent batch (same key) is dropped, across restarts too.
+items ids like any put, through the queue's one append path (same policies, counters and
+durability as ``put_many``).  The key a producer chose is remembered in an append-only ledger, so
+a re-sent batch (same key) is dropped, across restarts too.
 
 Exactly-once adoption, even under kill -9 at any point, rests on one intent line written
 *before* the items are appended, while the queue's append lock is held::
@@ -19,7 +17,10 @@ Exactly-once adoption, even under kill -9 at any point, rests on one intent line
 Because nothing else can append between the intent and our append, after a crash the journal's
 recovered ``next_id`` says exactly how many of the batch's items landed (ids are consecutive and
 a torn journal tail can only lose a suffix).  Recovery appends only the missing rest, so no item
-is lost and none is adopted twice.  docs/spark.md ("The spool") has the argument in full.
+is lost and none is adopted twice.  That arithmetic is only sound right after opening: if
+anything fails between an intent and its ``D`` line (the append, or the fsync that makes it
+durable), adoption stops until the queue is reopened, and the batch stays pending.
+docs/spark.md ("The spool") has the argument in full.
 """
 
 from __future__ import annotations
@@ -27,37 +28,39 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import struct
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, BinaryIO, Protocol
-
-from crc32c import crc32c
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 from journaled import fileio
-from journaled.errors import CorruptJournal
-from journaled.item import Item
-
-if TYPE_CHECKING:
-    from journaled.queue import JournaledQueue
+from journaled.config import QueueConfig
+from journaled.errors import CorruptJournal, Full
+from journaled.spoolfile import (
+    BATCH_SUFFIX,
+    LEDGER,
+    MAX_KEY_BYTES,
+    REJECTED,
+    SPOOL_DIR,
+    STAGING,
+    BatchWriter,
+    Ledger,
+    new_temp_path,
+    pending_batches,
+    publish,
+    read_batch,
+    read_batch_key,
+    spool_dir,
+    spool_put,
+)
 
 log = logging.getLogger("journaled")
 
-SPOOL_DIR = "spool"
-LEDGER = "ledger"
-REJECTED = "rejected"
-STAGING = "staging"
-BATCH_SUFFIX = ".batch"
-
-_MAGIC = b"\x89JSPL\r\n\x1a"
-_VERSION = 1
-_HEAD = struct.Struct("<8sHH")  # magic, version, key length
-_REC = struct.Struct("<IQ")  # payload length, expire ms (0 = never)
-_END = 0xFFFFFFFF  # a record length of all ones opens the trailer
-_TRAILER = struct.Struct("<IQI")  # _END, record count, CRC32C of every byte before the CRC
-MAX_KEY_BYTES = 1024
-MAX_PAYLOAD = (1 << 31) - 1
+__all__ = [
+    "BATCH_SUFFIX", "LEDGER", "MAX_KEY_BYTES", "REJECTED", "SPOOL_DIR", "STAGING", "Adopter",
+    "BatchWriter", "Ledger", "SpoolHost", "new_temp_path", "pending_batches", "publish",
+    "read_batch", "read_batch_key", "spool_dir", "spool_put",
+]
 
 #: Test hook: the crash tests set this in a child process to die (SIGKILL) at a named step,
 #: ``"step"`` or ``"step#k"`` for its k-th occurrence (1-based).
@@ -73,241 +76,37 @@ def _step(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def spool_dir(queue_dir: str | os.PathLike[str]) -> str:
-    """The spool folder of a queue directory."""
-    return os.path.join(os.fspath(queue_dir), SPOOL_DIR)
-
-
-# ------------------------------------------------------------------------------ batch files
-class BatchWriter:
-    """Write one batch file incrementally (used by :func:`spool_put` and by Spark executors).
-
-    ``finish()`` writes the trailer and fsyncs; the caller then renames the file into place.
-    """
-
-    def __init__(self, path: str, key: str) -> None:
-        raw_key = key.encode("utf-8")
-        if len(raw_key) > MAX_KEY_BYTES:
-            raise ValueError(f"batch key longer than {MAX_KEY_BYTES} bytes")
-        self.path = path
-        self.count = 0
-        self._crc = 0
-        self._f: BinaryIO = open(path, "xb")  # noqa: SIM115 - closed in finish/discard
-        self._emit(_HEAD.pack(_MAGIC, _VERSION, len(raw_key)) + raw_key)
-
-    def _emit(self, data: bytes) -> None:
-        self._crc = crc32c(data, self._crc)
-        self._f.write(data)
-
-    def add(self, payload: bytes | bytearray | memoryview, expire_ms: int = 0) -> None:
-        payload = bytes(payload)
-        if len(payload) > MAX_PAYLOAD:
-            raise ValueError("payload too large for a spool batch")
-        self._emit(_REC.pack(len(payload), expire_ms) + payload)
-        self.count += 1
-
-    def finish(self) -> None:
-        self._emit(struct.pack("<IQ", _END, self.count))
-        self._f.write(struct.pack("<I", self._crc))
-        self._f.flush()
-        fileio.ops.fsync(self._f.fileno())
-        self._f.close()
-
-    def discard(self) -> None:
-        self._f.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
-def read_batch(path: str) -> tuple[str, list[tuple[bytes, int]]]:
-    """``(key, [(payload, expire_ms), ...])`` of a batch file; :class:`CorruptJournal` if it is
-    not a complete, valid batch."""
-    data = fileio.ops.read_file(path)
-    if len(data) < _HEAD.size + _TRAILER.size or data[:8] != _MAGIC:
-        raise CorruptJournal(path, 0, "not a spool batch file")
-    _, version, klen = _HEAD.unpack_from(data)
-    if version != _VERSION:
-        raise CorruptJournal(path, 8, f"spool batch version {version} is not supported")
-    (crc,) = struct.unpack_from("<I", data, len(data) - 4)
-    if crc32c(memoryview(data)[:-4]) != crc:
-        raise CorruptJournal(path, len(data) - 4, "spool batch CRC mismatch")
-    pos = _HEAD.size + klen
-    out: list[tuple[bytes, int]] = []
-    try:
-        key = data[_HEAD.size : pos].decode("utf-8")
-    except UnicodeDecodeError:
-        raise CorruptJournal(path, _HEAD.size, "batch key is not UTF-8") from None
-    while True:
-        if pos + 4 > len(data):
-            raise CorruptJournal(path, pos, "spool batch truncated")
-        length, expire_ms = _REC.unpack_from(data, pos) if pos + _REC.size <= len(data) else (_END, 0)
-        if length == _END:
-            _, count, _ = _TRAILER.unpack_from(data, pos)
-            if count != len(out) or pos + _TRAILER.size != len(data):
-                raise CorruptJournal(path, pos, "spool batch trailer does not match its records")
-            return key, out
-        start = pos + _REC.size
-        if start + length > len(data):
-            raise CorruptJournal(path, pos, "spool batch record overruns the file")
-        out.append((data[start : start + length], expire_ms))
-        pos = start + length
-
-
-def read_batch_key(path: str) -> str | None:
-    """Just the key of a batch file (``None`` if unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_HEAD.size + MAX_KEY_BYTES)
-        magic, _, klen = _HEAD.unpack_from(head)
-        return head[_HEAD.size : _HEAD.size + klen].decode("utf-8") if magic == _MAGIC else None
-    except (OSError, struct.error, UnicodeDecodeError):
-        return None
-
-
-def _new_name() -> str:
-    return f"{time.time_ns():020d}-{os.getpid()}-{os.urandom(4).hex()}"
-
-
-def publish(tmp_path: str, queue_dir: str | os.PathLike[str]) -> str:
-    """Rename a finished batch file into the spool (the atomic step) and fsync the folder."""
-    d = spool_dir(queue_dir)
-    final = os.path.join(d, _new_name() + BATCH_SUFFIX)
-    fileio.ops.rename(tmp_path, final)
-    fileio.ops.fsync_dir(d)
-    return final
-
-
-def new_temp_path(queue_dir: str | os.PathLike[str], sub: str = "") -> str:
-    """A fresh temporary file name inside the spool (a dot name: never taken for a batch)."""
-    d = os.path.join(spool_dir(queue_dir), sub) if sub else spool_dir(queue_dir)
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    return os.path.join(d, "." + _new_name() + ".tmp")
-
-
-def spool_put(
-    path: str | os.PathLike[str],
-    records: Iterable[bytes | bytearray | memoryview],
-    *,
-    key: str,
-    expire_at: float | None = None,
-) -> bool:
-    """Deliver ``records`` as one batch to the queue at ``path``, whoever holds it open.
-
-    The batch becomes visible to the owner atomically and is adopted exactly once, in arrival
-    order.  ``key`` names the batch: a batch whose key was already adopted is dropped (here,
-    returning ``False``, when the ledger already lists it; otherwise at adoption).  ``expire_at``
-    (epoch seconds) applies to every record.  Returns ``True`` once the batch is durably spooled.
-    """
-    if not isinstance(key, str) or not key:
-        raise ValueError("key must be a non-empty string")
-    qdir = os.fspath(path)
-    if key in Ledger(spool_dir(qdir)).adopted_keys():
-        return False
-    expire_ms = int(expire_at * 1000) if expire_at is not None else 0
-    tmp = new_temp_path(qdir)
-    writer = BatchWriter(tmp, key)
-    try:
-        for rec in records:
-            if not isinstance(rec, (bytes, bytearray, memoryview)):
-                raise TypeError(f"records must be bytes, not {type(rec).__name__}")
-            writer.add(rec, expire_ms)
-        writer.finish()
-    except BaseException:
-        writer.discard()
-        raise
-    publish(tmp, qdir)
-    return True
-
-
-def pending_batches(queue_dir: str | os.PathLike[str]) -> list[str]:
-    """Batch files waiting for adoption, in arrival order."""
-    d = spool_dir(queue_dir)
-    try:
-        names = [n for n in os.listdir(d) if n.endswith(BATCH_SUFFIX) and not n.startswith(".")]
-    except FileNotFoundError:
-        return []
-    return [os.path.join(d, n) for n in sorted(names)]
-
-
-# ------------------------------------------------------------------------------ the ledger
-class Ledger:
-    """The append-only record of intents (``P``) and completed adoptions (``D``)."""
-
-    def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, LEDGER)
-        self.done: set[str] = set()
-        self.pending: dict[str, tuple[int, int, int]] = {}  # key -> (first, count, skip)
-        self._load()
-
-    def _load(self) -> None:
-        try:
-            raw = fileio.ops.read_file(self.path)
-        except FileNotFoundError:
-            return
-        lines = raw.split(b"\n")
-        for n, line in enumerate(lines):
-            if not line:
-                continue
-            body, _, crc = line.rpartition(b" ")
-            try:
-                ok = int(crc, 16) == crc32c(body)
-                parts = body.decode("ascii").split(" ")
-                key = bytes.fromhex(parts[1]).decode("utf-8")
-            except (ValueError, IndexError, UnicodeDecodeError):
-                ok = False
-            if not ok:
-                if n < len(lines) - 1 and any(lines[n + 1 :]):
-                    log.error("spool ledger %s: damaged line %d ignored", self.path, n + 1)
-                continue  # a torn last line: its fsync never returned, so nothing followed it
-            if parts[0] == "P":
-                self.pending[key] = (int(parts[2]), int(parts[3]), int(parts[4]))
-            elif parts[0] == "D":
-                self.pending.pop(key, None)
-                self.done.add(key)
-
-    def adopted_keys(self) -> set[str]:
-        return self.done
-
-    def _append(self, text: str) -> None:
-        body = text.encode("ascii")
-        line = body + b" %08x\n" % crc32c(body)
-        created = not os.path.exists(self.path)
-        fd = fileio.ops.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            fileio.ops.write(fd, line)
-            fileio.ops.fsync(fd)
-        finally:
-            fileio.ops.close(fd)
-        if created:
-            fileio.ops.fsync_dir(os.path.dirname(self.path))
-
-    def intend(self, key: str, first: int, count: int, skip: int) -> None:
-        self._append(f"P {key.encode('utf-8').hex()} {first} {count} {skip}")
-        self.pending[key] = (first, count, skip)
-
-    def complete(self, key: str) -> None:
-        self._append(f"D {key.encode('utf-8').hex()}")
-        self.pending.pop(key, None)
-        self.done.add(key)
-
 
 # ------------------------------------------------------------------------------ adoption
+class DurableLog(Protocol):
+    """The journal as the spool sees it."""
+
+    @property
+    def next_id(self) -> int: ...
+
+    def wait_durable(self, seq: int) -> None: ...
+
+    def sync(self) -> None: ...
+
+
 class SpoolHost(Protocol):
     """What the adopter needs from the queue that owns the directory."""
 
     @property
-    def append_lock(self) -> threading.Lock: ...
-
-    def next_id_locked(self) -> int: ...
-
-    def append_locked(self, payloads: Sequence[bytes], expire_ms: int) -> int: ...
-
-    def sync(self) -> None: ...
+    def max_item_size(self) -> int: ...
 
     @property
-    def max_item_size(self) -> int: ...
+    def next_id(self) -> int:
+        """The id the next append gets (read only while no append can run: at open)."""
+        ...
+
+    def append_runs(self, runs: Sequence[tuple[list[bytes], int]], intent: Callable[[int], None]) -> int:
+        """Append ``(payloads, expire_ms)`` runs through the queue's one append path, calling
+        ``intent(first_id)`` under the append lock just before anything is appended (after the
+        policies have accepted the batch).  Returns the first id."""
+        ...
+
+    def sync(self) -> None: ...
 
 
 def _runs(records: Sequence[tuple[bytes, int]]) -> Iterator[tuple[list[bytes], int]]:
@@ -333,6 +132,7 @@ class Adopter:
         # Set when an append failed after its intent line: the recovery arithmetic is only
         # sound right after opening, so adoption waits for the queue to be reopened.
         self.broken = False
+        self._held_back: set[str] = set()  # batches refused by a full reader (logged once)
 
     def _ledger(self) -> Ledger:
         if self.ledger is None:
@@ -356,7 +156,16 @@ class Adopter:
                     added += self._finish(host, ledger, key, by_key.get(key))
                 batches = pending_batches(self.queue_dir)
             for path in batches:
-                added += self._adopt_one(host, ledger, path)
+                try:
+                    added += self._adopt_one(host, ledger, path)
+                except Full as exc:
+                    # a reader is full: this batch (and, to keep arrival order, every later
+                    # one) waits for a later pass; said once per batch, not every pass
+                    if path not in self._held_back:
+                        self._held_back.add(path)
+                        log.warning("spool batch %s waits: %s", path, exc)
+                    break
+                self._held_back.discard(path)
             return added
 
     def _load(self, path: str) -> tuple[str, list[tuple[bytes, int]]] | None:
@@ -411,19 +220,26 @@ class Adopter:
     ) -> int:
         rest = records[skip:]
         if rest:
-            with host.append_lock:
-                first = host.next_id_locked()
+            intended = False
+
+            def intent(first: int) -> None:
+                nonlocal intended
                 ledger.intend(key, first, count, skip)
-                try:
-                    _step("after-intent")
-                    for payloads, exp in _runs(rest):
-                        host.append_locked(payloads, exp)
-                except BaseException:
+                intended = True
+                _step("after-intent")
+
+            try:
+                host.append_runs(list(_runs(rest)), intent)
+                _step("after-append")
+                host.sync()
+                _step("after-sync")
+            except BaseException:
+                # Refused before the intent (a full reader): nothing changed, try again later.
+                # After it, the batch stays pending until the queue is reopened, when recovery
+                # counts what is durably in the journal.
+                if intended:
                     self.broken = True
-                    raise
-            _step("after-append")
-            host.sync()
-            _step("after-sync")
+                raise
         ledger.complete(key)
         _step("after-done")
         self._drop(path)
@@ -432,8 +248,7 @@ class Adopter:
 
     def _finish(self, host: SpoolHost, ledger: Ledger, key: str, path: str | None) -> int:
         first, count, skip = ledger.pending[key]
-        with host.append_lock:
-            next_id = host.next_id_locked()
+        next_id = host.next_id
         landed = min(max(next_id - first, 0), count - skip)
         if path is None:
             if landed < count - skip:
@@ -450,36 +265,39 @@ class Adopter:
         return self._append(host, ledger, path, key, records, count, skip + landed)
 
 
-class QueueHost:
-    """Adapts a :class:`~journaled.queue.JournaledQueue` to :class:`SpoolHost` (the same
-    locked append that ``put_many`` performs, split so the intent can sit inside the lock)."""
+class QueueAppender:
+    """:class:`SpoolHost` over a queue's append path: its lock, its locked append function
+    (``append_locked(runs, count, nbytes, add_ms, intent) -> (first id, sequence)``), its journal
+    (``next_id``, ``wait_durable``, ``sync``) and its config."""
 
-    def __init__(self, queue: JournaledQueue) -> None:
-        self.q = queue
-
-    @property
-    def append_lock(self) -> threading.Lock:
-        return self.q._lock
+    def __init__(
+        self,
+        lock: threading.Lock,
+        append_locked: Callable[..., tuple[int, int]],
+        journal: DurableLog,
+        config: QueueConfig,
+    ) -> None:
+        self._lock = lock
+        self._append_locked = append_locked
+        self._journal = journal
+        self._config = config
 
     @property
     def max_item_size(self) -> int:
-        return self.q.config.max_item_size
+        return self._config.max_item_size
 
-    def next_id_locked(self) -> int:
-        return self.q._journal.next_id
+    @property
+    def next_id(self) -> int:
+        return self._journal.next_id
 
-    def append_locked(self, payloads: Sequence[bytes], expire_ms: int) -> int:
-        q = self.q
-        q._check_open()
-        first_id, add_ms, _ = q._journal.append(payloads, time.time_ns() // 1_000_000, expire_ms)
-        if q._reader_list:
-            add_time = add_ms / 1000.0
-            expire = expire_ms / 1000.0 if expire_ms else None
-            made = [Item(first_id + k, p, add_time, expire, 0) for k, p in enumerate(payloads)]
-            nbytes = sum(map(len, payloads))
-            for reader in q._reader_list:
-                reader._on_put_locked(made, nbytes)
+    def append_runs(self, runs: Sequence[tuple[list[bytes], int]], intent: Callable[[int], None]) -> int:
+        count = sum(len(p) for p, _ in runs)
+        nbytes = sum(len(x) for p, _ in runs for x in p)
+        with self._lock:
+            first_id, seq = self._append_locked(runs, count, nbytes, time.time_ns() // 1_000_000, intent)
+        if self._config.sync == "always":
+            self._journal.wait_durable(seq)
         return first_id
 
     def sync(self) -> None:
-        self.q._journal.sync()
+        self._journal.sync()

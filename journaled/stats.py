@@ -1,7 +1,7 @@
 """Monitoring snapshots: ``reader.stats()`` and ``queue.stats()``.
 
-Both are built from counters the reader and journal already keep, under the queue lock and with
-no I/O, so calling them every second from a monitoring thread costs microseconds.  What is exact
+Both are built from counters the reader core and journal already keep, under the queue lock and
+with no I/O, so calling them every second from a monitoring thread costs microseconds.  What is exact
 and what is an estimate is documented per field (and in docs/design.md, "Reader policies").
 Totals (``put``, ``delivered``, ...) count since this queue object was opened; they are not
 persisted.
@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from journaled import policies
+
 if TYPE_CHECKING:
-    from journaled.queue import JournaledQueue
-    from journaled.reader import Reader
+    from journaled.delivery import ReaderCore
 
 
 @attrs.frozen
@@ -96,67 +97,45 @@ class QueueStats:
     readers: tuple[ReaderStats, ...]
 
 
-def reader_stats_locked(reader: Reader, now: float | None = None) -> ReaderStats:
-    """Build a reader's snapshot (caller holds the queue lock)."""
-    from journaled.policies import backlog_bytes_locked, backlog_items_locked, is_full_locked
-
+def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
+    """Build a reader's snapshot (caller holds the queue lock, ``core.lock``)."""
     if now is None:
         now = time.time()
-    backlog = backlog_items_locked(reader)
-    backlog_bytes = backlog_bytes_locked(reader)
-    in_flight = len(reader._open) + len(reader._disposing)
+    backlog = policies.backlog_items(core)
+    backlog_bytes = policies.backlog_bytes(core)
+    in_flight = len(core.open) + len(core.disposing)
     waiting = max(0, backlog - in_flight)
-    open_bytes = sum(len(it.data) for it in reader._open.values())
-    disposing_bytes = sum(len(it.data) for it, _sink in reader._disposing.values())
-    waiting_bytes = max(reader._mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
-    in_mem = len(reader._mem)
+    open_bytes = sum(len(it.data) for it in core.open.values())
+    disposing_bytes = sum(len(it.data) for it, _sink in core.disposing.values())
+    waiting_bytes = max(core.mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
+    in_mem = len(core.mem)
     oldest: float | None = None
-    if reader._mem:
-        oldest = max(0.0, now - reader._mem[0].add_time)
+    if core.mem:
+        oldest = max(0.0, now - core.mem[0].add_time)
     elif waiting:
-        oldest = max(0.0, now - reader._journal.file_created_s(reader._load_id or reader.head))
+        oldest = max(0.0, now - core.journal.file_created_s(core.load_id or core.head))
     return ReaderStats(
-        name=reader.name,
-        head=reader.head,
+        name=core.name,
+        head=core.head,
         items_waiting=waiting,
         items_in_memory=in_mem,
-        bytes_in_memory=reader._mem_bytes,
+        bytes_in_memory=core.mem_bytes,
         items_on_disk=max(0, waiting - in_mem),
-        bytes_on_disk=waiting_bytes - reader._mem_bytes,
+        bytes_on_disk=waiting_bytes - core.mem_bytes,
         bytes_waiting=waiting_bytes,
-        open_reads=len(reader._open),
+        open_reads=len(core.open),
         bytes_open=open_bytes,
         backlog_items=backlog,
         backlog_bytes=backlog_bytes,
-        backlog_bytes_exact=reader._backlog_exact,
+        backlog_bytes_exact=core.backlog_exact,
         oldest_age=oldest,
-        full=is_full_locked(reader, 1, 0),
-        put=reader.put_count,
-        delivered=reader.delivered,
-        committed=reader.committed,
-        aborted=reader.aborted,
-        timed_out=reader.timed_out,
-        expired=reader.expired,
-        discarded=reader.discarded,
-        dead_lettered=reader.dead_lettered,
+        full=policies.is_full(core, 1, 0),
+        put=core.put_count,
+        delivered=core.delivered,
+        committed=core.committed,
+        aborted=core.aborted,
+        timed_out=core.timed_out,
+        expired=core.expired,
+        discarded=core.discarded,
+        dead_lettered=core.dead_lettered,
     )
-
-
-def queue_stats(queue: JournaledQueue) -> QueueStats:
-    """Build a queue's snapshot (takes the queue lock once)."""
-    now = time.time()
-    with queue._lock:
-        readers = tuple(
-            reader_stats_locked(r, now) for r in sorted(queue._reader_list, key=lambda r: r.name)
-        )
-        files, nbytes = queue._journal.disk_usage()
-        return QueueStats(
-            name=queue.name,
-            path=queue.path,
-            next_id=queue._journal.next_id,
-            put=queue._put_count,
-            bytes_put=queue._put_bytes,
-            journal_files=files,
-            journal_bytes=nbytes,
-            readers=readers,
-        )

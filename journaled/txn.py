@@ -39,7 +39,7 @@ def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: boo
         elif isinstance(exc, Exception):
             reader.abort(item)
         else:
-            reader._release(item)
+            reader.release(item)
     except UnknownRead:
         pass  # the consumer settled it already
     except QueueClosed:
@@ -51,13 +51,14 @@ def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: boo
 
 def release_later(reader: Reader, item: Item) -> None:
     """Release ``item`` from a finalizer, which may run while this very thread holds the
-    reader's (non-reentrant) lock: never block on that lock here."""
-    lock = reader._lock
-    if lock.acquire(blocking=False):
+    queue lock (it is not reentrant): never block on that lock here."""
+    core = reader.core
+    if core.lock.acquire(blocking=False):
         try:
-            reader._release_locked(item.id)
+            if core.open.get(item.id) is item:
+                core.release(item)
         finally:
-            lock.release()
+            core.lock.release()
     else:
         helper = threading.Thread(target=settle, args=(reader, item, None), kwargs={"commit": False})
         helper.daemon = True

@@ -80,8 +80,7 @@ class _Base(Generic[T]):
     @property
     def waiter_count(self) -> int:
         """Consumers (threads or coroutines) currently blocked waiting for an item."""
-        with self.reader._lock:
-            return len(self.reader._waiters)
+        return self.reader.waiter_count
 
     def flush(self) -> None:
         """Make everything put so far durable (any sync policy)."""

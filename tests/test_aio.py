@@ -9,7 +9,7 @@ import time
 import pytest
 
 from journaled import Empty, JournaledQueue, QueueClosed, QueueConfig
-from journaled.aio import _AsyncWaiter
+from journaled.aio import AsyncWaiter
 
 from conftest import Boom
 
@@ -17,7 +17,7 @@ from conftest import Boom
 async def until_waiting(reader, n: int = 1) -> None:
     """Yield to the loop until ``n`` waiters are queued on ``reader`` (bounded)."""
     for _ in range(10_000):
-        if len(reader._waiters) >= n:
+        if len(reader.core.waiters) >= n:
             return
         await asyncio.sleep(0.001)
     raise AssertionError("the waiter never registered")
@@ -29,7 +29,7 @@ async def test_aget_returns_a_ready_item_at_once(jq):
     jq.put(b"a")
     item = await r.aget()
     assert item.data == b"a"
-    assert not r._waiters
+    assert not r.core.waiters
 
 
 @pytest.mark.asyncio
@@ -37,7 +37,7 @@ async def test_aget_is_woken_by_a_put_from_another_thread(jq):
     r = jq.reader("r")
     task = asyncio.create_task(r.aget(timeout=60))
     await until_waiting(r)
-    assert isinstance(r._waiters[0], _AsyncWaiter)  # parked on a future, not polling
+    assert isinstance(r.core.waiters[0], AsyncWaiter)  # parked on a future, not polling
     threading.Thread(target=jq.put, args=(b"from-thread",)).start()
     item = await task
     assert item.data == b"from-thread"
@@ -52,7 +52,7 @@ async def test_aget_timeout_raises_empty_and_leaves_the_line(jq):
         await r.aget(timeout=0)
     with pytest.raises(ValueError):
         await r.aget(timeout=-1)
-    assert not r._waiters
+    assert not r.core.waiters
     jq.put(b"later")
     assert r.get(block=False).data == b"later"  # nothing stranded on a dead waiter
 
@@ -65,7 +65,7 @@ async def test_cancelled_aget_before_hand_off_leaves_no_waiter(jq):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not r._waiters
+    assert not r.core.waiters
     jq.put(b"x")
     assert r.get(block=False).data == b"x"
 
@@ -76,11 +76,11 @@ async def test_item_handed_to_a_cancelled_aget_goes_back_to_the_head_uncounted(j
     task = asyncio.create_task(r.aget())
     await until_waiting(r)
     jq.put_many([b"first", b"second"])  # hand-off happens now, under the lock, on this thread
-    assert r._waiters == type(r._waiters)() and len(r._open) == 1
+    assert r.core.waiters == type(r.core.waiters)() and len(r.core.open) == 1
     task.cancel()  # ...but the task is cancelled before it could resume
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert len(r._open) == 0
+    assert len(r.core.open) == 0
     again = r.get(block=False)
     assert (again.data, again.error_count) == (b"first", 0)
     assert r.stats().aborted == 0
@@ -141,7 +141,7 @@ async def test_atransaction_commits_aborts_and_releases(jq):
     r = jq.reader("r")
     a, _ = jq.put_many([b"a", b"b"])
     async with r.atransaction(timeout=1) as item:
-        assert item.data == b"a" and len(r._open) == 1
+        assert item.data == b"a" and len(r.core.open) == 1
     assert r.head == a + 1
     with pytest.raises(Boom):
         async with r.atransaction() as item:
@@ -155,7 +155,7 @@ async def test_atransaction_commits_aborts_and_releases(jq):
             await asyncio.sleep(3600)
 
     task = asyncio.create_task(hold())
-    while not r._open:
+    while not r.core.open:
         await asyncio.sleep(0.001)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -170,7 +170,7 @@ async def test_async_for_commits_each_item_when_the_next_is_requested(jq):
     ids = jq.put_many([b"a", b"b", b"c"])
     seen = []
     async for item in r.aiter(timeout=0.01):
-        assert len(r._open) == 1 and r.head == item.id
+        assert len(r.core.open) == 1 and r.head == item.id
         seen.append(item.data)
     assert seen == [b"a", b"b", b"c"]
     assert r.head == ids[-1] + 1
@@ -185,7 +185,7 @@ async def test_async_for_break_and_exception_give_the_item_back(jq):
             break
     item = r.get(block=False)
     assert (item.data, item.error_count) == (b"a", 0)
-    r._release(item)
+    r.release(item)
     with pytest.raises(Boom):
         async with r.aiter(timeout=0.01) as items:
             async for item in items:
@@ -303,5 +303,5 @@ async def test_random_cancellations_never_lose_or_strand_an_item(jq, seed):
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.get_running_loop().run_in_executor(None, producer.join, 30)
     assert sorted(got, key=int) == [b"%d" % i for i in range(n)]
-    assert not r._open and not r._waiters
+    assert not r.core.open and not r.core.waiters
     assert r.stats().aborted == 0

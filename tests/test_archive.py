@@ -1,7 +1,7 @@
 """Archiving: journal files go away exactly when every reader has passed them.
 
 Archiving goes by each reader's *checkpointed* head (docs/design.md, "Readers, checkpoints and
-recovery"), so the tests call ``q.checkpoint()`` and then the archiving pass ``q._archive()``
+recovery"), so the tests call ``q.checkpoint()`` and then the archiving pass ``q.archive()``
 that the background thread runs, at points of their choosing; one test lets the background
 thread do both on its own.
 """
@@ -37,17 +37,17 @@ def journal_files(path: str) -> list[str]:
 
 def file_ranges(q: JournaledQueue) -> list[tuple[str, int, int]]:
     """(file name, first id, last id) of every journal file, oldest first."""
-    files = list(q._journal.files)
+    files = list(q.journal.files)
     out = []
     for jf, nxt in zip(files, files[1:] + [None]):
-        last = (nxt.first_id if nxt is not None else q._journal.next_id) - 1
+        last = (nxt.first_id if nxt is not None else q.journal.next_id) - 1
         out.append((os.path.basename(jf.path), jf.first_id, last))
     return out
 
 
 def settle(q: JournaledQueue) -> None:
     q.checkpoint()
-    q._archive()
+    q.archive()
 
 
 def commit_through(reader, last_id: int) -> None:
@@ -104,7 +104,7 @@ def test_the_file_being_written_is_never_archived(tmpfs_qdir):
         active = file_ranges(q)[-1][0]
         for item in list(iter_all(r)):
             r.commit(item)
-        assert r.head == q._journal.next_id  # past every item there is
+        assert r.head == q.journal.next_id  # past every item there is
         settle(q)
         assert journal_files(tmpfs_qdir) == [active]
         # and the queue goes on normally in it
@@ -172,10 +172,10 @@ def test_archiving_waits_for_the_checkpoint_of_the_head(tmpfs_qdir):
         names = journal_files(tmpfs_qdir)
         for item in list(iter_all(r)):
             r.commit(item)
-        q._archive()
+        q.archive()
         assert journal_files(tmpfs_qdir) == names
         q.checkpoint()
-        q._archive()
+        q.archive()
         assert journal_files(tmpfs_qdir) == names[-1:]
 
 

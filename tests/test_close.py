@@ -7,7 +7,7 @@ import os
 import threading
 
 from journaled import JournaledQueue, QueueConfig
-from journaled.queue import LOCK_FILE
+from journaled.dirlock import LOCK_FILE
 
 
 def _directory_is_free(qdir: str) -> bool:

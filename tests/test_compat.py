@@ -89,8 +89,8 @@ def test_task_done_commits_the_calling_threads_oldest_read_first(qdir):
         assert q.get() == "main-2"
         q.task_done()  # main thread's oldest: main-1
         q.task_done()  # main thread's next: main-2, although "other" is older
-        open_ids = list(q.reader._open)
-        assert [q.reader._open[i].data for i in open_ids] == [pickle.dumps("other")]
+        open_ids = list(q.reader.core.open)
+        assert [q.reader.core.open[i].data for i in open_ids] == [pickle.dumps("other")]
         q.task_done()  # main has none left: falls back to the oldest of all
         assert q.unfinished_tasks == 0
         with pytest.raises(ValueError, match="too many times"):
@@ -174,7 +174,7 @@ def test_close_wakes_blocked_put_get_and_join_with_queue_closed(tmp_path):
     ]
     for t in threads:
         t.start()
-    while empty.reader.stats().open_reads == 0 and not empty.reader._waiters:
+    while empty.reader.stats().open_reads == 0 and not empty.reader.core.waiters:
         threading.Event().wait(0.01)  # let the getter reach its wait (not a timing assertion)
     full.close()
     empty.close()
@@ -218,7 +218,7 @@ def test_an_unserializable_item_raises_and_writes_nothing(qdir):
         with pytest.raises(SerializationError):
             q.put(threading.Lock())
         assert q.qsize() == 0
-        assert q.journal._journal.next_id == q.reader.head
+        assert q.journal.journal.next_id == q.reader.head
     with Queue(qdir, serializer=BytesSerializer()) as q:
         with pytest.raises(SerializationError):
             q.put("not bytes")
@@ -308,7 +308,7 @@ def test_queue_matches_a_model_through_reopens(tmp_path_factory, ops, maxsize):
 def _last_fetched(q: Queue) -> tuple[int, int]:
     """(item id, value) of the read the last ``get`` opened."""
     item_id = next(reversed(q._open))
-    return (item_id, pickle.loads(q.reader._open[item_id].data))
+    return (item_id, pickle.loads(q.reader.core.open[item_id].data))
 
 
 def test_pickle_module_and_json_module_satisfy_the_serializer_protocol():

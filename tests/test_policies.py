@@ -273,7 +273,7 @@ def test_an_item_expiring_after_the_sweep_does_not_wedge_the_head(qdir, clock, m
         q.run_policies()  # the sweep: nothing has expired yet
         assert r.stats().expired == 0
         # no further sweep may help (the background thread's included): only delivery can
-        monkeypatch.setattr(policies, "sweep_expired_locked", lambda reader, now: 0)
+        monkeypatch.setattr(policies, "sweep_expired", lambda reader, now: 0)
         clock.advance(2)  # now the head expires, before anyone asked for it
         item = r.get(block=False)
         assert item.data == b"later"
@@ -289,7 +289,7 @@ def test_a_blocked_getter_is_not_handed_an_item_that_expired(qdir, clock):
         t = threading.Thread(target=lambda: out.append(r.get(timeout=30).data))
         t.start()
         deadline = time.monotonic() + 30
-        while not r._waiters and time.monotonic() < deadline:
+        while not r.core.waiters and time.monotonic() < deadline:
             time.sleep(0.001)
         q.put(b"dead", expire_at=clock.wall - 1)
         q.put(b"alive")

@@ -46,8 +46,8 @@ def wait_until(pred, what: str) -> None:
 
 
 def waiting(reader) -> int:
-    with reader._lock:
-        return len(reader._waiters)
+    with reader.core.lock:
+        return len(reader.core.waiters)
 
 
 class Getter(threading.Thread):

@@ -53,7 +53,7 @@ def test_read_error_during_read_behind_refill_strands_no_item(qdir):
         assert r.stats().open_reads == 0
         # the item taken when the refill failed is still delivered, first and exactly once
         assert _drain(r) == payloads
-        assert r.head == q._journal.next_id
+        assert r.head == q.journal.next_id
 
 
 def test_checkpoint_write_failure_is_retried_by_the_next_checkpoint(qdir, monkeypatch):
@@ -89,10 +89,10 @@ def test_sync_never_rotation_does_not_keep_every_retired_file_open(qdir):
             q.put(b"x" * 100)
             r.commit(r.get(block=False))
         q.checkpoint()
-        q._archive()
+        q.archive()
         # archived files are gone from the journal; their descriptors must not pile up either
         # (each one pins a deleted file's disk space and counts against RLIMIT_NOFILE)
-        assert len(q._journal.files) <= 2
+        assert len(q.journal.files) <= 2
         assert _open_fds() - before < 10
 
 
@@ -111,10 +111,21 @@ def test_dead_letter_into_the_same_queue_survives_close(qdir):
     """docs/design.md: "a sink may put into the same queue", and the sink sees every item at
     least once.  Items still parked for such a sink at close() used to be dropped: the sink's
     put raised QueueClosed and the item was committed anyway."""
+    import time
+
     cfg = QueueConfig(sync="never", checkpoint_interval=3600.0)
     q = JournaledQueue(qdir, cfg)
-    q._kick_pending = lambda: False  # type: ignore[method-assign]  # leave the hand-off to close()
-    r = q.reader("r", ReaderConfig(max_errors=1, dead_letter=q))
+
+    class SinkReachedOnlyWhileClosing:
+        """Puts into ``q`` once ``q.close()`` has begun: the hand-off meets a closing queue."""
+
+        def put(self, data: bytes) -> int:
+            deadline = time.monotonic() + 30
+            while not q.closed and time.monotonic() < deadline:
+                time.sleep(0.001)
+            return q.put(data)
+
+    r = q.reader("r", ReaderConfig(max_errors=1, dead_letter=SinkReachedOnlyWhileClosing()))
     q.put(b"poison")
     r.abort(r.get(block=False))  # parked for the dead-letter sink (this very queue)
     q.close()
@@ -142,7 +153,7 @@ def test_read_error_while_handing_a_put_to_a_waiter_does_not_fail_the_put(qdir):
         waiter = threading.Thread(target=lambda: got.append(slow.get(timeout=60).data))
         waiter.start()
         deadline = time.monotonic() + 30
-        while not slow._waiters and time.monotonic() < deadline:
+        while not slow.core.waiters and time.monotonic() < deadline:
             time.sleep(0.001)
         ops.armed = True
         ids = q.put_many(payloads)  # slow switches to read-behind; its refill fails
@@ -183,7 +194,9 @@ def test_background_thread_survives_an_unexpected_error_and_keeps_checkpointing(
         while calls["n"] < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert calls["n"] >= 3, "the background thread stopped after the first error"
-        assert q._bg.is_alive()
+        import threading
+
+        assert any(t.name == "journaled-q" and t.is_alive() for t in threading.enumerate())
         assert "failed unexpectedly" in caplog.text
     finally:
         q.close()

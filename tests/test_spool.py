@@ -131,10 +131,10 @@ def test_bookmarks_round_trip_and_hold_back_archiving(qdir):
         for _ in range(20):
             r.commit(r.get(timeout=1).id)
         q.checkpoint()
-        q._archive()
+        q.archive()
         assert ids_in(qdir)[0] <= 5  # the bookmark keeps id 5 on disk
         write_bookmark(qdir, "spark", 21)
-        q._archive()
+        q.archive()
         assert ids_in(qdir)[0] > 5  # files wholly below the lowest head are archived
     assert remove_bookmark(qdir, "spark") and not remove_bookmark(qdir, "spark")
 

@@ -239,7 +239,7 @@ class ReadersMachine(RuleBasedStateMachine):
     def checkpoint_and_archive(self) -> None:
         assert self.q is not None
         self.q.checkpoint()
-        self.q._archive()  # what the background thread does after a checkpoint
+        self.q.archive()  # what the background thread does after a checkpoint
         for m in self.models.values():
             m.checkpointed()
 

@@ -23,7 +23,7 @@ from conftest import Boom
 
 
 def open_reads(reader) -> int:
-    return len(reader._open)
+    return len(reader.core.open)
 
 
 # ---------------------------------------------------------------- reader.transaction
@@ -100,7 +100,7 @@ def test_iter_commits_each_item_only_when_the_next_one_is_requested(jq):
         seen.append(item.data)
     assert seen == [b"a", b"b", b"c"]
     assert open_reads(r) == 0
-    assert r.head == jq._journal.next_id  # the last one was committed when the loop ended
+    assert r.head == jq.journal.next_id  # the last one was committed when the loop ended
 
 
 def test_iter_body_exception_gives_the_item_back_with_an_error_counted(jq):
@@ -146,7 +146,7 @@ def test_iter_finalizer_never_deadlocks_when_the_lock_is_held(jq):
     jq.put(b"a")
     it = r.iter(timeout=0.01)
     next(it)
-    with r._lock:  # a collection can run at any allocation, even under the reader lock
+    with r.core.lock:  # a collection can run at any allocation, even under the reader lock
         it.__del__()
     it._current = None
     for _ in range(500):
@@ -180,7 +180,7 @@ def test_iter_blocked_in_get_stops_when_the_queue_closes(qdir):
     t = threading.Thread(target=lambda: seen.extend(i.data for i in r.iter()))
     t.start()
     q.put(b"a")
-    while r._open or not r._waiters:
+    while r.core.open or not r.core.waiters:
         time.sleep(0.005)  # wait for the loop to block on the next item (bounded by join below)
         if not t.is_alive():
             break
@@ -306,15 +306,15 @@ def test_a_thread_get_interrupted_after_a_hand_off_gives_the_item_back(jq, monke
             self.lock.acquire()
             raise KeyboardInterrupt
 
-    class Waiter(reader_mod._ThreadWaiter):
+    class Waiter(reader_mod.ThreadWaiter):
         def __init__(self, lock):
             super().__init__(lock)
             self.cond = InterruptedCond(lock)
 
-    monkeypatch.setattr(reader_mod, "_ThreadWaiter", Waiter)
+    monkeypatch.setattr(reader_mod, "ThreadWaiter", Waiter)
     with pytest.raises(KeyboardInterrupt):
         r.get(timeout=30)
     monkeypatch.undo()
-    assert not r._waiters and not r._open
+    assert not r.core.waiters and not r.core.open
     again = r.get(block=False)
     assert (again.data, again.error_count) == (b"x", 0)
