@@ -22,6 +22,7 @@ The protocol the upper layers use (``reader.py``, ``policies.py``, ``stats.py``,
 ``abort(item)``            an open read failed: back to the head with ``error_count + 1`` (or to
                            the dead letters when ``max_errors`` is reached).
 ``release(item)``          an open read given back without blame (a cancelled wait).
+                           These three check the read with ``open_read`` first.
 ``settle(item)``           an item leaves this reader for good (committed, expired, discarded).
 ``requeue(item)``          an item goes back to the head and is offered to waiters.
 ``join(waiter)`` / ``leave(waiter)``  the FIFO line of blocked ``get`` calls.
@@ -356,10 +357,14 @@ class ReaderCore:
             raise UnknownRead(f"item {int(item)} is not an open read on reader {self.name!r}")
         return current
 
-    def commit(self, item: Item) -> None:
-        """Finish the open read ``item`` (from :meth:`open_read`)."""
-        del self.open[item.id]
-        self.settle(item)
+    def commit(self, item: Item | int) -> None:
+        """Finish the open read ``item`` names (see :meth:`open_read`): settled for good."""
+        # perf: the common case (the Item handed out, still open) without open_read's call
+        current = self.open.get(item.id) if type(item) is Item else None
+        if current is None or current is not item:
+            current = self.open_read(item)
+        del self.open[current.id]
+        self.settle(current)
         self.committed += 1
 
     def settle(self, item: Item) -> None:
@@ -380,8 +385,10 @@ class ReaderCore:
             self.done.add(item_id)
         self.dirty = True
 
-    def abort(self, item: Item) -> None:
-        """Close the open read ``item`` as failed: back to the head, or to the dead letters."""
+    def abort(self, item: Item | int) -> None:
+        """Close the open read ``item`` names as failed: back to the head with
+        ``error_count + 1``, or to the dead letters once ``max_errors`` is reached."""
+        item = self.open_read(item)
         del self.open[item.id]
         self.aborted += 1
         failed = _redelivery(item, item.error_count + 1)
@@ -393,8 +400,9 @@ class ReaderCore:
         else:
             self.requeue(failed)
 
-    def release(self, item: Item) -> None:
-        """Give the open read ``item`` back to the head without counting an error."""
+    def release(self, item: Item | int) -> None:
+        """Give the open read ``item`` names back to the head without counting an error."""
+        item = self.open_read(item)
         del self.open[item.id]
         self.requeue(_redelivery(item, item.error_count))
 

@@ -104,7 +104,6 @@ class Engine:
         self._kick = threading.Event()  # wakes the maintenance thread early
         self._sink_kick = threading.Event()  # wakes the sink thread
         self.disposal_lock = threading.Lock()  # one hand-over pass at a time (see run_disposals)
-        self._start_lock = threading.Lock()  # guards starting the sink thread
         self._thread = threading.Thread(target=self._run, name=f"journaled-{name}", daemon=True)
         self._sink_thread: threading.Thread | None = None
 
@@ -167,12 +166,13 @@ class Engine:
 
     # ------------------------------------------------------------------ sink thread
     def _hand_to_sinks(self) -> None:
-        with self._start_lock:
-            if self._sink_thread is None and not self._stop.is_set():
-                self._sink_thread = threading.Thread(
-                    target=self._run_sinks, name=f"journaled-{self._name}-sinks", daemon=True
-                )
-                self._sink_thread.start()
+        # Only the maintenance thread starts the sink thread, and stop() joins the maintenance
+        # thread before it looks at the sink thread: no lock needed.
+        if self._sink_thread is None:
+            self._sink_thread = threading.Thread(
+                target=self._run_sinks, name=f"journaled-{self._name}-sinks", daemon=True
+            )
+            self._sink_thread.start()
         self._sink_kick.set()
 
     def _run_sinks(self) -> None:
@@ -203,9 +203,11 @@ class Engine:
         self._kick.set()
         self._sink_kick.set()
         here = threading.current_thread()
-        for thread in (self._thread, self._sink_thread):
-            if thread is not None and thread is not here and thread.is_alive():
-                thread.join()
+        if self._thread is not here and self._thread.is_alive():
+            self._thread.join()
+        sinks = self._sink_thread  # read after the maintenance thread (its only writer) ended
+        if sinks is not None and sinks is not here:
+            sinks.join()
         if here is not self._sink_thread:
             try:
                 self.dispose_now()

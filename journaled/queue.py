@@ -11,11 +11,11 @@ Locks, and the only order in which they nest (docs/design.md, "Locks")::
 * ``ReaderFiles.lock`` (readerfiles.py) serializes writing and removing checkpoint files and the
   registry, and the archiving decision (a reader being created must not lose its first file).
 * ``_lock``, *the queue lock*, guards the order of appends, ``_readers``/``_cores``, the put
-  counters and every reader core's state (it is each core's ``lock``).  It is never held
-  across an fsync, a file write (except the journal's in-memory buffer), or user code.
+  counters and every reader core's state (it is each core's ``lock``).  Never held across an
+  fsync or user code; its only I/O is the journal's write-out and read-behind's preads.
 * The journal's own lock (journal.py) guards its buffer, files and descriptors.
-* Outside this order: ``Engine.disposal_lock`` (one sink hand-over pass at a time, taken before
-  the queue lock) and the spool adopter's pass lock (taken before the queue lock).
+* Taken before the queue lock, never inside it: ``Engine.disposal_lock`` (one sink hand-over
+  pass at a time) and the spool adopter's pass lock (one adoption pass at a time).
 """
 
 from __future__ import annotations
@@ -87,8 +87,7 @@ class JournaledQueue:
             self._readers: dict[str, Reader] = {}
             self._cores: list[ReaderCore] = []
             self._files = ReaderFiles(
-                self.path, self.name, self.config, self._journal, self._lock, lambda: self._cores,
-                self._resolve_archive_dir(),
+                self.path, self.name, self.config, self._journal, self._lock, lambda: self._cores
             )
             self._engine = Engine(
                 self.name, self._lock, lambda: self._cores, self._journal,
@@ -106,14 +105,6 @@ class JournaledQueue:
             self._dirlock.release()
             raise
         self._engine.start()
-
-    def _resolve_archive_dir(self) -> str | None:
-        d = self.config.archive_dir
-        if d is None:
-            return None
-        d = os.path.join(self.path, d)
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        return d
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
         core = ReaderCore(rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake)

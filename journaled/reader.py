@@ -68,9 +68,10 @@ class Reader:
         core = self.core
         with core.lock:
             core.check_open()
-            item = core.take_if_first()
-            if item is not None:
-                return item
+            if not core.waiters:  # perf: take_if_first() inlined
+                item = core.take()
+                if item is not None:
+                    return item
             if not block:
                 raise Empty
             waiter = ThreadWaiter(core.lock)
@@ -114,7 +115,7 @@ class Reader:
         with core.lock:
             # after close the final checkpoint is written: a commit now would be silently lost
             core.check_open()
-            core.commit(core.open_read(item))
+            core.commit(item)
 
     def abort(self, item: Item | int) -> None:
         """Give an open read back: it returns to the head of this reader, error_count + 1
@@ -122,14 +123,14 @@ class Reader:
         core = self.core
         with core.lock:
             core.check_open()
-            core.abort(core.open_read(item))
+            core.abort(item)
 
     def release(self, item: Item | int) -> None:
         """Give an open read back to the head *without* counting an error (a cancelled wait,
         a loop left early): nothing was wrong with the item."""
         core = self.core
         with core.lock:
-            core.release(core.open_read(item))
+            core.release(item)
 
     # ------------------------------------------------------------------ scoped reads (txn.py, aio.py)
     def transaction(self, timeout: float | None = None, *, block: bool = True) -> TransactionContext:

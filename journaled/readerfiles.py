@@ -11,6 +11,7 @@ archiving decision.  It is taken *before* the queue lock (``queue_lock``), never
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -37,7 +38,6 @@ class ReaderFiles:
         journal: Journal,
         queue_lock: threading.Lock,
         cores: Callable[[], Sequence[ReaderCore]],
-        archive_dir: str | None,
     ) -> None:
         self.directory = directory
         self.name = name
@@ -45,7 +45,10 @@ class ReaderFiles:
         self.journal = journal
         self.queue_lock = queue_lock
         self.cores = cores  # the open readers' cores (read under the queue lock)
-        self.archive_dir = archive_dir
+        # where passed files go (None: deleted); relative to the queue directory
+        self.archive_dir = None if config.archive_dir is None else os.path.join(directory, config.archive_dir)
+        if self.archive_dir is not None:
+            os.makedirs(self.archive_dir, mode=0o700, exist_ok=True)
         self.lock = threading.Lock()
         # each reader's head as its checkpoint file last recorded it (guarded by the queue lock);
         # archiving goes by these, so after a crash every checkpoint still points into the journal
