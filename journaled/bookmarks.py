@@ -17,7 +17,7 @@ import os
 
 from journaled import fileio
 from journaled.config import validate_name
-from journaled.record import decode_crc_text, encode_crc_text
+from journaled.filecodec import decode_crc_text, encode_crc_text
 
 log = logging.getLogger("journaled")
 

@@ -14,7 +14,7 @@ import os
 from journaled import fileio
 from journaled.config import validate_name
 from journaled.errors import CorruptJournal, InvalidName
-from journaled.record import (
+from journaled.filecodec import (
     CheckpointData,
     decode_checkpoint,
     decode_crc_text,

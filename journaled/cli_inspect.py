@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import fcntl
 import json
 import os
 import sys
@@ -26,9 +25,10 @@ from journaled.checkpoint import (
     read_registry,
     registry_path,
 )
-from journaled.record import CheckpointData
+from journaled.filecodec import CheckpointData
 
-from journaled import recovery
+from journaled import repair
+from journaled.dirlock import owner_pid
 from journaled.errors import JournaledError, QueueLocked
 from journaled.scan import JournalScanner
 
@@ -77,28 +77,6 @@ def _reader_state(path: str, name: str, reader: str) -> CheckpointData | None:
     return read_checkpoint(ck) or CheckpointData(head=0)
 
 
-def _live_owner(path: str) -> int | None:
-    """Pid of the live process holding the queue lock, else None (probes with a shared lock,
-    released at once, so it never blocks the owner)."""
-    lock = os.path.join(path, ".journaled.lock")
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            try:
-                return int(os.pread(fd, 32, 0).decode().strip() or 0) or -1
-            except (ValueError, OSError):
-                return -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
 def collect_stat(path: str) -> dict[str, Any]:
     """Readers, heads, backlog, files, bytes and ages of a queue directory (read-only)."""
     scanner = JournalScanner(path)
@@ -136,7 +114,7 @@ def collect_stat(path: str) -> dict[str, Any]:
     return {
         "path": os.path.abspath(path),
         "queue": name,
-        "owner_pid": _live_owner(path),
+        "owner_pid": owner_pid(path),
         "files": len(files),
         "bytes": sum(f.size for f in files),
         "first_id": first_id,
@@ -173,7 +151,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    report = recovery.check_dir(args.path)
+    report = repair.check_dir(args.path)
     if args.json:
         print(json.dumps({
             "queue": report.name, "files": report.files, "records": report.records,
@@ -190,7 +168,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_repair(args: argparse.Namespace) -> int:
     try:
-        backup, actions = recovery.repair_dir(args.path, args.mode)
+        backup, actions = repair.repair_dir(args.path, args.mode)
     except QueueLocked as exc:
         print(f"refusing to repair: {exc}; stop that process first", file=sys.stderr)
         return 3

@@ -17,13 +17,14 @@ import attrs
 
 from journaled.errors import InvalidName
 from journaled.item import Item
+from journaled.record import MAX_PAYLOAD
 
 KiB = 1024
 MiB = 1024 * KiB
 
 #: The largest journal file we allow: record CRC seeds are 32-bit offsets (see docs/format.md).
 MAX_JOURNAL_SIZE = 2**31
-MAX_ITEM_SIZE = 2**30
+MAX_ITEM_SIZE = MAX_PAYLOAD
 
 SyncPolicy = Union[Literal["always", "never"], float]
 RecoveryMode = Literal["point_in_time", "tolerate_tail", "strict", "salvage"]

@@ -47,7 +47,8 @@ from journaled.config import ReaderConfig, Sink
 from journaled.errors import QueueClosed, UnknownRead
 from journaled.item import Item, new_item
 from journaled.journal import Cursor
-from journaled.record import CheckpointData, Put
+from journaled.record import Put
+from journaled.filecodec import CheckpointData
 
 log = logging.getLogger("journaled")
 

@@ -40,7 +40,7 @@ from journaled.item import as_payload, epoch_ms, new_item, new_items
 from journaled.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.reader import Reader
 from journaled.readerfiles import ReaderFiles
-from journaled.record import CheckpointData
+from journaled.filecodec import CheckpointData
 from journaled.serializers import Serializer
 from journaled.spool import Adopter, QueueAppender
 from journaled.stats import QueueStats, reader_stats

@@ -21,7 +21,7 @@ from journaled import fileio
 from journaled.bookmarks import read_bookmarks
 from journaled.config import QueueConfig
 from journaled.journal import Journal
-from journaled.record import CheckpointData
+from journaled.filecodec import CheckpointData
 
 if TYPE_CHECKING:
     from journaled.delivery import ReaderCore

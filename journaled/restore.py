@@ -18,7 +18,7 @@ import logging
 import attrs
 
 from journaled import checkpoint as ckp
-from journaled.record import CheckpointData
+from journaled.filecodec import CheckpointData
 
 log = logging.getLogger("journaled")
 

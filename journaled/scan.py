@@ -1,7 +1,7 @@
 """Read-only access to a queue directory, safe while another process owns and appends to it.
 
-Used by the command-line tool, by tailing processes and by the Spark source.  It never takes
-the directory lock and never writes.  Whatever is incomplete or fails its CRC at the end of the
+Used by the command-line tool and by tailing processes.  It never takes the directory lock and
+never writes; records are walked by logreader.py, like everywhere else.  Whatever is incomplete or fails its CRC at the end of the
 newest file (a record or even a header) may simply still be in flight from the writer, so it ends
 the scan ("not yet") instead of being reported; damage anywhere else is reported and skipped,
 never delivered.  A file of an unknown format version raises :class:`UnsupportedVersion`.
@@ -14,24 +14,11 @@ from collections.abc import Iterator
 
 import attrs
 
-from journaled.config import MAX_ITEM_SIZE
 from journaled.errors import CorruptJournal, UnsupportedVersion
-from journaled.journal import detect_queue_name, list_journal_files
-from journaled.record import (
-    HEADER_FIXED_SIZE,
-    MAX_NAME_BYTES,
-    PUT_OVERHEAD,
-    RECORD_HEADER_SIZE,
-    FileHeader,
-    Put,
-    decode_header,
-    decode_many,
-    find_next_record,
-)
+from journaled.layout import detect_queue_name, list_journal_files
+from journaled.logreader import LogReader, Span
+from journaled.record import HEADER_FIXED_SIZE, MAX_NAME_BYTES, FileHeader, Put, decode_header
 
-CHUNK = 1 << 20
-#: Same bound as the owner's: the largest body any writer can produce (format.md 4.3).
-MAX_BODY = MAX_ITEM_SIZE + PUT_OVERHEAD
 #: A file shorter than this may be a header still being written.
 _MAX_HEADER = HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4
 
@@ -104,48 +91,26 @@ class JournalScanner:
 
     def _file_records(self, sf: ScannedFile, start_id: int, last: bool) -> Iterator[Put]:
         assert sf.header is not None
-        salt = sf.header.salt
         try:
             fd = os.open(sf.path, os.O_RDONLY)
         except FileNotFoundError:
             return
+
+        def report(span: Span, rest: bytes) -> bool:
+            if span.resume is None and last:
+                return False  # at the tail of the newest file: possibly still being written
+            self.damage.append(ScanDamage(sf.path, span.offset, span.reason, span.length(span.offset + len(rest))))
+            return True
+
         try:
             size = os.fstat(fd).st_size
-            pos = sf.header.size
-            expected = sf.header.first_id
-            while pos < size:
-                data = os.pread(fd, min(CHUNK, size - pos), pos)
-                recs, end, damage = decode_many(data, pos, salt, max_body=MAX_BODY)
-                for rec in recs:
-                    if isinstance(rec, Put):
-                        expected = rec.id + 1
-                        if rec.id >= start_id:
-                            yield rec
-                pos += end
-                if damage is None:
-                    continue
-                if damage.incomplete and end > 0:
-                    continue  # record straddles the chunk: next pread starts at it
-                if damage.incomplete and pos + len(data) < size:
-                    # a single record larger than CHUNK (its length was checked against MAX_BODY)
-                    length = int.from_bytes(os.pread(fd, RECORD_HEADER_SIZE, pos)[4:8], "little")
-                    big = os.pread(fd, min(RECORD_HEADER_SIZE + length, size - pos), pos)
-                    recs, end, _ = decode_many(big, pos, salt, max_body=MAX_BODY, limit=1)
-                    if recs:
-                        rec = recs[0]
-                        if isinstance(rec, Put):
-                            expected = rec.id + 1
-                            if rec.id >= start_id:
-                                yield rec
-                        pos += end
-                        continue
-                rest = os.pread(fd, size - pos, pos)
-                found = find_next_record(rest, 1, pos, salt, expected, MAX_BODY)
-                if found is None:
-                    if not last:
-                        self.damage.append(ScanDamage(sf.path, pos, damage.reason, size - pos))
-                    return  # at the tail of the newest file: possibly still being written
-                self.damage.append(ScanDamage(sf.path, pos, damage.reason, found))
-                pos += found
+            walker = LogReader(
+                lambda n, off: os.pread(fd, n, off), sf.header.salt, sf.header.size, size,
+                sf.header.first_id, report,
+            )
+            for batch in walker:
+                for rec in batch:
+                    if rec.id >= start_id:
+                        yield rec
         finally:
             os.close(fd)

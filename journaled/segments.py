@@ -23,7 +23,8 @@ import attrs
 from crc32c import crc32c
 
 from journaled.errors import CorruptJournal
-from journaled.journal import detect_queue_name, list_journal_files
+from journaled.layout import detect_queue_name, list_journal_files
+from journaled.logreader import LogReader, Span
 from journaled.record import (
     MAX_BODY,
     PUT_OVERHEAD,
@@ -124,40 +125,20 @@ def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
 def iter_records(
     fd: int, salt: int, pos: int, size: int, min_id: int, gaps: list[Gap] | None = None, path: str = ""
 ) -> Iterator[Put]:
-    """Valid records from boundary ``pos`` on; damage is skipped (and noted in ``gaps``); an
-    incomplete record at ``size`` ends the iteration (it may still be being written)."""
-    expected = min_id
-    while pos < size:
-        data = os.pread(fd, min(CHUNK, size - pos), pos)
-        recs, end, damage = decode_many(data, pos, salt)
-        for rec in recs:
-            if isinstance(rec, Put):
-                expected = rec.id + 1
-                yield rec
-        pos += end
-        if damage is None:
-            continue
-        if damage.incomplete:
-            if end > 0:
-                continue  # straddles the chunk: the next read starts at it
-            length = int.from_bytes(os.pread(fd, 8, pos)[4:8], "little")
-            if pos + RECORD_HEADER_SIZE + length <= size and length <= MAX_BODY:
-                big = os.pread(fd, RECORD_HEADER_SIZE + length, pos)
-                recs, end, _ = decode_many(big, pos, salt, limit=1)
-                if recs:
-                    if isinstance(recs[0], Put):
-                        expected = recs[0].id + 1
-                        yield recs[0]
-                    pos += end
-                    continue
-            if pos + len(data) - end >= size:
-                return  # torn or in-flight tail
-        nxt = probe(fd, salt, pos + 1, size, expected)
-        if nxt is None:
-            return  # nothing valid after it: a tail still being written
+    """Valid records from boundary ``pos`` on, walked by logreader.py: damage is skipped (and
+    noted in ``gaps``); damage with nothing valid after it ends the iteration (a tail that may
+    still be being written)."""
+
+    def report(span: Span, rest: bytes) -> bool:
+        if span.resume is None or span.resume_id is None:
+            return False
         if gaps is not None:
-            gaps.append(Gap(path, pos, damage.reason, expected, nxt.id))
-        pos = nxt.offset
+            gaps.append(Gap(path, span.offset, span.reason, span.expected, span.resume_id))
+        return True
+
+    walker = LogReader(lambda n, off: os.pread(fd, n, off), salt, pos, size, min_id, report, chunk=CHUNK)
+    for batch in walker:
+        yield from batch
 
 
 class QueueView:

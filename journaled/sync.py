@@ -21,11 +21,13 @@ class GroupCommit:
     """Coordinates fsyncs for one journal.
 
     ``flush`` is called by the leader, never under this object's lock; it must write out all
-    buffered bytes and return ``(sequence_number_written, fsync_callable)``.  Calling
-    ``fsync_callable`` makes those bytes durable (it may raise; the journal poisons itself then).
+    buffered bytes and return ``(sequence_number_written, fsync_callable)``.  The leader calls
+    ``fsync_callable(needed)`` exactly once: with ``needed=True`` it makes those bytes durable
+    (it may raise; the journal poisons itself then); with ``False`` (they already are) it only
+    releases what it holds.
     """
 
-    def __init__(self, flush: Callable[[], tuple[int, Callable[[], None]]]) -> None:
+    def __init__(self, flush: Callable[[], tuple[int, Callable[[bool], None]]]) -> None:
         self._flush = flush
         self._cond = threading.Condition(threading.Lock())
         self._leading = False
@@ -71,8 +73,9 @@ class GroupCommit:
             if others:
                 time.sleep(0)
             written, fsync = self._flush()
-            if written > self._durable:
-                fsync()
+            needed = written > self._durable
+            fsync(needed)
+            if needed:
                 self.fsyncs += 1
                 target = written
         finally:

@@ -1,0 +1,166 @@
+"""What the parts of the journal share: the list of files, the next id, and the journal lock.
+
+The journal (journal.py) is a facade over parts that each do one job on this state: the writer
+(writer.py: append, rotate, write out, sync), opening (startup.py: recovery at open), reading
+(reading.py: records by cursor, damage met while reading), positions (index.py: ids and times
+to files and offsets) and retention (retention.py: archiving).
+
+Locking: every attribute of :class:`LogState` and of each :class:`JournalFile` is guarded by
+``LogState.lock``, *the journal lock*.  It is taken after the queue lock, never before it, and
+nothing waits on I/O while holding it except the writer's ``write()`` of its buffer and a
+rotation (which happen under it by design: they order the bytes).  File descriptors are never
+used outside the lock unless the user holds its own reference (:class:`SharedFd`, or a
+duplicate from ``fileio.ops.dup``), so no thread can close a descriptor another is using.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+
+import attrs
+
+from journaled import fileio
+from journaled.config import QueueConfig
+from journaled.errors import JournalIOError, QueueClosed
+from journaled.record import FileHeader
+
+#: One sparse index entry (id, offset) per this many bytes of journal: bounds the in-file scan
+#: when locating an id to ~64 KiB of reading.
+INDEX_EVERY = 64 * 1024
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen
+class RecoveryEvent:
+    """One thing recovery did: which file, where, what, how many bytes and ids were lost."""
+
+    path: str
+    offset: int
+    action: str  # "truncated-tail", "cut-at-damage", "skipped-damage", "skipped-file"
+    reason: str
+    bytes_lost: int
+    ids_lost: tuple[int, int] | None = None  # inclusive range, when known
+    kept: str | None = None  # where the dropped bytes were saved (``*.damaged``), if anywhere
+
+
+@attrs.frozen
+class Cursor:
+    """A position in the journal: the record of ``next_id`` starts at ``offset`` of file ``ms``."""
+
+    ms: int
+    offset: int
+    next_id: int
+
+
+@attrs.define(eq=False)
+class JournalFile:
+    """What the journal knows about one file without reading all of it."""
+
+    path: str
+    ms: int
+    header: FileHeader
+    size: int  # bytes on disk that hold valid records (for the active file: written so far)
+    index_ids: list[int] = attrs.field(factory=list)
+    index_offsets: list[int] = attrs.field(factory=list)
+    first_add_ms: int | None = None  # add time of the first record, once read (locate_time)
+
+    @property
+    def first_id(self) -> int:
+        return self.header.first_id
+
+    def note(self, item_id: int, offset: int) -> None:
+        """Add a sparse-index point if far enough from the previous one."""
+        if not self.index_offsets or offset - self.index_offsets[-1] >= INDEX_EVERY:
+            self.index_ids.append(item_id)
+            self.index_offsets.append(offset)
+
+
+class SharedFd:
+    """A read descriptor used outside the journal lock: closed only once it is retired *and*
+    its last user released it.  ``acquire``/``release``/``retire`` are called under the lock."""
+
+    __slots__ = ("fd", "users", "retired")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+        self.retired = False
+
+    def acquire(self) -> int:
+        self.users += 1
+        return self.fd
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.retired and self.users == 0:
+            self._close()
+
+    def retire(self) -> None:
+        self.retired = True
+        if self.users == 0:
+            self._close()
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                fileio.ops.close(fd)
+            except OSError:
+                pass
+
+
+class LogState:
+    """The journal's shared state (see the module docstring); guarded by ``lock``."""
+
+    def __init__(self, directory: str, name: str, config: QueueConfig) -> None:
+        self.directory = directory
+        self.name = name
+        self.config = config
+        self.lock = threading.Lock()
+        self.files: list[JournalFile] = []
+        self.next_id = 1
+        self.last_add_ms = 0  # add times never go backwards (binary search relies on it)
+        self.recovery_report: list[RecoveryEvent] = []
+        self.read_fds: dict[int, SharedFd] = {}  # file ms -> read descriptor
+        self.closed = False
+        self.poisoned: JournalIOError | None = None
+
+    def file_index(self, ms: int) -> int:
+        """Index of the file created at ``ms`` in ``files``, or -1."""
+        keys = [f.ms for f in self.files]
+        i = bisect.bisect_left(keys, ms)
+        return i if i < len(keys) and keys[i] == ms else -1
+
+    def file_of(self, item_id: int) -> int:
+        """Index of the file that holds (or would hold) ``item_id``."""
+        return max(0, bisect.bisect_right(self.files, item_id, key=lambda f: f.first_id) - 1)
+
+    def read_fd(self, jf: JournalFile) -> SharedFd:
+        """The shared read descriptor of ``jf``, opened on first use."""
+        shared = self.read_fds.get(jf.ms)
+        if shared is None:
+            shared = self.read_fds[jf.ms] = SharedFd(fileio.ops.open(jf.path, os.O_RDONLY))
+        return shared
+
+    def poison(self, exc: OSError) -> JournalIOError:
+        """Refuse every later write: after a failed write or fsync the kernel may have dropped
+        the dirty pages, and a retry could report success for data that is gone."""
+        err = JournalIOError(exc.errno, f"journal write failed: {exc.strerror or exc}", exc.filename)
+        self.poisoned = err
+        return err
+
+    def check_writable(self) -> None:
+        if self.closed:
+            raise QueueClosed("journal is closed")
+        if self.poisoned is not None:
+            raise JournalIOError(
+                self.poisoned.errno,
+                f"queue refuses writes after an earlier I/O failure ({self.poisoned.strerror}); "
+                "close and reopen it",
+            )

@@ -1,0 +1,255 @@
+"""The journal's writer: encode PUT records into a buffer, write it out, rotate files, sync.
+
+Only the newest file is written.  Appends encode into an in-memory buffer under the journal lock
+(record.py does the bytes); the buffer is handed to the OS at once under ``sync="never"``, past
+``WRITE_OUT_AT`` bytes, on a rotation, or when a sync asks.  Durability waits go through
+:class:`~journaled.sync.GroupCommit`, so no fsync runs under the journal lock on the hot path:
+the sync captures, under the lock, a *duplicate* of the descriptor to fsync, so a rotation that
+closes the original meanwhile can never make it fsync a closed or reused descriptor.
+
+Every method named ``*_locked`` must be called with ``LogState.lock`` held.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Sequence
+
+from journaled import fileio
+from journaled.layout import journal_path
+from journaled.logstate import INDEX_EVERY, JournalFile, LogState, now_ms
+from journaled.record import PUT_OVERHEAD, FileHeader, encode_header, encode_puts
+from journaled.sync import GroupCommit
+
+#: Under a periodic policy the buffer is handed to the OS once it grows past this.
+WRITE_OUT_AT = 1024 * 1024
+
+
+class Writer:
+    """Appends to the newest journal file of ``state`` (one per open journal)."""
+
+    def __init__(self, state: LogState) -> None:
+        self.state = state
+        self.buf = bytearray()
+        self.fd = -1  # the newest file, open for appending
+        # descriptors of files retired by rotation, already fdatasynced (closed at the next sync)
+        self.retired_fds: list[int] = []
+        # files retired under sync="never", not yet synced: by path, so that no fd stays open
+        # per rotation (that would pin archived files' space and exhaust descriptors)
+        self.unsynced_paths: list[str] = []
+        self.appended = 0  # session byte sequence: appended / written out to the OS
+        self.written = 0
+        self.commits = GroupCommit(self._flush_for_sync)
+
+    # ----------------------------------------------------------------------------- files
+    def continue_file(self, jf: JournalFile) -> None:
+        """Append to an existing (recovered) file from now on.  Called before any append."""
+        self.fd = fileio.ops.open(jf.path, os.O_WRONLY | os.O_APPEND, self.state.config.file_mode)
+
+    def create_file_locked(self, ms: int) -> None:
+        """Start a new journal file whose first record will get id ``state.next_id``."""
+        st = self.state
+        if st.files and ms <= st.files[-1].ms:
+            ms = st.files[-1].ms + 1  # names must stay unique and sortable
+        path = journal_path(st.directory, st.name, ms)
+        header = FileHeader(salt=secrets.randbits(32), first_id=st.next_id, created_ms=now_ms(), name=st.name)
+        raw = encode_header(header)
+        try:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+            fd = fileio.ops.open(path, flags, st.config.file_mode)
+        except OSError as exc:
+            # after a failed rotation there is no file to append to
+            raise st.poison(exc) from exc
+        try:
+            fileio.ops.write(fd, raw)
+            if st.config.sync != "never":
+                fileio.ops.fdatasync(fd)
+                fileio.ops.fsync_dir(st.directory)
+        except OSError as exc:
+            fileio.ops.close(fd)
+            raise st.poison(exc) from exc
+        self.fd = fd
+        jf = JournalFile(path, ms, header, len(raw))
+        jf.note(st.next_id, len(raw))
+        st.files.append(jf)
+
+    # ----------------------------------------------------------------------------- appending
+    def append_one(self, payload: bytes, add_ms: int) -> tuple[int, int, int]:
+        """``append([payload], add_ms, 0)`` for the plain single put, the hottest call of all
+        (perf: no batch bookkeeping).  Anything unusual -- the record does not fit the current
+        file, the journal is closed or poisoned -- is left to :meth:`append`."""
+        st = self.state
+        with st.lock:
+            jf = st.files[-1]
+            buf = self.buf
+            pos = jf.size + len(buf)
+            size = PUT_OVERHEAD + len(payload)
+            if pos + size <= st.config.journal_size and st.poisoned is None and not st.closed:
+                if add_ms < st.last_add_ms:
+                    add_ms = st.last_add_ms
+                st.last_add_ms = add_ms
+                item_id = st.next_id
+                encode_puts(jf.header.salt, pos, item_id, add_ms, 0, (payload,), buf)
+                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                    jf.note(item_id, pos)
+                st.next_id = item_id + 1
+                self.appended += size
+                if len(buf) >= WRITE_OUT_AT or st.config.sync == "never":
+                    self.write_out_locked()
+                return item_id, add_ms, self.appended
+        return self.append((payload,), add_ms, 0)
+
+    def append(self, payloads: Sequence[bytes], add_ms: int, expire_ms: int) -> tuple[int, int, int]:
+        """Append PUT records; return ``(first_id, add_ms, seq)``.
+
+        ``add_ms`` is the add time actually recorded (never earlier than a previous one).
+        ``seq`` is the byte sequence number to pass to ``wait_durable``.  Items are never split
+        across files: a record that would pass ``journal_size`` goes to a fresh file.
+        """
+        st = self.state
+        with st.lock:
+            st.check_writable()
+            add_ms = max(add_ms, st.last_add_ms)
+            st.last_add_ms = add_ms
+            first_id = st.next_id
+            limit = st.config.journal_size
+            i = 0
+            n = len(payloads)
+            jf = st.files[-1]
+            pos = jf.size + len(self.buf)
+            size = n * PUT_OVERHEAD + sum(map(len, payloads))
+            if pos + size <= limit:
+                # perf: everything fits the current file: one encode call, and the sparse index
+                # is only visited when this batch can reach the next INDEX_EVERY boundary
+                offs = encode_puts(jf.header.salt, pos, first_id, add_ms, expire_ms, payloads, self.buf)
+                if not jf.index_offsets or pos + size - jf.index_offsets[-1] >= INDEX_EVERY:
+                    for k in range(0, n, max(1, n // 8)):
+                        jf.note(first_id + k, offs[k])
+                self.appended += size
+                st.next_id = first_id + n
+                i = n
+            while i < n:
+                jf = st.files[-1]
+                pos = jf.size + len(self.buf)
+                # take as many payloads as fit in this file (at least one in an empty file)
+                j = i
+                end = pos
+                while j < n:
+                    rec = PUT_OVERHEAD + len(payloads[j])
+                    if end + rec > limit and (end > jf.header.size or j > i):
+                        break
+                    end += rec
+                    j += 1
+                if j == i:
+                    self.rotate_locked()
+                    continue
+                before = len(self.buf)
+                offs = encode_puts(jf.header.salt, pos, st.next_id, add_ms, expire_ms, payloads[i:j], self.buf)
+                for k in range(0, j - i, max(1, (j - i) // 8)):
+                    jf.note(st.next_id + k, offs[k])
+                self.appended += len(self.buf) - before
+                st.next_id += j - i
+                i = j
+            if st.config.sync == "never" or len(self.buf) >= WRITE_OUT_AT:
+                self.write_out_locked()
+            return first_id, add_ms, self.appended
+
+    def write_out_locked(self) -> None:
+        """Hand the buffer to the OS."""
+        if not self.buf:
+            return
+        try:
+            fileio.ops.write(self.fd, self.buf)
+        except OSError as exc:
+            # A partial write may have reached the file; the owner cuts it on reopen.
+            raise self.state.poison(exc) from exc
+        n = len(self.buf)
+        self.state.files[-1].size += n
+        self.written += n
+        self.buf = bytearray()
+
+    def rotate_locked(self) -> None:
+        """Retire the newest file (synced first unless ``sync="never"``) and start a new one."""
+        st = self.state
+        self.write_out_locked()
+        old = self.fd
+        if st.config.sync != "never":
+            try:
+                fileio.ops.fdatasync(old)
+            except OSError as exc:
+                raise st.poison(exc) from exc
+            self.commits.mark_durable(self.written)
+            self.retired_fds.append(old)
+        else:
+            self.unsynced_paths.append(st.files[-1].path)
+            self.fd = -1
+            try:
+                fileio.ops.close(old)
+            except OSError as exc:
+                raise st.poison(exc) from exc
+        self.fd = -1  # retired: never written or closed through fd again, even if the next line fails
+        self.create_file_locked(now_ms())
+
+    def write_out(self) -> None:
+        """Hand buffered bytes to the OS (no fsync): makes them visible to other processes."""
+        with self.state.lock:
+            if not self.state.closed:
+                self.write_out_locked()
+
+    # ----------------------------------------------------------------------------- syncing
+    def _flush_for_sync(self) -> tuple[int, Callable[[bool], None]]:
+        st = self.state
+        with st.lock:
+            st.check_writable()
+            self.write_out_locked()
+            retired, self.retired_fds = self.retired_fds, []
+            unsynced, self.unsynced_paths = self.unsynced_paths, []
+            # our own descriptor: a rotation may close self.fd while we fsync outside the lock
+            fd = fileio.ops.dup(self.fd)
+            target = self.written
+        for old in retired:
+            fileio.ops.close(old)  # synced when it was retired; handed to us alone
+
+        def fsync(needed: bool) -> None:
+            # Under "never" a rotation neither syncs the file it retires nor the directory entry
+            # of the new one, so an explicit sync() must do both or it would claim too much.
+            try:
+                for path in unsynced:
+                    try:
+                        old = fileio.ops.open(path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        continue  # archived since: every reader was done with it
+                    try:
+                        fileio.ops.fdatasync(old)
+                    finally:
+                        fileio.ops.close(old)
+                if unsynced:
+                    fileio.ops.fsync_dir(st.directory)
+                if needed:
+                    fileio.ops.fdatasync(fd)
+            except OSError as exc:
+                raise st.poison(exc) from exc
+            finally:
+                fileio.ops.close(fd)
+
+        return target, fsync
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        self.commits.wait_durable(self.appended)
+
+    @property
+    def dirty(self) -> bool:
+        return self.commits.durable < self.appended
+
+    def close_locked(self) -> None:
+        """Release the write descriptors (after a final write out / sync)."""
+        for fd in [self.fd, *self.retired_fds]:
+            if fd >= 0:
+                try:
+                    fileio.ops.close(fd)
+                except OSError:
+                    pass
+        self.fd = -1
+        self.retired_fds.clear()
