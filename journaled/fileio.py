@@ -21,10 +21,6 @@ class FileOps:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def dup(self, fd: int) -> int:
-        """A second descriptor for the same open file (its own to close)."""
-        return os.dup(fd)
-
     def write(self, fd: int, data: bytes | bytearray | memoryview) -> int:
         """Write all of ``data`` (looping over short writes); return the byte count."""
         view = memoryview(data)

@@ -8,9 +8,9 @@ to files and offsets) and retention (retention.py: archiving).
 Locking: every attribute of :class:`LogState` and of each :class:`JournalFile` is guarded by
 ``LogState.lock``, *the journal lock*.  It is taken after the queue lock, never before it, and
 nothing waits on I/O while holding it except the writer's ``write()`` of its buffer and a
-rotation (which happen under it by design: they order the bytes).  File descriptors are never
-used outside the lock unless the user holds its own reference (:class:`SharedFd`, or a
-duplicate from ``fileio.ops.dup``), so no thread can close a descriptor another is using.
+rotation (which happen under it by design: they order the bytes).  A file descriptor is used
+outside the lock only by a holder of a reference to it (:class:`SharedFd`), so no thread can
+close a descriptor another is using.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Only the newest file is written.  Appends encode into an in-memory buffer under 
 (record.py does the bytes); the buffer is handed to the OS at once under ``sync="never"``, past
 ``WRITE_OUT_AT`` bytes, on a rotation, or when a sync asks.  Durability waits go through
 :class:`~journaled.sync.GroupCommit`, so no fsync runs under the journal lock on the hot path:
-the sync captures, under the lock, a *duplicate* of the descriptor to fsync, so a rotation that
-closes the original meanwhile can never make it fsync a closed or reused descriptor.
+the sync takes, under the lock, a reference to the file it will fsync (a
+:class:`~journaled.logstate.SharedFd`), so a rotation that retires the file meanwhile closes its
+descriptor only after the fsync: never a closed or reused descriptor.
 
 Every method named ``*_locked`` must be called with ``LogState.lock`` held.
 """
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from journaled import fileio
 from journaled.layout import journal_path
-from journaled.logstate import INDEX_EVERY, JournalFile, LogState, now_ms
+from journaled.logstate import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 from journaled.record import PUT_OVERHEAD, FileHeader, encode_header, encode_puts
 from journaled.sync import GroupCommit
 
@@ -32,9 +33,7 @@ class Writer:
     def __init__(self, state: LogState) -> None:
         self.state = state
         self.buf = bytearray()
-        self.fd = -1  # the newest file, open for appending
-        # descriptors of files retired by rotation, already fdatasynced (closed at the next sync)
-        self.retired_fds: list[int] = []
+        self.out: SharedFd | None = None  # the newest file, open for appending
         # files retired under sync="never", not yet synced: by path, so that no fd stays open
         # per rotation (that would pin archived files' space and exhaust descriptors)
         self.unsynced_paths: list[str] = []
@@ -45,7 +44,7 @@ class Writer:
     # ----------------------------------------------------------------------------- files
     def continue_file(self, jf: JournalFile) -> None:
         """Append to an existing (recovered) file from now on.  Called before any append."""
-        self.fd = fileio.ops.open(jf.path, os.O_WRONLY | os.O_APPEND, self.state.config.file_mode)
+        self.out = SharedFd(fileio.ops.open(jf.path, os.O_WRONLY | os.O_APPEND, self.state.config.file_mode))
 
     def create_file_locked(self, ms: int) -> None:
         """Start a new journal file whose first record will get id ``state.next_id``."""
@@ -69,7 +68,7 @@ class Writer:
         except OSError as exc:
             fileio.ops.close(fd)
             raise st.poison(exc) from exc
-        self.fd = fd
+        self.out = SharedFd(fd)
         jf = JournalFile(path, ms, header, len(raw))
         jf.note(st.next_id, len(raw))
         st.files.append(jf)
@@ -160,7 +159,8 @@ class Writer:
         if not self.buf:
             return
         try:
-            fileio.ops.write(self.fd, self.buf)
+            assert self.out is not None
+            fileio.ops.write(self.out.fd, self.buf)
         except OSError as exc:
             # A partial write may have reached the file; the owner cuts it on reopen.
             raise self.state.poison(exc) from exc
@@ -173,22 +173,18 @@ class Writer:
         """Retire the newest file (synced first unless ``sync="never"``) and start a new one."""
         st = self.state
         self.write_out_locked()
-        old = self.fd
-        if st.config.sync != "never":
-            try:
-                fileio.ops.fdatasync(old)
-            except OSError as exc:
-                raise st.poison(exc) from exc
-            self.commits.mark_durable(self.written)
-            self.retired_fds.append(old)
-        else:
-            self.unsynced_paths.append(st.files[-1].path)
-            self.fd = -1
-            try:
-                fileio.ops.close(old)
-            except OSError as exc:
-                raise st.poison(exc) from exc
-        self.fd = -1  # retired: never written or closed through fd again, even if the next line fails
+        old, self.out = self.out, None  # never written through again, even if what follows fails
+        assert old is not None
+        try:
+            if st.config.sync != "never":
+                fileio.ops.fdatasync(old.fd)
+                self.commits.mark_durable(self.written)
+            else:
+                self.unsynced_paths.append(st.files[-1].path)
+        except OSError as exc:
+            raise st.poison(exc) from exc
+        finally:
+            old.retire()  # closed now, or by the sync still using it
         self.create_file_locked(now_ms())
 
     def write_out(self) -> None:
@@ -203,13 +199,11 @@ class Writer:
         with st.lock:
             st.check_writable()
             self.write_out_locked()
-            retired, self.retired_fds = self.retired_fds, []
             unsynced, self.unsynced_paths = self.unsynced_paths, []
-            # our own descriptor: a rotation may close self.fd while we fsync outside the lock
-            fd = fileio.ops.dup(self.fd)
+            out = self.out
+            assert out is not None
+            fd = out.acquire()  # a rotation may retire it while we fsync outside the lock
             target = self.written
-        for old in retired:
-            fileio.ops.close(old)  # synced when it was retired; handed to us alone
 
         def fsync(needed: bool) -> None:
             # Under "never" a rotation neither syncs the file it retires nor the directory entry
@@ -231,7 +225,8 @@ class Writer:
             except OSError as exc:
                 raise st.poison(exc) from exc
             finally:
-                fileio.ops.close(fd)
+                with st.lock:
+                    out.release()
 
         return target, fsync
 
@@ -244,12 +239,7 @@ class Writer:
         return self.commits.durable < self.appended
 
     def close_locked(self) -> None:
-        """Release the write descriptors (after a final write out / sync)."""
-        for fd in [self.fd, *self.retired_fds]:
-            if fd >= 0:
-                try:
-                    fileio.ops.close(fd)
-                except OSError:
-                    pass
-        self.fd = -1
-        self.retired_fds.clear()
+        """Release the write descriptor (after a final write out / sync)."""
+        out, self.out = self.out, None
+        if out is not None:
+            out.retire()

@@ -28,7 +28,7 @@ import threading
 import time
 
 from journaled import JournaledQueue, QueueConfig, ReaderConfig
-from journaled.record import decode_checkpoint, encode_checkpoint
+from journaled.filecodec import decode_checkpoint, encode_checkpoint
 
 ITEM = 1024
 

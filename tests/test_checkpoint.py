@@ -21,9 +21,9 @@ import threading
 
 import pytest
 
-from journaled import JournaledQueue, QueueConfig, ReaderConfig
+from journaled import JournaledQueue, QueueConfig, Reader, ReaderConfig
 from journaled.checkpoint import registry_path, write_registry
-from journaled.record import CheckpointData, decode_checkpoint, encode_checkpoint
+from journaled.filecodec import CheckpointData, decode_checkpoint, encode_checkpoint
 
 from conftest import ready_items
 
@@ -348,9 +348,9 @@ def test_head_before_the_journal_start_is_clamped_with_a_warning(tmpfs_qdir, cap
         for item in take(r, 30):
             r.commit(item)
         q.checkpoint()
-        q._archive()
+        q.archive()
     with open_q(tmpfs_qdir) as q:
-        first = q._journal.first_id()
+        first = q.journal.first_id()
     assert 1 < first <= 31
     write_ckpt(tmpfs_qdir, "a", CheckpointData(1, done=(first + 1,)))
     caplog.set_level(logging.WARNING, logger="journaled")
@@ -404,17 +404,14 @@ def test_checkpoints_racing_remove_reader_never_resurrect_it(tmpfs_qdir):
         q.put(b"x")
         stop = threading.Event()
         errors: list[BaseException] = []
+        current: dict[str, Reader] = {}  # the live handle of each reader (the main thread's)
 
         def checkpointer() -> None:
             while not stop.is_set():
                 try:
-                    for name in q.readers():
-                        try:
-                            rd = q._readers[name]
-                            with rd._lock:
-                                rd._dirty = True
-                        except KeyError:
-                            pass
+                    for rd in list(current.values()):
+                        with rd.core.lock:
+                            rd.core.dirty = True  # a removed reader's core is no longer saved
                     q.checkpoint()
                 except BaseException as exc:  # noqa: BLE001
                     errors.append(exc)
@@ -424,7 +421,7 @@ def test_checkpoints_racing_remove_reader_never_resurrect_it(tmpfs_qdir):
         t.start()
         try:
             for k in range(20):
-                r = q.reader(f"r{k % 3}", ReaderConfig())
+                r = current[f"r{k % 3}"] = q.reader(f"r{k % 3}", ReaderConfig())
                 r.commit(r.get(block=False))
                 q.remove_reader(f"r{k % 3}")
                 assert not os.path.exists(ckpt_file(tmpfs_qdir, f"r{k % 3}"))
@@ -462,6 +459,6 @@ def test_a_reader_reading_an_old_file_after_reopen_checkpoints_a_precise_hint(tm
             r.commit(r.get(block=False))
         q.checkpoint()
         ck = read_ckpt(tmpfs_qdir, "a")
-        first_file = q._journal.files[0]
+        first_file = q.journal.files[0]
         assert ck.head == ids[6000] and ck.file_ms == first_file.ms
         assert ck.file_offset > 300_000  # within 64 KiB of the head's record, not at the start

@@ -14,7 +14,7 @@ import pytest
 
 from journaled import JournaledQueue, QueueConfig, fileio
 from journaled.errors import JournaledError, JournalIOError
-from journaled.faults import FaultyOps
+from support.faults import FaultyOps
 
 from conftest import ready_items, scratch_dir
 

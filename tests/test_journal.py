@@ -134,14 +134,15 @@ def test_lowering_max_item_size_on_reopen_keeps_larger_records(qdir):
 
 
 def test_an_item_larger_than_the_read_chunk_is_read_back(qdir):
-    from journaled.journal import READ_CHUNK, Cursor
+    from journaled.journal import Cursor
+    from journaled.logreader import READ_CHUNK
 
     big = os.urandom(READ_CHUNK + 12345)
     with JournaledQueue(qdir, config=NEVER, name="q") as q:
         q.put(big)
         q.put(b"after")
     with JournaledQueue(qdir, config=NEVER) as q:
-        j = q._journal
+        j = q.journal
         jf = j.files[0]
         recs, cursor = j.read(Cursor(jf.ms, jf.header.size, 1))  # used to loop forever
         assert [r.payload for r in recs] == [big]
@@ -406,7 +407,7 @@ def test_locate_finds_every_id_across_files_reading_at_most_one_file(qdir):
             return data
 
     with JournaledQueue(qdir, config=config) as q:
-        j = q._journal
+        j = q.journal
         assert len(j.files) > 10
         for item_id in range(1, 301):
             ops = CountingOps()

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from journaled import fileio
-from journaled import powerloss as pl
-from journaled.faults import RecordingOps
+from support import powerloss as pl
+from support.faults import RecordingOps
 
 from conftest import scratch_dir
 
@@ -106,8 +106,9 @@ def test_recording_matches_strace(tmp_path):
     qdir = tmp_path / "q"
     code = f"""
 import os, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
 from journaled import JournaledQueue, QueueConfig, fileio
-from journaled.faults import RecordingOps
+from support.faults import RecordingOps
 os.makedirs({str(qdir)!r})
 rec = RecordingOps({str(qdir)!r})
 with fileio.use(rec):

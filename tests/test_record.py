@@ -14,22 +14,20 @@ from journaled.record import (
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
     TYPE_PUT,
-    CheckpointData,
     Damage,
     FileHeader,
     Put,
     Skipped,
-    decode_checkpoint,
     decode_header,
     decode_many,
     decode_one,
-    encode_checkpoint,
     encode_header,
     encode_put,
     encode_puts,
     encode_record,
     find_next_record,
 )
+from journaled.filecodec import CheckpointData, decode_checkpoint, encode_checkpoint
 
 # The test vector of docs/format.md section 11, pasted from there (not regenerated).
 VECTOR_HEADER_HEX = "894a524e4c0d0a1a01002c000403020101000000000000000068e5cf8b01000006006576656e7473704103b3"
@@ -466,7 +464,7 @@ def test_mixed_record_types_decode_to_written_records_or_refuse_only_a_written_r
 
 
 def test_crc_text_files_round_trip_and_reject_any_flipped_byte():
-    from journaled.record import decode_crc_text, encode_crc_text
+    from journaled.filecodec import decode_crc_text, encode_crc_text
 
     raw = encode_crc_text("journaled-readers 1", ["alpha", "beta"])
     assert decode_crc_text(raw, "journaled-readers 1") == ["alpha", "beta"]

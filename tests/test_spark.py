@@ -223,7 +223,7 @@ def archived_queue(path):
         for _ in range(30):
             r.commit(r.get(timeout=1).id)
         q.checkpoint()
-        q._archive()
+        q.archive()
     first = next(iter(JournalScanner(path).records())).id
     assert first > 1
     return first

@@ -30,7 +30,7 @@ import attrs
 from journaled import fileio
 from journaled.config import QueueConfig
 from journaled.errors import Empty
-from journaled.faults import Op, RecordingOps
+from support.faults import Op, RecordingOps
 
 DATA_OPS = ("write", "truncate")
 DIR_OPS = ("create", "rename", "unlink")
@@ -257,7 +257,7 @@ def _run(
             if rng.random() < 0.15:
                 _checkpoint(q, rec, committed)
                 if archive:
-                    q._archive()  # deterministic archiving point (normally the background thread)
+                    q.archive()  # deterministic archiving point (normally the background thread)
             if reader_churn and seq == n // 3:
                 q.reader("c")
                 committed["c"] = set()
@@ -271,7 +271,7 @@ def _run(
             _drain_some(q, rec, name, 1000, committed[name])
         _checkpoint(q, rec, committed)
         if archive:
-            q._archive()
+            q.archive()
         q.close()
         rec.mark(("acked", tuple(pending)))
         for name, done_ids in committed.items():
