@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from journaled import qtest
-from journaled.qtest import Ledger, check_payload, make_payload
+from journaled.qtest_run import Ledger, check_payload, make_payload
 
 ROOT = Path(__file__).parent.parent
 
