@@ -164,3 +164,11 @@ class LogState:
                 f"queue refuses writes after an earlier I/O failure ({self.poisoned.strerror}); "
                 "close and reopen it",
             )
+
+
+def keep_aside(state: LogState, path: str, offset: int, data: bytes) -> str:
+    """Save bytes cut from a journal file as ``<file>.at<offset>.damaged`` (durably, before
+    the cut) so nothing recovery drops is gone for good."""
+    kept = f"{path}.at{offset}.damaged"
+    fileio.write_atomic(kept, data, state.config.file_mode)
+    return kept

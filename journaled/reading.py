@@ -24,9 +24,8 @@ from bisect import bisect_right
 from journaled import fileio
 from journaled.errors import CorruptJournal, QueueClosed
 from journaled.logreader import READ_CHUNK, LogReader, Reporter, Span
-from journaled.logstate import INDEX_EVERY, Cursor, JournalFile, LogState, RecoveryEvent
+from journaled.logstate import INDEX_EVERY, Cursor, JournalFile, LogState, RecoveryEvent, keep_aside
 from journaled.record import Put
-from journaled.startup import keep_aside
 from journaled.writer import Writer
 
 log = logging.getLogger("journaled")

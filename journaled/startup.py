@@ -16,7 +16,7 @@ import os
 from journaled import fileio, recovery
 from journaled.errors import CorruptJournal, UnsupportedVersion
 from journaled.layout import list_journal_files
-from journaled.logstate import JournalFile, LogState, RecoveryEvent, now_ms
+from journaled.logstate import JournalFile, LogState, RecoveryEvent, keep_aside, now_ms
 from journaled.record import decode_header, header_size
 from journaled.writer import Writer
 
@@ -78,14 +78,6 @@ def _set_aside(state: LogState, path: str, reason: str, size: int) -> None:
     log.warning("journal file %s is unreadable (%s); moved to %s.damaged", path, reason, path)
     fileio.ops.rename(path, path + ".damaged")
     fileio.ops.fsync_dir(state.directory)
-
-
-def keep_aside(state: LogState, path: str, offset: int, data: bytes) -> str:
-    """Save bytes cut from a journal file as ``<file>.at<offset>.damaged`` (durably, before
-    the cut) so nothing recovery drops is gone for good."""
-    kept = f"{path}.at{offset}.damaged"
-    fileio.write_atomic(kept, data, state.config.file_mode)
-    return kept
 
 
 def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, int]:
