@@ -192,7 +192,7 @@ class JournaledQueue:
         if type(data) is bytes and expire_at is None and ttl is None and len(data) <= self.config.max_item_size:
             # perf: the plain case skips put_many's batch checks; the append path is the same
             with self._lock:
-                first_id, seq = self._append_locked((((data,), 0),), 1, len(data), time.time_ns() // 1_000_000)
+                first_id, seq = self._append_locked(data, 1, len(data), time.time_ns() // 1_000_000)
             if self.config.sync == "always":
                 self._journal.wait_durable(seq)
             return first_id
@@ -235,7 +235,7 @@ class JournaledQueue:
 
     def _append_locked(
         self,
-        runs: Sequence[Run],
+        items: bytes | Sequence[Run],
         count: int,
         nbytes: int,
         add_ms: int,
@@ -243,8 +243,9 @@ class JournaledQueue:
     ) -> tuple[int, int]:
         """The one place items enter the queue (``put``, ``put_many``, spool adoption): reader
         policies, ``intent(first_id)`` (the spool's ledger line), the journal, the counters, then
-        every reader.  Call with the queue lock held; the caller then waits for durability with
-        the returned journal sequence.  Returns ``(first id, sequence)``."""
+        every reader.  ``items`` is one plain payload (a single put without expiry) or a
+        sequence of runs.  Call with the queue lock held; the caller then waits for durability
+        with the returned journal sequence.  Returns ``(first id, sequence)``."""
         if self._closed:
             raise QueueClosed(f"queue {self.path!r} is closed")
         cores = self._cores
@@ -252,24 +253,26 @@ class JournaledQueue:
             # max_items/max_size: refuse (writing nothing) or discard, before appending
             policies.make_room(cores, count, nbytes)
         journal = self._journal
-        first_id = journal.next_id
         if intent is not None:
-            intent(first_id)
-        seq = 0
-        for payloads, expire_ms in runs:
-            if len(payloads) == 1 and not expire_ms:  # perf: the plain single put
-                item_id, added_ms, seq = journal.append_one(payloads[0], add_ms)
-                if cores:
-                    made = [new_item(item_id, payloads[0], added_ms / 1000.0, None, 0)]
-            else:
+            intent(journal.next_id)
+        if type(items) is bytes:  # perf: the plain single put, without building a run
+            first_id, added_ms, seq = journal.append_one(items, add_ms)
+            if cores:
+                made = [new_item(first_id, items, added_ms / 1000.0, None, 0)]
+                for core in cores:
+                    core.on_put(made, nbytes)
+        else:
+            first_id = seq = -1
+            for payloads, expire_ms in cast("Sequence[Run]", items):
                 item_id, added_ms, seq = journal.append(payloads, add_ms, expire_ms)
+                if first_id < 0:
+                    first_id = item_id
                 if cores:
                     expire = expire_ms / 1000.0 if expire_ms else None
                     made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
-            if cores:
-                run_bytes = nbytes if len(runs) == 1 else sum(map(len, payloads))
-                for core in cores:
-                    core.on_put(made, run_bytes)
+                    run_bytes = nbytes if len(items) == 1 else sum(map(len, payloads))
+                    for core in cores:
+                        core.on_put(made, run_bytes)
         self._put_count += count
         self._put_bytes += nbytes
         return first_id, seq

@@ -67,7 +67,8 @@ class Reader:
                 timeout = None
         core = self.core
         with core.lock:
-            core.check_open()
+            if core.closed:  # perf: core.check_open() inlined (also below)
+                raise QueueClosed(f"reader {self.name!r} is closed")
             if not core.waiters:  # perf: take_if_first() inlined
                 item = core.take()
                 if item is not None:
@@ -114,7 +115,8 @@ class Reader:
         core = self.core
         with core.lock:
             # after close the final checkpoint is written: a commit now would be silently lost
-            core.check_open()
+            if core.closed:
+                raise QueueClosed(f"reader {self.name!r} is closed")
             core.commit(item)
 
     def abort(self, item: Item | int) -> None:
