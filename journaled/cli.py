@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from journaled import __version__
 from journaled.cli_inspect import add_inspect_commands
+from journaled.errors import JournaledError
 from journaled.qtest import add_qtest_command
 
 
@@ -33,5 +34,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except (JournaledError, OSError) as exc:
+        # a wrong path, a locked or damaged directory: say so, no traceback
+        print(f"journaled {args.command}: {exc}", file=sys.stderr)
+        return 2
     return result

@@ -171,3 +171,12 @@ def test_check_is_clean_after_point_in_time_recovery_but_notes_the_id_gap(qpath,
     assert main(["stat", qpath, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert len(st["damaged_files_kept"]) == 1
+
+
+def test_a_wrong_path_is_a_one_line_error_not_a_traceback(tmp_path, capsys):
+    missing = str(tmp_path / "no-such-queue")
+    for command in ("stat", "check", "dump"):
+        assert main([command, missing]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"journaled {command}: ") and "Traceback" not in err
+        assert err.count("\n") == 1 and "no-such-queue" in err
