@@ -1,6 +1,6 @@
 """What a reopened queue learns from its readers' checkpoints, before and after the journal opens.
 
-Pure decisions over :class:`~journaled.record.CheckpointData` (plus reading the files through
+Pure decisions over :class:`~journaled.filecodec.CheckpointData` (plus reading the files through
 checkpoint.py), kept out of queue.py so the rules are in one place and testable alone:
 
 * :func:`read_states`: every known reader (registry and checkpoint files) with its checkpoint,
