@@ -195,3 +195,48 @@ def test_a_spool_batch_stays_pending_until_it_is_durably_in_the_journal(qdir):
                 break
         assert got == [b"spooled-a", b"spooled-b"]
         assert not spool_put(qdir, [b"spooled-a", b"spooled-b"], key="k1")  # adopted once, for good
+
+
+class _SlowReads(fileio.FileOps):
+    """A pread that takes its time when asked to: archiving lands in the middle of it."""
+
+    def __init__(self) -> None:
+        self.slow = threading.Event()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if self.slow.is_set():
+            time.sleep(0.3)
+        return super().pread(fd, size, offset)
+
+
+def test_archiving_a_file_while_it_is_being_read_never_closes_the_descriptor_under_the_read(qdir):
+    from journaled.journal import Cursor
+
+    ops = _SlowReads()
+    cfg = QueueConfig(journal_size=1024, sync="never", checkpoint_interval=3600.0)
+    with fileio.use(ops), JournaledQueue(qdir, cfg) as q:
+        r = q.reader("r")
+        q.put_many([b"%04d" % i + b"p" * 96 for i in range(40)])
+        for _ in range(40):
+            r.commit(r.get(block=False))
+        q.checkpoint()
+        first = q.journal.files[0]
+        got: list[object] = []
+
+        def read_first_file() -> None:
+            try:
+                got.append(q.journal.read(Cursor(first.ms, first.header.size, first.first_id), max_items=1)[0])
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                got.append(exc)
+
+        q.journal.read(Cursor(first.ms, first.header.size, first.first_id), max_items=1)  # opens its fd
+        ops.slow.set()
+        reader = threading.Thread(target=read_first_file, daemon=True)
+        reader.start()
+        time.sleep(0.1)  # the read is inside its pread now
+        ops.slow.clear()
+        q.archive()  # the file goes, and with it the journal's descriptor of it
+        reader.join(10)
+        assert first.path not in [f.path for f in q.journal.files]
+        [result] = got
+        assert isinstance(result, list) and [rec.payload[:4] for rec in result] == [b"0000"], result
