@@ -17,6 +17,7 @@ from journaled.errors import (
     SerializationError,
     UnknownRead,
     UnknownReader,
+    UnsafeDirectory,
     UnsupportedVersion,
 )
 from journaled.item import Item
@@ -60,6 +61,7 @@ __all__ = [
     "TransactionalQueue",
     "UnknownRead",
     "UnknownReader",
+    "UnsafeDirectory",
     "UnsupportedVersion",
     "__version__",
     "spool_put",

@@ -35,7 +35,7 @@ def write_bookmark(queue_dir: str, name: str, head: int) -> None:
     if head < 0:
         raise ValueError("bookmark head must be >= 0")
     path = bookmark_path(queue_dir, name)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fileio.make_dirs(os.path.dirname(path), 0o700)
     fileio.write_atomic(path, encode_crc_text(_MAGIC, [str(head)]))
 
 

@@ -56,6 +56,13 @@ def _check_mode(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> N
         raise ValueError(f"{attribute.name} must be permission bits 0o000..0o777, got {value!r}")
 
 
+def _check_archive_dir(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # archiving "into" the queue directory would rename each file onto itself (or, for "",
+    # silently delete it): never what was meant
+    if value is not None and os.path.normpath(value) == ".":
+        raise ValueError(f"{attribute.name} must not be the queue directory itself, got {value!r}")
+
+
 def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _positive(inst, attribute, value)
@@ -113,8 +120,17 @@ class QueueConfig:
         checkpoint_interval: seconds between reader checkpoints when something changed
             (default 1.0); checkpoints are also written on close.
         archive_dir: if set, journal files every reader has passed are moved here instead of
-            being deleted.  A relative path is taken relative to the queue directory.
+            being deleted.  A relative path is taken relative to the queue directory.  Created
+            (``0o700``) if missing.  It may be on another file system: files are then copied,
+            fsynced, and only then removed from the queue directory.  It must not be the queue
+            directory itself (``""``, ``"."`` or any path resolving to it raise ``ValueError``).
         file_mode: permission bits of files the queue creates (default ``0o600``).
+        allow_shared_dir: open a queue directory that other users can write to (group- or
+            world-writable mode bits, sticky ``/tmp``-like directories included) or that
+            another user owns (default False: such a directory raises ``UnsafeDirectory``).
+            Whoever can write the directory can plant files the queue reads, including spool
+            batches that ``journaled.Queue`` unpickles: set it only when every such user is
+            trusted.  Links planted inside the directory are refused either way.
         recovery: what opening does with damaged journal bytes (see docs/design.md, "Crash
             safety and recovery").  ``"point_in_time"`` (default): each file ends at its first
             damaged record; the bytes cut off are kept in a ``*.damaged`` file and reported.
@@ -134,8 +150,10 @@ class QueueConfig:
     archive_dir: str | None = attrs.field(
         default=None,
         converter=attrs.converters.optional(os.fspath),
+        validator=_check_archive_dir,
     )
     file_mode: int = attrs.field(default=0o600, validator=_check_mode)
+    allow_shared_dir: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     recovery: RecoveryMode = attrs.field(
         default="point_in_time", validator=attrs.validators.in_(RECOVERY_MODES)
     )

@@ -4,6 +4,8 @@ The only module that knows the lock file's name.  A directory is owned by one op
 one offline repair) at a time through ``flock(LOCK_EX)`` on ``.journaled.lock``: an open file
 description lock, so a second owner in the same process is refused too.  The file holds the
 owner's pid for error messages and ``journaled stat``; the lock, not the pid, decides.
+
+Also here: :func:`prepare_queue_dir`, the open-time check that the directory is the user's own.
 """
 
 from __future__ import annotations
@@ -11,11 +13,40 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 
-from journaled.errors import QueueLocked
+from journaled import fileio
+from journaled.errors import QueueLocked, UnsafeDirectory
 
 LOCK_FILE = ".journaled.lock"
-_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+_FLAGS = os.O_RDWR | os.O_CREAT
+
+
+def prepare_queue_dir(directory: str, allow_shared: bool = False) -> None:
+    """Create ``directory`` if it is missing (mode ``0o700``, fsynced into its parent), then
+    refuse it with :class:`UnsafeDirectory` if another user owns it or its mode bits let its
+    group or others write to it (a sticky world-writable directory such as ``/tmp`` included),
+    unless ``allow_shared``.  Whoever can write the directory can plant files the queue reads:
+    journal records, checkpoints, spool batches (which ``journaled.Queue`` unpickles)."""
+    fileio.make_dirs(directory, 0o700)
+    st = os.stat(directory)  # follows a link: the user named this path
+    if allow_shared:
+        return
+    how = (
+        "; other users could plant files the queue reads (spool batches are unpickled by "
+        "journaled.Queue).  Use a private directory, or pass QueueConfig(allow_shared_dir=True) "
+        "if every user who can write to it is trusted"
+    )
+    if st.st_uid != os.geteuid():
+        raise UnsafeDirectory(
+            errno.EPERM, f"queue directory is owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}{how}",
+            directory,
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeDirectory(
+            errno.EPERM, f"queue directory is writable by its group or others (mode {stat.S_IMODE(st.st_mode):#o}){how}",
+            directory,
+        )
 
 
 def _read_pid(fd: int) -> int | None:
@@ -36,7 +67,16 @@ class DirLock:
     @classmethod
     def acquire(cls, directory: str) -> DirLock:
         """Take the directory, or raise :class:`QueueLocked` naming the current owner's pid."""
-        fd = os.open(os.path.join(directory, LOCK_FILE), _FLAGS, 0o600)
+        path = os.path.join(directory, LOCK_FILE)
+        fd = fileio.open_nofollow(path, _FLAGS, 0o600)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            # truncating it would truncate the other name's bytes too
+            os.close(fd)
+            raise UnsafeDirectory(
+                errno.EPERM, "lock file is a hard link or not a regular file; journaled will not "
+                "write to it (remove it: it holds nothing but a pid)", path,
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

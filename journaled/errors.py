@@ -86,6 +86,25 @@ class JournalIOError(JournaledError, OSError):
     """
 
 
+class UnsafeDirectory(JournaledError, OSError):
+    """A queue directory, or a name inside it, is not safe to use, and nothing was done to it.
+
+    Raised when the directory can be written by other users or is owned by another user (opt in
+    with ``QueueConfig(allow_shared_dir=True)``), or when a name the library would open inside it
+    is a symbolic link or a hard-linked lock file (journaled never opens anything through one;
+    the file it points to is left untouched).  An ``OSError`` with ``errno`` (``ELOOP`` for a
+    link, ``EPERM`` otherwise) and ``filename``, so code that handles I/O errors handles it too.
+    """
+
+    def __init__(self, err: int, reason: str, path: str) -> None:
+        super().__init__(err, reason, path)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path!r}: {self.reason}"
+
+
 class Empty(JournaledError, _stdlib_queue.Empty):
     """No item became available (non-blocking ``get`` or a timeout)."""
 
@@ -118,5 +137,6 @@ __all__ = [
     "SerializationError",
     "UnknownRead",
     "UnknownReader",
+    "UnsafeDirectory",
     "UnsupportedVersion",
 ]

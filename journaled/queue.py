@@ -33,7 +33,7 @@ from journaled import aio as _aio
 from journaled import policies, restore
 from journaled.config import QueueConfig, ReaderConfig, validate_name
 from journaled.delivery import ReaderCore
-from journaled.dirlock import DirLock
+from journaled.dirlock import DirLock, prepare_queue_dir
 from journaled.engine import Engine
 from journaled.errors import InvalidName, QueueClosed, UnknownReader
 from journaled.item import as_payload, epoch_ms, new_item, new_items
@@ -74,7 +74,7 @@ class JournaledQueue:
         self.config = config if config is not None else QueueConfig()
         if not isinstance(self.config, QueueConfig):
             raise TypeError(f"config must be a QueueConfig, not {type(self.config).__name__}")
-        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        prepare_queue_dir(self.path, self.config.allow_shared_dir)
         self._dirlock = DirLock.acquire(self.path)
         try:
             self.name = validate_name(name, "queue name") if name is not None else detect_queue_name(self.path)

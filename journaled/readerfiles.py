@@ -48,7 +48,9 @@ class ReaderFiles:
         # where passed files go (None: deleted); relative to the queue directory
         self.archive_dir = None if config.archive_dir is None else os.path.join(directory, config.archive_dir)
         if self.archive_dir is not None:
-            os.makedirs(self.archive_dir, mode=0o700, exist_ok=True)
+            if os.path.realpath(self.archive_dir) == os.path.realpath(directory):
+                raise ValueError(f"archive_dir {config.archive_dir!r} is the queue directory {directory!r} itself")
+            fileio.make_dirs(self.archive_dir, 0o700)
         self.lock = threading.Lock()
         # each reader's head as its checkpoint file last recorded it (guarded by the queue lock);
         # archiving goes by these, so after a crash every checkpoint still points into the journal

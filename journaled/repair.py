@@ -9,7 +9,6 @@ first.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import attrs
@@ -129,10 +128,11 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
         damaged = {f.path for f in report.findings if f.kind != "id-gap"}
         if not damaged:
             return "", ["nothing to repair"]
-        os.makedirs(backup, exist_ok=True)
+        fileio.make_dirs(backup, 0o700)
 
         def keep_original(path: str) -> None:
-            shutil.copy2(path, os.path.join(backup, os.path.basename(path)))
+            # durable before the original is rewritten or removed
+            fileio.copy_file(path, os.path.join(backup, os.path.basename(path)))
 
         files = list_journal_files(directory, name)
         for k, (_ms, path) in enumerate(files):

@@ -8,6 +8,7 @@ its shared read descriptor is retired (closed once no read holds it).
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 
@@ -30,7 +31,12 @@ def archivable(state: LogState, min_head: int) -> list[JournalFile]:
 
 
 def archive(state: LogState, files: list[JournalFile], archive_dir: str | None) -> None:
-    """Delete ``files`` (or move them into ``archive_dir``) and forget them."""
+    """Delete ``files`` (or move them into ``archive_dir``) and forget them.
+
+    A file is dropped from the list before it is moved, so no read opens it mid-move; if the
+    move or delete fails and the file is still there, it goes back into the list (and the
+    error is raised): the journal never forgets a file that stays in its directory.
+    """
     for jf in files:
         with state.lock:
             if jf not in state.files[:-1]:
@@ -39,10 +45,16 @@ def archive(state: LogState, files: list[JournalFile], archive_dir: str | None) 
             shared = state.read_fds.pop(jf.ms, None)
             if shared is not None:
                 shared.retire()
-        if archive_dir:
-            fileio.ops.rename(jf.path, os.path.join(archive_dir, os.path.basename(jf.path)))
-        else:
-            fileio.ops.unlink(jf.path)
+        try:
+            if archive_dir:
+                fileio.move_into(jf.path, archive_dir)  # copies across file systems
+            else:
+                fileio.ops.unlink(jf.path)
+        except BaseException:
+            if os.path.lexists(jf.path):
+                with state.lock:
+                    bisect.insort(state.files, jf, key=lambda f: f.ms)
+            raise
         log.info("archived journal file %s", jf.path)
     if files:
         fileio.ops.fsync_dir(state.directory)
