@@ -34,7 +34,7 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     found = list_journal_files(state.directory, state.name)
     for k, (ms, path) in enumerate(found):
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(fileio.open_nofollow(path, os.O_RDONLY), "rb") as f:  # links: refused
                 head = f.read(512)
             header = decode_header(head, path)
         except UnsupportedVersion:

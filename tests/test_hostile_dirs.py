@@ -113,6 +113,17 @@ def test_symlinked_checkpoint_is_not_read_through(qdir, tmp_path):
         open_q(qdir)
 
 
+def test_symlinked_journal_file_is_refused_at_open(qdir, tmp_path):
+    with open_q(qdir, journal_size=400) as q:
+        q.put_many([PAYLOAD] * 30)
+    oldest = os.path.join(qdir, journal_files(qdir)[0])
+    outside = tmp_path / "outside-journal"
+    os.rename(oldest, outside)
+    os.symlink(outside, oldest)
+    with pytest.raises(UnsafeDirectory, match="symbolic link"):
+        open_q(qdir)
+
+
 def test_symlink_planted_as_the_spool_ledger_is_refused_and_its_target_untouched(qdir, victim):
     os.makedirs(os.path.join(qdir, SPOOL_DIR), mode=0o700)
     spool_put(qdir, [b"from another process"], key="batch-1")
@@ -202,6 +213,53 @@ def test_new_directories_are_fsynced_into_their_parent(tmp_path):
     # each parent was fsynced after its new child existed
     assert any(p == parent and qdir in present for p, present in rec.synced)
     assert any(p == arch_parent and arch in present for p, present in rec.synced)
+
+
+class OpLog(fileio.FileOps):
+    """Records directory fsyncs, file fsyncs and renames in order."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str]] = []
+        self.paths: dict[int, str] = {}
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        fd = super().open(path, flags, mode)
+        self.paths[fd] = path
+        return fd
+
+    def fsync(self, fd: int) -> None:
+        super().fsync(fd)
+        self.log.append(("fsync", self.paths.get(fd, "?")))
+
+    def fsync_dir(self, path: str) -> None:
+        super().fsync_dir(path)
+        self.log.append(("fsync_dir", os.path.abspath(path)))
+
+    def rename(self, src: str, dst: str) -> None:
+        super().rename(src, dst)
+        self.log.append(("rename", dst))
+
+
+def test_repair_backup_is_durable_before_the_original_is_rewritten(qdir):
+    from journaled.repair import repair_dir
+
+    with open_q(qdir, sync="always") as q:
+        q.reader("r")
+        q.put_many([PAYLOAD] * 5)
+    (name,) = journal_files(qdir)
+    path = os.path.join(qdir, name)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) - len(PAYLOAD) - 30)  # inside the record before the last
+        f.write(b"\xff")
+    rec = OpLog()
+    with fileio.use(rec):
+        backup, _ = repair_dir(qdir, "salvage", NAME)
+    backup = os.path.abspath(backup)
+    copy = os.path.join(backup, name)
+    rewrite = rec.log.index(("rename", path))
+    before = rec.log[:rewrite]
+    assert ("fsync_dir", os.path.abspath(qdir)) in before  # the new backup directory's entry
+    assert ("rename", copy) in before and ("fsync_dir", backup) in before  # the copy, durably
 
 
 # ------------------------------------------------------------------------------ archive_dir
