@@ -70,13 +70,9 @@ class DirLock:
         path = os.path.join(directory, LOCK_FILE)
         fd = fileio.open_nofollow(path, _FLAGS, 0o600)
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            # truncating it would truncate the other name's bytes too
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            raise UnsafeDirectory(
-                errno.EPERM, "lock file is a hard link or not a regular file; journaled will not "
-                "write to it (remove it: it holds nothing but a pid)", path,
-            )
+            raise UnsafeDirectory(errno.EPERM, "lock file is not a regular file", path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -85,12 +81,15 @@ class DirLock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise QueueLocked(directory, pid) from None
             raise
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except BaseException:
-            os.close(fd)
-            raise
+        # The pid is only informative.  A lock file with other names (a hard link: planted, or
+        # a `cp -al` backup) is locked but never written: its bytes belong to those names too.
+        if st.st_nlink == 1:
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except BaseException:
+                os.close(fd)
+                raise
         return cls(directory, fd)
 
     def release(self) -> None:

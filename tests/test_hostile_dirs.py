@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from journaled import JournaledQueue, QueueConfig, UnsafeDirectory, fileio, spool_put
+from journaled import JournaledQueue, QueueConfig, QueueLocked, UnsafeDirectory, fileio, spool_put
 from journaled.dirlock import LOCK_FILE
 from journaled.spoolfile import LEDGER, SPOOL_DIR
 
@@ -58,11 +58,13 @@ def test_symlink_planted_as_the_lock_file_is_refused_and_its_target_untouched(qd
         assert f.read() == SECRET
 
 
-def test_hard_link_planted_as_the_lock_file_is_refused_and_its_target_untouched(qdir, victim):
+def test_hard_linked_lock_file_is_locked_but_never_written(qdir, victim):
     os.makedirs(qdir, mode=0o700)
     os.link(victim, os.path.join(qdir, LOCK_FILE))
-    with pytest.raises(UnsafeDirectory, match="hard link"):
-        open_q(qdir)
+    with open_q(qdir) as q:
+        q.put(PAYLOAD)
+        with pytest.raises(QueueLocked):  # still excludes a second owner
+            open_q(qdir)
     with open(victim, "rb") as f:
         assert f.read() == SECRET
 
