@@ -38,15 +38,12 @@ def prepare_queue_dir(directory: str, allow_shared: bool = False) -> None:
         "if every user who can write to it is trusted"
     )
     if st.st_uid != os.geteuid():
-        raise UnsafeDirectory(
-            errno.EPERM, f"queue directory is owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}{how}",
-            directory,
-        )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeDirectory(
-            errno.EPERM, f"queue directory is writable by its group or others (mode {stat.S_IMODE(st.st_mode):#o}){how}",
-            directory,
-        )
+        why = f"queue directory is owned by uid {st.st_uid}, not by this process's uid {os.geteuid()}"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"queue directory is writable by its group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    else:
+        return
+    raise UnsafeDirectory(errno.EPERM, why + how, directory)
 
 
 def _read_pid(fd: int) -> int | None:

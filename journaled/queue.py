@@ -57,10 +57,10 @@ Run = tuple[Sequence[bytes], int]
 class JournaledQueue:
     """A durable, fan-out, transactional queue stored in one directory.
 
-    ``JournaledQueue(path, config=QueueConfig(...))`` creates the directory if needed, takes an
-    exclusive lock on it (a second owner gets :class:`QueueLocked`), recovers the journal and
-    the readers' checkpoints, and starts its background work (flushing, checkpoints, archiving,
-    reader policies).  Use it as a context manager or call :meth:`close`.
+    ``JournaledQueue(path, config=QueueConfig(...))`` creates the directory if needed (refusing one
+    others can write: :class:`UnsafeDirectory`), locks it (a second owner gets :class:`QueueLocked`),
+    recovers the journal and the readers' checkpoints, and starts its background work (flushing,
+    checkpoints, archiving, reader policies).  Use it as a context manager or call :meth:`close`.
     """
 
     def __init__(

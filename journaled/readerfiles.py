@@ -49,7 +49,7 @@ class ReaderFiles:
         self.archive_dir = None if config.archive_dir is None else os.path.join(directory, config.archive_dir)
         if self.archive_dir is not None:
             if os.path.realpath(self.archive_dir) == os.path.realpath(directory):
-                raise ValueError(f"archive_dir {config.archive_dir!r} is the queue directory {directory!r} itself")
+                raise ValueError(f"archive_dir {config.archive_dir!r} is the queue directory itself")
             fileio.make_dirs(self.archive_dir, 0o700)
         self.lock = threading.Lock()
         # each reader's head as its checkpoint file last recorded it (guarded by the queue lock);

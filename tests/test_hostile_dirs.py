@@ -299,7 +299,8 @@ def other_fs(tmp_path):
     mnt.mkdir(mode=0o700)
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(mnt)], capture_output=True)
+    cmd = ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(mnt)]
+    r = subprocess.run(cmd, capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode(errors='replace').strip()}")
     try:
@@ -334,7 +335,8 @@ def test_archive_that_fails_keeps_the_file_in_the_journal(qdir, tmp_path):
         on_disk = journal_files(qdir)
         assert len(on_disk) > 2
         # every move of a journal file fails (the checkpoint's own renames do not)
-        faults = FaultyOps("rename", 1, errno.EIO, persistent=True, path_filter=os.path.join(qdir, f"{NAME}.1"))
+        journal_prefix = os.path.join(qdir, f"{NAME}.1")
+        faults = FaultyOps("rename", 1, errno.EIO, persistent=True, path_filter=journal_prefix)
         with fileio.use(faults):
             q.checkpoint()
             for _ in range(2):  # the second returns after any background pass queued behind the first
