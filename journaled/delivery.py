@@ -52,12 +52,11 @@ from journaled.filecodec import CheckpointData
 
 log = logging.getLogger("journaled")
 
-#: Most bytes (payload plus ``ITEM_OVERHEAD`` per item) one read-behind refill brings into memory
-#: (see ReaderCore._refill_once): one refill decodes at most REFILL_BYTES // ITEM_OVERHEAD records.
+#: Most bytes (payload + ITEM_OVERHEAD each) one read-behind refill brings into memory, so it
+#: decodes at most REFILL_BYTES // ITEM_OVERHEAD records (ReaderCore._refill_once).
 REFILL_BYTES = 1024 * 1024
-#: What ``max_memory`` charges for each item in memory besides its payload: the Item object, its
-#: id and time objects, the bytes object's header and the deque slot (~145-175 bytes measured on
-#: CPython 3.11, rounded up).  So empty items are bounded too: 1 MiB holds at most 5,242 of them.
+#: What ``max_memory`` charges per item in memory besides its payload: the Item, its id and time
+#: objects, the bytes header and the deque slot (~145-175 bytes on CPython 3.11, rounded up).
 ITEM_OVERHEAD = 200
 
 
@@ -66,15 +65,10 @@ class LogSource(Protocol):
 
     @property
     def next_id(self) -> int: ...
-
     def locate(self, item_id: int, hint: Cursor | None = None) -> Cursor: ...
-
     def read(self, cursor: Cursor, max_bytes: int = ..., max_items: int = ...) -> tuple[list[Put], Cursor]: ...
-
     def hint(self, item_id: int) -> tuple[int, int]: ...
-
     def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int: ...
-
     def file_created_s(self, item_id: int) -> float: ...
 
 
@@ -205,8 +199,7 @@ class ReaderCore:
                 log.error("reader %s: handing new items to a waiting get failed: %s", self.name, exc)
 
     def charged(self) -> int:
-        """What the items in memory count against ``max_memory``: payload plus ``ITEM_OVERHEAD``
-        each."""
+        """What the items in memory count against ``max_memory`` (``ITEM_OVERHEAD`` each)."""
         return self.mem_bytes + len(self.mem) * ITEM_OVERHEAD
 
     def _refill(self) -> None:
@@ -233,10 +226,9 @@ class ReaderCore:
         cursor = self.load_cursor
         if cursor is None or cursor.next_id != self.load_id:
             cursor = journal.locate(self.load_id, hint=cursor)
-        # At most REFILL_BYTES per call, so one get never decodes megabytes (or, with tiny
-        # items, a million records) under the queue lock.  Every item costs ITEM_OVERHEAD at
-        # least, which caps the records; perf: the sizes seen so far tighten the cap, so a
-        # chunk of small items is not decoded whole only to keep part of it.
+        # At most REFILL_BYTES per call, so one get never decodes megabytes (or a million tiny
+        # records) under the queue lock: every item costs ITEM_OVERHEAD at least.  perf: the
+        # sizes seen so far tighten the cap, so a chunk is not decoded only to be trimmed.
         want = min(max(1, self.config.max_memory - self.charged()), REFILL_BYTES)
         cap = want // (self._avg_payload + ITEM_OVERHEAD) * 2 + 8
         cap = min(cap, want // ITEM_OVERHEAD + 1)
