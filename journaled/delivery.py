@@ -227,14 +227,14 @@ class ReaderCore:
         if cursor is None or cursor.next_id != self.load_id:
             cursor = journal.locate(self.load_id, hint=cursor)
         # At most REFILL_BYTES per call, so one get never decodes megabytes (or a million tiny
-        # records) under the queue lock: every item costs ITEM_OVERHEAD at least.  perf: the
-        # sizes seen so far tighten the cap, so a chunk is not decoded only to be trimmed.
+        # records) under the queue lock.  `cap` records with at most `want - cap * ITEM_OVERHEAD`
+        # of payload always fit, so nothing decoded is dropped (perf); the cap comes from the
+        # sizes seen so far, and a wrong guess only makes one refill small.
         want = min(max(1, self.config.max_memory - self.charged()), REFILL_BYTES)
-        cap = want // (self._avg_payload + ITEM_OVERHEAD) * 2 + 8
-        cap = min(cap, want // ITEM_OVERHEAD + 1)
-        recs, cursor = journal.read(cursor, max_bytes=want, max_items=cap)
-        # Never hold more than that (one item at least).  The rest is read again next time,
-        # from a position hint that locate() verifies.
+        cap = max(1, want // (self._avg_payload + ITEM_OVERHEAD))
+        recs, cursor = journal.read(cursor, max_bytes=max(1, want - cap * ITEM_OVERHEAD), max_items=cap)
+        # Only a single record larger than a read chunk passes that: keep one item at least, and
+        # read the rest again next time, from a position hint that locate() verifies.
         total = 0
         for k, rec in enumerate(recs):
             total += len(rec.payload) + ITEM_OVERHEAD
