@@ -9,8 +9,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
-from journaled import JournaledQueue, QueueConfig, ReaderConfig
+from journaled import JournaledQueue, fileio, QueueConfig, ReaderConfig
 from journaled.config import ReaderConfig as CoreConfig
 from journaled.delivery import ITEM_OVERHEAD, ReaderCore
 from journaled.filecodec import CheckpointData
@@ -192,3 +193,46 @@ def test_a_refill_never_holds_more_than_max_memory_counting_the_overhead():
         core.commit(item)
         delivered += 1
     assert delivered == len(sizes)
+
+
+class SlowReads(fileio.FileOps):
+    """A pread that takes its time when asked to: evictions land in the middle of it."""
+
+    def __init__(self) -> None:
+        self.slow = threading.Event()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if self.slow.is_set():
+            time.sleep(0.3)
+        return super().pread(fd, size, offset)
+
+
+def test_a_descriptor_evicted_while_a_read_uses_it_is_closed_only_after_that_read(qdir):
+    ops = SlowReads()
+    with fileio.use(ops), JournaledQueue(qdir, TINY_FILES) as q:
+        q.reader("pinned")
+        q.put_many([b"%08d" % i + b"x" * 32 for i in range(100)])
+        files = q.journal.files
+        assert len(files) > 3 * READ_FDS
+        first = files[0]
+        got: list[object] = []
+
+        def read_first_file() -> None:
+            try:
+                got.append(q.journal.read(Cursor(first.ms, first.header.size, first.first_id), max_items=1)[0])
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                got.append(exc)
+
+        ops.slow.set()
+        reader = threading.Thread(target=read_first_file, daemon=True)
+        reader.start()
+        time.sleep(0.1)  # the read is inside its pread now
+        ops.slow.clear()
+        # every other file read once: the first file's descriptor is evicted from the cache, and
+        # the descriptors opened meanwhile would reuse its number had it been closed
+        for jf in files[1 : 2 * READ_FDS]:
+            [rec], _ = q.journal.read(Cursor(jf.ms, jf.header.size, jf.first_id), max_items=1)
+            assert rec.id == jf.first_id
+        reader.join(10)
+        [result] = got
+        assert isinstance(result, list) and [rec.payload[:8] for rec in result] == [b"00000000"], result
