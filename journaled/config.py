@@ -189,8 +189,10 @@ class ReaderConfig:
             ``"earliest"`` (default: the oldest item still in the journal, so nothing is lost),
             ``"latest"`` (only items put from now on), an ``int`` item id, or a point in time
             (``float`` epoch seconds or a ``datetime``): the first item added at or after it.
-        max_memory: most payload bytes kept in this reader's in-memory queue (default 16 MiB).
-            Items beyond it stay on disk and are read back in order as the memory part drains.
+        max_memory: most bytes kept in this reader's in-memory queue (default 16 MiB), each
+            item counted as its payload plus a fixed 200 bytes for the objects that hold it
+            (``journaled.delivery.ITEM_OVERHEAD``), so many tiny items are bounded too.  Items
+            beyond it stay on disk and are read back in order as the memory part drains.
         max_items: most items in this reader's backlog (waiting plus open reads; default None,
             unbounded).  A ``put`` that would pass it raises :class:`~journaled.Full` and writes
             nothing, unless ``discard_old_when_full``.

@@ -52,8 +52,12 @@ from journaled.filecodec import CheckpointData
 
 log = logging.getLogger("journaled")
 
-#: Most payload bytes one read-behind refill asks the journal for (see ReaderCore._refill_once).
+#: Most bytes (payload + ITEM_OVERHEAD each) one read-behind refill brings into memory, so it
+#: decodes at most REFILL_BYTES // ITEM_OVERHEAD records (ReaderCore._refill_once).
 REFILL_BYTES = 1024 * 1024
+#: What ``max_memory`` charges per item in memory besides its payload: the Item, its id and time
+#: objects, the bytes header and the deque slot (~145-175 bytes on CPython 3.11, rounded up).
+ITEM_OVERHEAD = 200
 
 
 class LogSource(Protocol):
@@ -61,15 +65,10 @@ class LogSource(Protocol):
 
     @property
     def next_id(self) -> int: ...
-
     def locate(self, item_id: int, hint: Cursor | None = None) -> Cursor: ...
-
     def read(self, cursor: Cursor, max_bytes: int = ..., max_items: int = ...) -> tuple[list[Put], Cursor]: ...
-
     def hint(self, item_id: int) -> tuple[int, int]: ...
-
     def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int: ...
-
     def file_created_s(self, item_id: int) -> float: ...
 
 
@@ -107,7 +106,8 @@ class ReaderCore:
         done: ids at or above ``head`` committed out of order.
         errors: abort counts of uncommitted items.
         mem: items ready for delivery, in order (aborted items go back to the left end).
-        mem_bytes: payload bytes in ``mem``.
+        mem_bytes: payload bytes in ``mem`` (``max_memory`` also charges ``ITEM_OVERHEAD`` per
+            item: :meth:`charged`).
         load_id: when set, items with ids from there on are on disk only (read-behind) and are
             read back, in order, as ``mem`` drains; memory stays bounded by ``max_memory``.
         open: open reads by id (the value is the delivery handed out).
@@ -171,20 +171,24 @@ class ReaderCore:
         if items[0].expire_at is not None and not self.saw_expiry:
             self.saw_expiry = True
             self.wake_engine()  # start the expiry sweep
-        if self.load_id is None and self.mem_bytes + nbytes <= self.config.max_memory:
-            self.mem.extend(items)
+        mem = self.mem
+        if self.load_id is None and (
+            self.mem_bytes + nbytes + (len(mem) + len(items)) * ITEM_OVERHEAD <= self.config.max_memory
+        ):
+            mem.extend(items)
             self.mem_bytes += nbytes
         elif self.load_id is None:
             # Switch to read-behind: keep what fits, leave the rest on disk.
-            budget = self.config.max_memory - self.mem_bytes
+            budget = self.config.max_memory - self.charged()
             for k, it in enumerate(items):
-                if len(it.data) > budget and (self.mem or k):
+                cost = len(it.data) + ITEM_OVERHEAD
+                if cost > budget and (mem or k):
                     self.load_id = it.id
                     self.load_cursor = None
                     break
-                self.mem.append(it)
+                mem.append(it)
                 self.mem_bytes += len(it.data)
-                budget -= len(it.data)
+                budget -= cost
         if self.waiters:
             try:
                 self.hand_off()
@@ -193,6 +197,10 @@ class ReaderCore:
                 # read-behind refill must not fail the put (nor keep them from later readers).
                 # The waiters stay in line; the next put, abort or get retries the read.
                 log.error("reader %s: handing new items to a waiting get failed: %s", self.name, exc)
+
+    def charged(self) -> int:
+        """What the items in memory count against ``max_memory`` (``ITEM_OVERHEAD`` each)."""
+        return self.mem_bytes + len(self.mem) * ITEM_OVERHEAD
 
     def _refill(self) -> None:
         """Read items back from the journal once memory has drained to half its bound.
@@ -208,7 +216,7 @@ class ReaderCore:
                 return
 
     def _refill_once(self) -> None:
-        if self.load_id is None or self.mem_bytes > self.config.max_memory // 2:
+        if self.load_id is None or self.charged() > self.config.max_memory // 2:
             return
         journal = self.journal
         if self.load_id >= journal.next_id:
@@ -218,25 +226,25 @@ class ReaderCore:
         cursor = self.load_cursor
         if cursor is None or cursor.next_id != self.load_id:
             cursor = journal.locate(self.load_id, hint=cursor)
-        room = max(1, self.config.max_memory - self.mem_bytes)
-        # perf: at most REFILL_BYTES per call, so one get never decodes megabytes at once, and
-        # a record cap from the sizes seen so far, so a chunk of tiny items is not decoded
-        # whole only to keep a few of them (tiny max_memory).
-        want = min(room, REFILL_BYTES)
-        avg = self._avg_payload
-        cap = want + 1 if avg <= 0 else want // avg * 2 + 8
-        recs, cursor = journal.read(cursor, max_bytes=want, max_items=cap)
-        # Never hold more than max_memory (one item at least).  The rest is read again next
-        # time, from a position hint that locate() verifies.
+        # At most REFILL_BYTES per call, so one get never decodes megabytes (or a million tiny
+        # records) under the queue lock.  `cap` records with at most `want - cap * ITEM_OVERHEAD`
+        # of payload always fit, so nothing decoded is dropped (perf); the cap comes from the
+        # sizes seen so far, and a wrong guess only makes one refill small.
+        want = min(max(1, self.config.max_memory - self.charged()), REFILL_BYTES)
+        cap = max(1, want // (self._avg_payload + ITEM_OVERHEAD))
+        recs, cursor = journal.read(cursor, max_bytes=max(1, want - cap * ITEM_OVERHEAD), max_items=cap)
+        # Only a single record larger than a read chunk passes that: keep one item at least, and
+        # read the rest again next time, from a position hint that locate() verifies.
         total = 0
         for k, rec in enumerate(recs):
-            total += len(rec.payload)
-            if total > room and k:
+            total += len(rec.payload) + ITEM_OVERHEAD
+            if total > want and k:
                 cursor = Cursor(cursor.ms, rec.offset, -1)
                 recs = recs[:k]
+                total -= len(rec.payload) + ITEM_OVERHEAD
                 break
         if recs:
-            self._avg_payload = max(1, total // (len(recs) + 1))
+            self._avg_payload = total // len(recs) - ITEM_OVERHEAD
         expected = self.load_id
         for rec in recs:
             if rec.id > expected:
@@ -289,7 +297,7 @@ class ReaderCore:
                 return None
         item = self.mem.popleft()
         self.mem_bytes -= len(item.data)
-        if self.load_id is not None and self.mem_bytes <= self.config.max_memory // 2:
+        if self.load_id is not None and self.charged() <= self.config.max_memory // 2:
             try:
                 self._refill()
             except BaseException:

@@ -19,6 +19,7 @@ import bisect
 import os
 import threading
 import time
+from collections import OrderedDict
 
 import attrs
 
@@ -30,6 +31,9 @@ from journaled.record import FileHeader
 #: One sparse index entry (id, offset) per this many bytes of journal: bounds the in-file scan
 #: when locating an id to ~64 KiB of reading.
 INDEX_EVERY = 64 * 1024
+#: Most read descriptors the journal keeps open between reads, shared by all readers (the least
+#: recently used is closed first): open files stay bounded however many journal files there are.
+READ_FDS = 8
 
 
 def now_ms() -> int:
@@ -127,7 +131,7 @@ class LogState:
         self.next_id = 1
         self.last_add_ms = 0  # add times never go backwards (binary search relies on it)
         self.recovery_report: list[RecoveryEvent] = []
-        self.read_fds: dict[int, SharedFd] = {}  # file ms -> read descriptor
+        self.read_fds: OrderedDict[int, SharedFd] = OrderedDict()  # file ms -> fd, LRU first
         self.closed = False
         self.poisoned: JournalIOError | None = None
 
@@ -142,10 +146,16 @@ class LogState:
         return max(0, bisect.bisect_right(self.files, item_id, key=lambda f: f.first_id) - 1)
 
     def read_fd(self, jf: JournalFile) -> SharedFd:
-        """The shared read descriptor of ``jf``, opened on first use."""
-        shared = self.read_fds.get(jf.ms)
-        if shared is None:
-            shared = self.read_fds[jf.ms] = SharedFd(fileio.ops.open(jf.path, os.O_RDONLY))
+        """The shared read descriptor of ``jf``, opened on first use; at most ``READ_FDS`` are
+        kept, and one evicted while a read uses it is closed when that read releases it."""
+        fds = self.read_fds
+        shared = fds.get(jf.ms)
+        if shared is not None:
+            fds.move_to_end(jf.ms)
+            return shared
+        while len(fds) >= READ_FDS:
+            fds.popitem(last=False)[1].retire()
+        shared = fds[jf.ms] = SharedFd(fileio.ops.open(jf.path, os.O_RDONLY))
         return shared
 
     def poison(self, exc: OSError) -> JournalIOError:

@@ -21,6 +21,7 @@ from journaled import (
     UnknownRead,
 )
 from journaled import fileio, policies
+from journaled.delivery import ITEM_OVERHEAD
 from journaled.journal import Journal
 
 from conftest import ready_items
@@ -497,7 +498,7 @@ def test_policies_combined_through_reopen(qdir, clock):
     dead: list[bytes] = []
     expired: list[bytes] = []
     cfg = ReaderConfig(
-        max_items=4, max_age=60, max_errors=2, max_memory=16,
+        max_items=4, max_age=60, max_errors=2, max_memory=16 + 4 * ITEM_OVERHEAD,  # all 4 in memory
         dead_letter=lambda i: dead.append(i.data), expire_to=lambda i: expired.append(i.data),
     )
     with JournaledQueue(qdir, FAST) as q:

@@ -10,13 +10,15 @@ import pytest
 
 from journaled import Empty, JournaledQueue, QueueConfig, QueueStats, ReaderConfig, ReaderStats
 from journaled import fileio
+from journaled.delivery import ITEM_OVERHEAD
 
 FAST = QueueConfig(sync="never", journal_size=2048)
 
 
 def test_reader_stats_count_items_and_bytes_in_memory_and_on_disk(qdir):
     with JournaledQueue(qdir, FAST) as q:
-        r = q.reader("r", ReaderConfig(max_memory=100))
+        # room for ten 10-byte items, each also charged ITEM_OVERHEAD
+        r = q.reader("r", ReaderConfig(max_memory=10 * (10 + ITEM_OVERHEAD)))
         with pytest.raises(Empty):
             r.get(block=False)  # a new reader has looked at the (empty) journal: caught up
         q.put_many([b"x" * 10] * 30)
