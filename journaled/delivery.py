@@ -37,6 +37,7 @@ item's next consumer holds.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -353,9 +354,14 @@ class ReaderCore:
                     + (" (it was given back and delivered again)" if current is not None else "")
                 )
             return current
-        current = self.open.get(int(item))
+        if type(item) is not int:
+            # bool is an int, but commit(True) is a mistake, not item 1; so are 1.0 and "1"
+            if isinstance(item, bool) or not hasattr(type(item), "__index__"):
+                raise TypeError(f"expected an Item or an int id, not {type(item).__name__}")
+            item = operator.index(item)
+        current = self.open.get(item)
         if current is None:
-            raise UnknownRead(f"item {int(item)} is not an open read on reader {self.name!r}")
+            raise UnknownRead(f"item {item} is not an open read on reader {self.name!r}")
         return current
 
     def commit(self, item: Item | int) -> None:

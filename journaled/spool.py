@@ -39,12 +39,14 @@ from journaled.errors import CorruptJournal, Full
 from journaled.spoolfile import (
     BATCH_SUFFIX,
     LEDGER,
+    LEDGER_TAIL_LIMIT,
     MAX_KEY_BYTES,
     REJECTED,
     SPOOL_DIR,
     STAGING,
     BatchWriter,
     Ledger,
+    NotABatch,
     new_temp_path,
     pending_batches,
     publish,
@@ -57,8 +59,8 @@ from journaled.spoolfile import (
 log = logging.getLogger("journaled")
 
 __all__ = [
-    "BATCH_SUFFIX", "LEDGER", "MAX_KEY_BYTES", "REJECTED", "SPOOL_DIR", "STAGING", "Adopter",
-    "BatchWriter", "Ledger", "SpoolHost", "new_temp_path", "pending_batches", "publish",
+    "BATCH_SUFFIX", "LEDGER", "LEDGER_TAIL_LIMIT", "MAX_KEY_BYTES", "REJECTED", "SPOOL_DIR", "STAGING",
+    "Adopter", "BatchWriter", "Ledger", "NotABatch", "SpoolHost", "new_temp_path", "pending_batches", "publish",
     "read_batch", "read_batch_key", "spool_dir", "spool_put",
 ]
 
@@ -133,54 +135,92 @@ class Adopter:
         # sound right after opening, so adoption waits for the queue to be reopened.
         self.broken = False
         self._held_back: set[str] = set()  # batches refused by a full reader (logged once)
+        # Entries with a batch name that are not batches of ours (directories, symlinks, other
+        # content): left exactly as they are, said once, never read again this session.
+        self.foreign: set[str] = set()
 
     def _ledger(self) -> Ledger:
         if self.ledger is None:
             self.ledger = Ledger(self.dir)
+            self._compact(self.ledger)
         return self.ledger
 
+    def _compact(self, ledger: Ledger) -> None:
+        try:
+            ledger.compact_if_long()
+        except OSError as exc:  # the old ledger is intact: only reading it stays slower
+            log.warning("spool ledger %s not compacted: %s", ledger.path, exc)
+
+    def _batches(self) -> list[str]:
+        return [p for p in pending_batches(self.queue_dir) if p not in self.foreign]
+
     def has_work(self) -> bool:
-        return bool(pending_batches(self.queue_dir)) or bool(self._ledger().pending)
+        if self.broken:
+            return False
+        return bool(self._batches()) or (self.ledger is not None and bool(self.ledger.pending))
 
     def adopt(self, host: SpoolHost) -> int:
         """Finish interrupted adoptions, then adopt every waiting batch; return items added."""
         if self.broken or not os.path.isdir(self.dir):
             return 0
         with self._lock:
-            ledger = self._ledger()
-            added = 0
-            batches = pending_batches(self.queue_dir)
-            if ledger.pending:
-                by_key = {read_batch_key(p): p for p in batches}
-                for key in list(ledger.pending):
-                    added += self._finish(host, ledger, key, by_key.get(key))
-                batches = pending_batches(self.queue_dir)
-            for path in batches:
-                try:
-                    added += self._adopt_one(host, ledger, path)
-                except Full as exc:
-                    # a reader is full: this batch (and, to keep arrival order, every later
-                    # one) waits for a later pass; said once per batch, not every pass
-                    if path not in self._held_back:
-                        self._held_back.add(path)
-                        log.warning("spool batch %s waits: %s", path, exc)
-                    break
-                self._held_back.discard(path)
+            try:
+                ledger = self._ledger()
+            except OSError as exc:
+                # without its ledger adoption cannot be exactly once: batches wait, and the
+                # queue itself stays usable
+                log.error("spool adoption off until reopen: ledger unreadable (%s)", exc)
+                self.broken = True
+                return 0
+            added = self._adopt_all(host, ledger)
+            self._compact(ledger)
             return added
+
+    def _adopt_all(self, host: SpoolHost, ledger: Ledger) -> int:
+        added = 0
+        batches = self._batches()
+        if ledger.pending:
+            by_key = {read_batch_key(p): p for p in batches}
+            for key in list(ledger.pending):
+                added += self._finish(host, ledger, key, by_key.get(key))
+            batches = self._batches()
+        for path in batches:
+            try:
+                added += self._adopt_one(host, ledger, path)
+            except Full as exc:
+                # a reader is full: this batch (and, to keep arrival order, every later
+                # one) waits for a later pass; said once per batch, not every pass
+                if path not in self._held_back:
+                    self._held_back.add(path)
+                    log.warning("spool batch %s waits: %s", path, exc)
+                break
+            self._held_back.discard(path)
+        return added
 
     def _load(self, path: str) -> tuple[str, list[tuple[bytes, int]]] | None:
         try:
             key, records = read_batch(path)
         except FileNotFoundError:
             return None
+        except NotABatch as exc:
+            self._leave(path, str(exc))
+            return None
         except CorruptJournal as exc:
             self._reject(path, str(exc))
             return None
         return key, records
 
+    def _leave(self, path: str, why: str) -> None:
+        self.foreign.add(path)
+        log.warning("spool entry %s is not a batch of ours (%s); left as it is", path, why)
+
     def _reject(self, path: str, why: str) -> None:
         d = os.path.join(self.dir, REJECTED)
         os.makedirs(d, mode=0o700, exist_ok=True)
+        if os.path.islink(d) or not os.path.isdir(d):
+            # moving it there would take our file out of the queue directory
+            self._leave(path, f"{why}; and {d} is not a real folder to set it aside in")
+            return
         log.error("spool batch %s rejected (%s); moved to %s", path, why, d)
         fileio.ops.rename(path, os.path.join(d, os.path.basename(path)))
         fileio.ops.fsync_dir(self.dir)
@@ -198,7 +238,7 @@ class Adopter:
             return 0
         key, records = loaded
         _step("after-read")
-        if key in ledger.done:
+        if ledger.adopted(key):
             log.info("spool batch %s (key %r) was adopted before; dropped", path, key)
             self._drop(path)
             return 0
