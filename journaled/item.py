@@ -116,7 +116,7 @@ def _seconds(name: str, value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
     try:
-        seconds = float(value)  # type: ignore[arg-type]  # checked just above
+        seconds = float(value)
     except OverflowError:
         raise ValueError(f"{name} {value!r} is out of range") from None
     if not math.isfinite(seconds):

@@ -60,7 +60,8 @@ log = logging.getLogger("journaled")
 
 __all__ = [
     "BATCH_SUFFIX", "LEDGER", "LEDGER_TAIL_LIMIT", "MAX_KEY_BYTES", "REJECTED", "SPOOL_DIR", "STAGING",
-    "Adopter", "BatchWriter", "Ledger", "NotABatch", "SpoolHost", "new_temp_path", "pending_batches", "publish",
+    "Adopter", "BatchWriter", "Ledger", "NotABatch", "SpoolHost", "new_temp_path", "pending_batches",
+    "publish",
     "read_batch", "read_batch_key", "spool_dir", "spool_put",
 ]
 

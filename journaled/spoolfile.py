@@ -247,6 +247,29 @@ def pending_batches(queue_dir: str | os.PathLike[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ the ledger
+def _hex(key: str) -> bytes:
+    return key.encode("utf-8").hex().encode("ascii")
+
+
+def _in_sorted_block(block: bytes, needle: bytes) -> bool:
+    """Whether ``needle`` is one of the sorted ``\n``-terminated lines of ``block``: a binary
+    search over byte offsets, so a look-up costs O(log n) steps whatever the ledger's size."""
+    lo, hi = 0, len(block)  # both always a line start (or the end)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        nl = block.rfind(b"\n", lo, mid)
+        start = lo if nl < 0 else nl + 1
+        end = block.index(b"\n", start)
+        line = block[start:end]
+        if line == needle:
+            return True
+        if line < needle:
+            lo = end + 1
+        else:
+            hi = start
+    return False
+
+
 def _line(body: str) -> bytes:
     raw = body.encode("ascii")
     return raw + b" %08x\n" % crc32c(raw)
@@ -267,7 +290,7 @@ class Ledger:
         self.done: set[str] = set()  # adopted keys from the lines after the block
         self.pending: dict[str, tuple[int, int, int]] = {}  # key -> (first, count, skip)
         self.tail_lines = 0  # lines after the block
-        self._block = b"\n"  # "\n" + one "<hex key>\n" per adopted key, searched as bytes
+        self._block = b""  # one "<hex key>\n" per adopted key, sorted (a binary search finds one)
         self._load()
 
     def _load(self) -> None:
@@ -307,25 +330,24 @@ class Ledger:
         end = raw.find(b"\n")
         body, _, crc = raw[: max(end, 0)].rpartition(b" ")
         try:
-            _, count, length, block_crc = body.decode("ascii").split(" ")
+            _, _count, length, block_crc = body.decode("ascii").split(" ")  # count: for people
             if int(crc, 16) != crc32c(body):
                 raise ValueError("header CRC mismatch")
             start, stop = end + 1, end + 1 + int(length)
             block = raw[start:stop]
             if len(block) != int(length) or crc32c(block) != int(block_crc, 16):
                 raise ValueError("key block CRC mismatch")
-            if block.count(b"\n") != int(count):
-                raise ValueError("key count mismatch")
         except ValueError as exc:
             # the rename that wrote it was atomic, so this is damage after the fact: say so loudly
-            log.error("spool ledger %s: compacted key block damaged (%s); its keys are forgotten", self.path, exc)
+            log.error("spool ledger %s: compacted key block damaged (%s); its keys are forgotten",
+                      self.path, exc)
             return len(raw) if end < 0 else end + 1
-        self._block = b"\n" + block
+        self._block = block
         return stop
 
     def adopted(self, key: str) -> bool:
         """Whether a batch with this key was adopted (ever, as far as this ledger knows)."""
-        return key in self.done or b"\n%s\n" % key.encode("utf-8").hex().encode("ascii") in self._block
+        return key in self.done or _in_sorted_block(self._block, _hex(key))
 
     def adopted_keys(self) -> set[str]:
         """Every adopted key (builds the set: :meth:`adopted` is the cheap question)."""
@@ -362,8 +384,10 @@ class Ledger:
     def compact(self) -> None:
         """Rewrite the ledger as one key block (every adopted key) plus the open intents, atomically:
         a fresh temp file (never through a symlink), fsync, rename over, fsync of the folder."""
-        block = self._block[1:] + b"".join(b"%s\n" % k.encode("utf-8").hex().encode("ascii") for k in sorted(self.done))
-        count = block.count(b"\n")
+        lines = set(self._block.split(b"\n")[:-1])
+        lines.update(_hex(k) for k in self.done)
+        block = b"".join(h + b"\n" for h in sorted(lines))
+        count = len(lines)
         head = _line(f"K {count} {len(block)} {crc32c(block):08x}")
         intents = b"".join(
             _line(f"P {k.encode('utf-8').hex()} {f} {c} {s}") for k, (f, c, s) in self.pending.items()
@@ -382,6 +406,6 @@ class Ledger:
                 fileio.ops.unlink(tmp)  # our own fresh temp file; the old ledger is intact
             raise
         fileio.ops.fsync_dir(self.directory)
-        self._block = b"\n" + block
+        self._block = block
         self.done = set()
         self.tail_lines = len(self.pending)

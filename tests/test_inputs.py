@@ -210,6 +210,8 @@ def test_a_long_ledger_is_compacted_and_still_refuses_every_adopted_key(tmpfs_qd
         assert ledger.adopted(key)
         assert spool.spool_put(qdir, [b"again"], key=key) is False
     assert not ledger.adopted("batch-12000")
+    assert all(ledger.adopted(k) for k in keys)
+    assert not any(ledger.adopted(k + "x") or ledger.adopted("x" + k) for k in keys[1000:1100])
     assert ledger.adopted_keys() == set(keys)
     # a resend that skipped the check is still dropped at adoption
     tmp = spool.new_temp_path(qdir)
@@ -237,6 +239,41 @@ def test_adoptions_keep_the_ledger_tail_short(tmpfs_qdir):
     assert ledger.tail_lines <= spool.LEDGER_TAIL_LIMIT
     assert ledger.adopted_keys() == {f"k{i}" for i in range(n)} | {"late"}
     assert not [e for e in os.listdir(spool.spool_dir(qdir)) if e.startswith(".")]
+
+
+def test_compaction_keeps_open_intents_and_every_kind_of_key(tmpfs_qdir):
+    d = spool.spool_dir(tmpfs_qdir)
+    os.makedirs(d)
+    keys = ["", "ä", "a b", "\n", "z" * 1024, "0", "00", "a", "ab", "b"][1:]
+    ledger = spool.Ledger(d)
+    for n, key in enumerate(keys):
+        ledger.intend(key, n, 1, 0)
+        ledger.complete(key)
+    ledger.intend("open", 50, 3, 1)
+    ledger.compact()
+    again = spool.Ledger(d)
+    assert again.tail_lines == 1  # the open intent, nothing else
+    assert again.pending == {"open": (50, 3, 1)}
+    assert again.adopted_keys() == set(keys)
+    assert all(again.adopted(k) for k in keys) and not again.adopted("open") and not again.adopted("c")
+    again.complete("open")
+    assert spool.Ledger(d).adopted_keys() == set(keys) | {"open"}
+
+
+def test_a_damaged_key_block_is_reported_not_hidden(tmpfs_qdir, caplog):
+    d = spool.spool_dir(tmpfs_qdir)
+    os.makedirs(d)
+    ledger = spool.Ledger(d)
+    ledger.complete("k")
+    ledger.compact()
+    ledger.complete("later")
+    path = os.path.join(d, spool.LEDGER)
+    raw = bytearray(open(path, "rb").read())
+    raw[raw.index(b"\n") + 1] ^= 0x01  # a bit flip inside the block
+    open(path, "wb").write(raw)
+    with caplog.at_level(logging.ERROR, logger="journaled"):
+        assert spool.Ledger(d).adopted_keys() == {"later"}
+    assert "compacted key block damaged" in caplog.text
 
 
 # ------------------------------------------------------------------ 4, 5: entries that are not ours
