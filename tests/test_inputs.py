@@ -309,7 +309,6 @@ def plant_strays(qdir: str, outside: str) -> None:
     w.finish()
     os.symlink(valid, os.path.join(d, "00000000000000000002-1-bb.batch"))
     os.symlink(os.path.join(outside, "nothing"), os.path.join(d, "dangling.batch"))
-    os.mkfifo(os.path.join(d, "fifo.batch"))  # opening it for reading would block
 
 
 def test_stray_spool_entries_never_break_the_open_and_are_left_exactly_as_they_are(qdir, tmp_path, caplog):
@@ -334,6 +333,28 @@ def test_stray_spool_entries_never_break_the_open_and_are_left_exactly_as_they_a
     assert [r.payload for r in JournalScanner(qdir).records()] == [b"real"]
     for name in strays:  # each said once, not on every pass
         assert sum(name in rec.getMessage() for rec in caplog.records) == 1, name
+
+
+def test_a_fifo_named_like_a_batch_does_not_block_the_open(qdir):
+    spool.spool_put(qdir, [b"real"], key="real")
+    fifo = os.path.join(spool.spool_dir(qdir), "0-fifo.batch")
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer
+    code = (
+        "import sys, journaled\n"
+        "with journaled.JournaledQueue(sys.argv[1]) as q:\n"
+        "    r = q.reader('r')\n"
+        "    print(r.get(timeout=5).data.decode())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, qdir], env=env, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("opening the queue blocked on a FIFO in spool/")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "real"
+    assert os.path.exists(fifo) and not os.path.isfile(fifo)
 
 
 def test_a_damaged_batch_of_ours_is_still_set_aside(qdir):
