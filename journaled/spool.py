@@ -4,8 +4,9 @@ Producers in other processes write batch files into ``<queue dir>/spool/`` (spoo
 queue's owner (or the next process to open the queue) *adopts* each batch exactly once, in
 arrival order (the name starts with the producer's nanosecond clock at rename time), giving its
 items ids like any put, through the queue's one append path (same policies, counters and
-durability as ``put_many``).  The key a producer chose is remembered in an append-only ledger, so
-a re-sent batch (same key) is dropped, across restarts too.
+durability as ``put_many``).  The key a producer chose is remembered in the ledger (for good;
+compacted now and then), so a re-sent batch (same key) is dropped, across restarts too.  An entry
+that is not a batch of ours by content (a directory, a symlink, other bytes) is left as it is.
 
 Exactly-once adoption, even under kill -9 at any point, rests on one intent line written
 *before* the items are appended, while the queue's append lock is held::

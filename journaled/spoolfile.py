@@ -237,7 +237,8 @@ def spool_put(
 
 
 def pending_batches(queue_dir: str | os.PathLike[str]) -> list[str]:
-    """Batch files waiting for adoption, in arrival order."""
+    """Entries named like batch files, in arrival order (by name only: :func:`read_batch`
+    decides by content whether one is a batch of ours)."""
     d = spool_dir(queue_dir)
     try:
         names = [n for n in os.listdir(d) if n.endswith(BATCH_SUFFIX) and not n.startswith(".")]
