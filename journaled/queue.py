@@ -222,6 +222,7 @@ class JournaledQueue:
         # perf: plain bytes within the limit (the usual case) are checked with two C-level
         # passes; anything else goes through _as_payload item by item (same errors as before).
         if not payloads:
+            expire_ms(expire_at, ttl, 0)  # a bad ttl/expire_at raises even with nothing to put
             return []
         if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
             payloads = [as_payload(d, limit) for d in payloads]

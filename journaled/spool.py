@@ -218,9 +218,13 @@ class Adopter:
 
     def _reject(self, path: str, why: str) -> None:
         d = os.path.join(self.dir, REJECTED)
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        try:
+            if not os.path.islink(d):
+                os.makedirs(d, mode=0o700, exist_ok=True)
+        except OSError:
+            pass  # a file or a dangling link in its place: said just below
         if os.path.islink(d) or not os.path.isdir(d):
-            # moving it there would take our file out of the queue directory
+            # moving it through a link would take our file out of the queue directory
             self._leave(path, f"{why}; and {d} is not a real folder to set it aside in")
             return
         log.error("spool batch %s rejected (%s); moved to %s", path, why, d)

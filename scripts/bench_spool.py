@@ -76,7 +76,8 @@ def main() -> None:
         print(f"journaled from {os.path.dirname(journaled.__file__)}")
         for keys in (0, args.keys):
             put, look = measure(root, keys, args.calls)
-            print(f"{keys:>7} adopted keys: spool_put {put * 1e3:7.3f} ms   ledger look-up {look * 1e3:7.3f} ms")
+            print(f"{keys:>7} adopted keys: spool_put {put * 1e3:7.3f} ms", end="   ")
+            print(f"ledger look-up {look * 1e3:7.3f} ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

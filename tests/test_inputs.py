@@ -110,6 +110,8 @@ def test_bad_ttl_or_expire_at_raises_a_clear_error_and_stores_nothing(qdir, fiel
             q.put(b"x", **{field: value})
         with pytest.raises(error, match=field):
             q.put_many([b"x", b"y"], **{field: value})
+        with pytest.raises(error, match=field):
+            q.put_many([], **{field: value})
         assert q.put(b"ok") == 1  # no id was consumed
         assert delivered(q) == [b"ok"]
 
@@ -400,3 +402,25 @@ def test_a_planted_ledger_temp_symlink_is_never_written_through(tmpfs_qdir, tmp_
         pass
     assert target.read_bytes() == b"precious"
     assert spool.spool_put(qdir, [b"x"], key="k3") is False
+
+
+@pytest.mark.parametrize("kind", ["link-to-dir", "dangling-link", "file"])
+def test_a_damaged_batch_stays_put_when_rejected_is_not_a_real_folder(qdir, tmp_path, kind):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    spool.spool_put(qdir, [b"a"], key="k")
+    (path,) = spool.pending_batches(qdir)
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\x00")
+    rejected = os.path.join(spool.spool_dir(qdir), spool.REJECTED)
+    if kind == "file":
+        with open(rejected, "wb") as f:
+            f.write(b"not a folder")
+    else:
+        os.symlink(str(outside) if kind == "link-to-dir" else str(outside / "gone"), rejected)
+    with JournaledQueue(qdir) as q:
+        assert q.adopt_spool() == 0
+    assert spool.pending_batches(qdir) == [path]
+    assert os.listdir(outside) == []
+
