@@ -342,7 +342,15 @@ class Ledger:
             # the rename that wrote it was atomic, so this is damage after the fact: say so loudly
             log.error("spool ledger %s: compacted key block damaged (%s); its keys are forgotten",
                       self.path, exc)
-            return len(raw) if end < 0 else end + 1
+            # skip the block's lines (bare hex, no space) to the lines appended after it
+            pos = len(raw) if end < 0 else end + 1
+            while pos < len(raw):
+                nl = raw.find(b"\n", pos)
+                nl = len(raw) if nl < 0 else nl
+                if b" " in raw[pos:nl]:
+                    break
+                pos = nl + 1
+            return pos
         self._block = block
         return stop
 

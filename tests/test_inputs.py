@@ -262,20 +262,23 @@ def test_compaction_keeps_open_intents_and_every_kind_of_key(tmpfs_qdir):
     assert spool.Ledger(d).adopted_keys() == set(keys) | {"open"}
 
 
-def test_a_damaged_key_block_is_reported_not_hidden(tmpfs_qdir, caplog):
+@pytest.mark.parametrize("where", ["header", "block"])
+def test_a_damaged_key_block_is_reported_not_hidden(tmpfs_qdir, caplog, where):
     d = spool.spool_dir(tmpfs_qdir)
     os.makedirs(d)
     ledger = spool.Ledger(d)
-    ledger.complete("k")
+    for key in ("k", "k2", "k3"):
+        ledger.complete(key)
     ledger.compact()
     ledger.complete("later")
     path = os.path.join(d, spool.LEDGER)
     raw = bytearray(open(path, "rb").read())
-    raw[raw.index(b"\n") + 1] ^= 0x01  # a bit flip inside the block
+    raw[2 if where == "header" else raw.index(b"\n") + 1] ^= 0x01  # one bit flipped
     open(path, "wb").write(raw)
     with caplog.at_level(logging.ERROR, logger="journaled"):
         assert spool.Ledger(d).adopted_keys() == {"later"}
     assert "compacted key block damaged" in caplog.text
+    assert "damaged line" not in caplog.text  # one report, not one per key
 
 
 # ------------------------------------------------------------------ 4, 5: entries that are not ours
