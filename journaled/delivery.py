@@ -45,7 +45,7 @@ from typing import Protocol
 from journaled import policies
 from journaled.config import ReaderConfig, Sink
 from journaled.errors import QueueClosed, UnknownRead
-from journaled.item import Item, new_item
+from journaled.item import Item, new_item, read_id
 from journaled.journal import Cursor
 from journaled.record import Put
 from journaled.filecodec import CheckpointData
@@ -361,9 +361,9 @@ class ReaderCore:
                     + (" (it was given back and delivered again)" if current is not None else "")
                 )
             return current
-        current = self.open.get(int(item))
+        current = self.open.get(item_id := read_id(item))
         if current is None:
-            raise UnknownRead(f"item {int(item)} is not an open read on reader {self.name!r}")
+            raise UnknownRead(f"item {item_id} is not an open read on reader {self.name!r}")
         return current
 
     def commit(self, item: Item | int) -> None:

@@ -36,7 +36,7 @@ from journaled.delivery import ReaderCore
 from journaled.dirlock import DirLock, prepare_queue_dir
 from journaled.engine import Engine
 from journaled.errors import InvalidName, QueueClosed, UnknownReader
-from journaled.item import as_payload, epoch_ms, new_item, new_items
+from journaled.item import as_payload, epoch_ms, expire_ms, new_item, new_items
 from journaled.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.reader import Reader
 from journaled.readerfiles import ReaderFiles
@@ -188,7 +188,14 @@ class JournaledQueue:
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
     ) -> int:
-        """Append one item; return its id.  Durable on return as the sync policy says."""
+        """Append one item; return its id.  Durable on return as the sync policy says.
+
+        ``ttl`` (seconds from now) or ``expire_at`` (epoch seconds or a datetime) sets when the
+        item expires for every reader; a time at or before now (``0``, ``ttl=0``, a 1970 date)
+        stores the item already expired, so it is never delivered.  A negative, NaN, infinite
+        or too large value raises ``ValueError``, a non-number ``TypeError``, and nothing is
+        written.
+        """
         if type(data) is bytes and expire_at is None and ttl is None and len(data) <= self.config.max_item_size:
             # perf: the plain case skips put_many's batch checks; the append path is the same
             with self._lock:
@@ -207,27 +214,23 @@ class JournaledQueue:
     ) -> list[int]:
         """Append several items with one write (and, under ``sync="always"``, one fsync).
 
-        All or nothing: a bad item (wrong type, too large) raises before anything is written.
+        All or nothing: a bad item (wrong type, too large) or a bad ``ttl``/``expire_at`` (as
+        for :meth:`put`) raises before anything is written.
         """
         limit = self.config.max_item_size
         payloads = cast("list[bytes]", list(items))  # checked just below
         # perf: plain bytes within the limit (the usual case) are checked with two C-level
         # passes; anything else goes through _as_payload item by item (same errors as before).
         if not payloads:
+            expire_ms(expire_at, ttl, 0)  # a bad ttl/expire_at raises even with nothing to put
             return []
         if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
             payloads = [as_payload(d, limit) for d in payloads]
         add_ms = time.time_ns() // 1_000_000
-        expire_ms = 0
-        if expire_at is not None and ttl is not None:
-            raise ValueError("give expire_at or ttl, not both")
-        if ttl is not None:
-            expire_ms = add_ms + int(ttl * 1000)
-        elif expire_at is not None:
-            expire_ms = epoch_ms(expire_at)
+        expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         with self._lock:
             first_id, seq = self._append_locked(
-                ((payloads, expire_ms),), len(payloads), sum(map(len, payloads)), add_ms
+                ((payloads, expire),), len(payloads), sum(map(len, payloads)), add_ms
             )
         if self.config.sync == "always":
             self._journal.wait_durable(seq)

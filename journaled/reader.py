@@ -111,6 +111,7 @@ class Reader:
         Pass the :class:`Item` that ``get`` returned: a read that was taken away meanwhile (by
         ``open_read_timeout``) raises :class:`UnknownRead` even though the same item id may be
         open again for another consumer.  A bare id settles whichever read of it is open.
+        Anything else (``1.5``, ``"1"``, ``True``) raises ``TypeError``; so for abort and release.
         """
         core = self.core
         with core.lock:

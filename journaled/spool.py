@@ -4,8 +4,9 @@ Producers in other processes write batch files into ``<queue dir>/spool/`` (spoo
 queue's owner (or the next process to open the queue) *adopts* each batch exactly once, in
 arrival order (the name starts with the producer's nanosecond clock at rename time), giving its
 items ids like any put, through the queue's one append path (same policies, counters and
-durability as ``put_many``).  The key a producer chose is remembered in an append-only ledger, so
-a re-sent batch (same key) is dropped, across restarts too.
+durability as ``put_many``).  The key a producer chose is remembered in the ledger (for good;
+compacted now and then), so a re-sent batch (same key) is dropped, across restarts too.  An entry
+that is not a batch of ours by content (a directory, a symlink, other bytes) is left as it is.
 
 Exactly-once adoption, even under kill -9 at any point, rests on one intent line written
 *before* the items are appended, while the queue's append lock is held::
@@ -39,12 +40,14 @@ from journaled.errors import CorruptJournal, Full
 from journaled.spoolfile import (
     BATCH_SUFFIX,
     LEDGER,
+    LEDGER_TAIL_LIMIT,
     MAX_KEY_BYTES,
     REJECTED,
     SPOOL_DIR,
     STAGING,
     BatchWriter,
     Ledger,
+    NotABatch,
     new_temp_path,
     pending_batches,
     publish,
@@ -57,8 +60,9 @@ from journaled.spoolfile import (
 log = logging.getLogger("journaled")
 
 __all__ = [
-    "BATCH_SUFFIX", "LEDGER", "MAX_KEY_BYTES", "REJECTED", "SPOOL_DIR", "STAGING", "Adopter",
-    "BatchWriter", "Ledger", "SpoolHost", "new_temp_path", "pending_batches", "publish",
+    "BATCH_SUFFIX", "LEDGER", "LEDGER_TAIL_LIMIT", "MAX_KEY_BYTES", "REJECTED", "SPOOL_DIR", "STAGING",
+    "Adopter", "BatchWriter", "Ledger", "NotABatch", "SpoolHost", "new_temp_path", "pending_batches",
+    "publish",
     "read_batch", "read_batch_key", "spool_dir", "spool_put",
 ]
 
@@ -133,54 +137,96 @@ class Adopter:
         # sound right after opening, so adoption waits for the queue to be reopened.
         self.broken = False
         self._held_back: set[str] = set()  # batches refused by a full reader (logged once)
+        # Entries with a batch name that are not batches of ours (directories, symlinks, other
+        # content): left exactly as they are, said once, never read again this session.
+        self.foreign: set[str] = set()
 
     def _ledger(self) -> Ledger:
         if self.ledger is None:
             self.ledger = Ledger(self.dir)
+            self._compact(self.ledger)
         return self.ledger
 
+    def _compact(self, ledger: Ledger) -> None:
+        try:
+            ledger.compact_if_long()
+        except OSError as exc:  # the old ledger is intact: only reading it stays slower
+            log.warning("spool ledger %s not compacted: %s", ledger.path, exc)
+
+    def _batches(self) -> list[str]:
+        return [p for p in pending_batches(self.queue_dir) if p not in self.foreign]
+
     def has_work(self) -> bool:
-        return bool(pending_batches(self.queue_dir)) or bool(self._ledger().pending)
+        if self.broken:
+            return False
+        return bool(self._batches()) or (self.ledger is not None and bool(self.ledger.pending))
 
     def adopt(self, host: SpoolHost) -> int:
         """Finish interrupted adoptions, then adopt every waiting batch; return items added."""
         if self.broken or not os.path.isdir(self.dir):
             return 0
         with self._lock:
-            ledger = self._ledger()
-            added = 0
-            batches = pending_batches(self.queue_dir)
-            if ledger.pending:
-                by_key = {read_batch_key(p): p for p in batches}
-                for key in list(ledger.pending):
-                    added += self._finish(host, ledger, key, by_key.get(key))
-                batches = pending_batches(self.queue_dir)
-            for path in batches:
-                try:
-                    added += self._adopt_one(host, ledger, path)
-                except Full as exc:
-                    # a reader is full: this batch (and, to keep arrival order, every later
-                    # one) waits for a later pass; said once per batch, not every pass
-                    if path not in self._held_back:
-                        self._held_back.add(path)
-                        log.warning("spool batch %s waits: %s", path, exc)
-                    break
-                self._held_back.discard(path)
+            try:
+                ledger = self._ledger()
+            except OSError as exc:
+                # without its ledger adoption cannot be exactly once: batches wait, and the
+                # queue itself stays usable
+                log.error("spool adoption off until reopen: ledger unreadable (%s)", exc)
+                self.broken = True
+                return 0
+            added = self._adopt_all(host, ledger)
+            self._compact(ledger)
             return added
+
+    def _adopt_all(self, host: SpoolHost, ledger: Ledger) -> int:
+        added = 0
+        batches = self._batches()
+        if ledger.pending:
+            by_key = {read_batch_key(p): p for p in batches}
+            for key in list(ledger.pending):
+                added += self._finish(host, ledger, key, by_key.get(key))
+            batches = self._batches()
+        for path in batches:
+            try:
+                added += self._adopt_one(host, ledger, path)
+            except Full as exc:
+                # a reader is full: this batch (and, to keep arrival order, every later
+                # one) waits for a later pass; said once per batch, not every pass
+                if path not in self._held_back:
+                    self._held_back.add(path)
+                    log.warning("spool batch %s waits: %s", path, exc)
+                break
+            self._held_back.discard(path)
+        return added
 
     def _load(self, path: str) -> tuple[str, list[tuple[bytes, int]]] | None:
         try:
             key, records = read_batch(path)
         except FileNotFoundError:
             return None
+        except NotABatch as exc:
+            self._leave(path, str(exc))
+            return None
         except CorruptJournal as exc:
             self._reject(path, str(exc))
             return None
         return key, records
 
+    def _leave(self, path: str, why: str) -> None:
+        self.foreign.add(path)
+        log.warning("spool entry %s is not a batch of ours (%s); left as it is", path, why)
+
     def _reject(self, path: str, why: str) -> None:
         d = os.path.join(self.dir, REJECTED)
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        try:
+            if not os.path.islink(d):
+                fileio.make_dirs(d, 0o700)
+        except OSError:
+            pass  # a file or a dangling link in its place: said just below
+        if os.path.islink(d) or not os.path.isdir(d):
+            # moving it through a link would take our file out of the queue directory
+            self._leave(path, f"{why}; and {d} is not a real folder to set it aside in")
+            return
         log.error("spool batch %s rejected (%s); moved to %s", path, why, d)
         fileio.ops.rename(path, os.path.join(d, os.path.basename(path)))
         fileio.ops.fsync_dir(self.dir)
@@ -198,7 +244,7 @@ class Adopter:
             return 0
         key, records = loaded
         _step("after-read")
-        if key in ledger.done:
+        if ledger.adopted(key):
             log.info("spool batch %s (key %r) was adopted before; dropped", path, key)
             self._drop(path)
             return 0

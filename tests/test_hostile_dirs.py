@@ -130,8 +130,11 @@ def test_symlink_planted_as_the_spool_ledger_is_refused_and_its_target_untouched
     os.makedirs(os.path.join(qdir, SPOOL_DIR), mode=0o700)
     spool_put(qdir, [b"from another process"], key="batch-1")
     os.symlink(victim, os.path.join(qdir, SPOOL_DIR, LEDGER))
-    with pytest.raises(UnsafeDirectory, match="symbolic link"):
-        open_q(qdir)
+    with pytest.raises(UnsafeDirectory, match="not following"):
+        spool_put(qdir, [b"another batch"], key="batch-2")
+    # the queue itself stays usable; adoption waits (exactly once needs the ledger)
+    with open_q(qdir) as q:
+        assert q.adopt_spool() == 0
     with open(victim, "rb") as f:
         assert f.read() == SECRET
 
@@ -215,6 +218,14 @@ def test_new_directories_are_fsynced_into_their_parent(tmp_path):
     # each parent was fsynced after its new child existed
     assert any(p == parent and qdir in present for p, present in rec.synced)
     assert any(p == arch_parent and arch in present for p, present in rec.synced)
+
+
+def test_a_new_spool_directory_is_fsynced_into_the_queue_directory(qdir):
+    spool = os.path.join(qdir, SPOOL_DIR)
+    rec = DirSyncs([spool])
+    with fileio.use(rec):
+        spool_put(qdir, [b"x"], key="k")
+    assert any(p == os.path.abspath(qdir) and spool in present for p, present in rec.synced)
 
 
 class OpLog(fileio.FileOps):

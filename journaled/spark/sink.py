@@ -70,7 +70,7 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
     """Driver side: deliver every staged part as one spool batch named ``key`` (atomically);
     a key already adopted is not delivered again.  Returns whether it was published."""
     parts = [m for m in messages if isinstance(m, StagedPart)]
-    if key in spool.Ledger(spool.spool_dir(queue_dir)).adopted_keys() or _spooled(queue_dir, key):
+    if spool.Ledger(spool.spool_dir(queue_dir)).adopted(key) or _spooled(queue_dir, key):
         log.info("batch %r was published before; dropping its replay", key)
         discard(parts)
         return False
