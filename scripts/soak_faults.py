@@ -124,11 +124,13 @@ def child(scenario: str, directory: str, idle: float) -> dict[str, object]:
 
 
 # ----------------------------------------------------------------------------------- the parent
-def run_child(scenario: str, directory: str, idle: float) -> dict[str, object]:
+def run_child(
+    scenario: str, directory: str, idle: float, env: dict[str, str] | None = None
+) -> dict[str, object]:
     """Run one scenario in a child process (stderr drained by a thread, as a log pipe would be)."""
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--child", scenario, "--dir", directory, "--idle", str(idle)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     lines = {"total": 0, "idle": 0}
     first: list[str] = []
