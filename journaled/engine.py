@@ -126,10 +126,10 @@ class Step:
             self.summary_at = now + SUMMARY_EVERY
             bug = not isinstance(exc, (JournaledError, OSError))
             log.error(
-                "background %s of queue %s failed: %s. %s Retried with backoff (up to every %g s); "
+                "background %s of queue %s failed%s: %s. %s Retried with backoff (up to every %g s); "
                 "while it keeps failing it is summarised at most every %g s.",
-                self.name, self.queue, exc, advice(exc), BACKOFF_MAX, SUMMARY_EVERY,
-                exc_info=exc if bug else None,
+                self.name, self.queue, " unexpectedly" if bug else "", exc, advice(exc), BACKOFF_MAX,
+                SUMMARY_EVERY, exc_info=exc if bug else None,
             )
         elif now >= self.summary_at:
             self.summary_at = now + SUMMARY_EVERY
