@@ -213,7 +213,8 @@ class Engine:
         self._house_kick = threading.Event()  # wakes the housekeeping thread early
         self._sink_kick = threading.Event()  # wakes the sink thread
         self.disposal_lock = threading.Lock()  # one hand-over pass at a time (see run_disposals)
-        self._steps = {n: Step(name, n) for n in ("directory", "policies", "flush", "checkpoint", "maintenance")}
+        steps = ("directory check", "policies", "flush", "checkpoint", "maintenance")
+        self._steps = {n: Step(name, n) for n in steps}
         self._errors_lock = threading.Lock()  # the two counters below; taken on failures only
         self._errors = 0
         self._last_error: tuple[str, float] | None = None
@@ -292,7 +293,7 @@ class Engine:
                 return
             now = time.monotonic()
             journal = self._journal
-            self._attempt("directory", journal.check_home, now)
+            self._attempt("directory check", journal.check_home, now)
             if timed:
                 self._attempt("policies", self.sweep, now)
             if interval is not None and journal.dirty and not journal.gone:

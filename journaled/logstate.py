@@ -173,7 +173,8 @@ class LogState:
         the lock held."""
         if not isinstance(self.poisoned, QueueDirectoryGone):
             self.poisoned = QueueDirectoryGone(
-                err_no, f"{what}; the queue refuses writes: close it, then restore the directory", self.directory
+                err_no, f"{what}; the queue refuses writes: close it, then restore the directory",
+                self.directory,
             )
             self.poisoned_at = time.time()
         return self.poisoned

@@ -86,7 +86,7 @@ class Health:
         directory_gone: the queue's directory or the journal file being written was removed or
             replaced under it (then ``poisoned`` says which).
         failing: background steps failing right now (``"flush"``, ``"checkpoint"``,
-            ``"maintenance"``, ``"directory"``, ``"policies"``); each is retried with backoff.
+            ``"maintenance"``, ``"directory check"``, ``"policies"``); each is retried with backoff.
         errors: background failures since the queue was opened.
         last_error: the most recent background failure, as ``"<step>: <error>"``, or None.
         last_error_at: when it happened (epoch seconds), or None.

@@ -69,18 +69,17 @@ class Writer:
         the journal file being written was removed or replaced.  Two cheap syscalls; the
         maintenance thread calls it every tick."""
         st = self.state
+        if isinstance(st.poisoned, QueueDirectoryGone):
+            raise st.poisoned
+        problem = self._home_problem()  # first: "directory removed" says more than "file removed"
         with st.lock:
-            if isinstance(st.poisoned, QueueDirectoryGone):
-                raise st.poisoned
+            if problem is not None:
+                raise st.mark_gone(*problem)
             out = self.out
             if st.closed or out is None or out.fd < 0:
                 return
             if os.fstat(out.fd).st_nlink == 0:
                 raise st.mark_gone(f"journal file {st.files[-1].path!r} was removed", errno.ENOENT)
-        problem = self._home_problem()
-        if problem is not None:
-            with st.lock:
-                raise st.mark_gone(*problem)
 
     @property
     def gone(self) -> bool:

@@ -113,8 +113,8 @@ def child(scenario: str, directory: str, idle: float) -> dict[str, object]:
     stats = q.stats()
     health = getattr(stats, "health", None)
     if health is not None:
-        result["health"] = {k: getattr(health, k) for k in ("ok", "poisoned", "poisoned_since", "directory_gone",
-                                                          "failing", "last_error", "errors")}
+        keys = ("ok", "poisoned", "poisoned_since", "directory_gone", "failing", "last_error", "errors")
+        result["health"] = {k: getattr(health, k) for k in keys}
     result["health"] = result.get("health")
     try:
         q.close()
@@ -129,7 +129,8 @@ def run_child(
 ) -> dict[str, object]:
     """Run one scenario in a child process (stderr drained by a thread, as a log pipe would be)."""
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--child", scenario, "--dir", directory, "--idle", str(idle)],
+        [sys.executable, os.path.abspath(__file__), "--child", scenario, "--dir", directory,
+         "--idle", str(idle)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     lines = {"total": 0, "idle": 0}
@@ -151,7 +152,9 @@ def run_child(
 
     t = threading.Thread(target=drain, daemon=True)
     t.start()
-    out, _ = proc.communicate(timeout=idle + 120)
+    assert proc.stdout is not None
+    out = proc.stdout.read()  # stderr is the drain thread's alone
+    proc.wait(timeout=idle + 120)
     t.join(10)
     try:
         result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
