@@ -228,3 +228,38 @@ def test_a_failing_checkpoint_never_delays_the_periodic_flush(tmp_path, caplog_j
             # durable (fdatasynced by the background) within a tick or two, every time
             assert _wait_for(lambda: q.journal.commits.durable > before, timeout=0.5)
         os.rmdir(blocker)
+
+
+def test_a_rotation_never_starts_a_journal_file_in_a_directory_that_replaced_ours(tmp_path):
+    qpath = str(tmp_path / "q")
+    q = JournaledQueue(qpath, QueueConfig(sync="never", journal_size=4096, checkpoint_interval=3600.0))
+    q.put(b"first")
+    os.rename(qpath, str(tmp_path / "moved"))
+    os.mkdir(qpath)
+    with pytest.raises(QueueDirectoryGone):
+        for _ in range(100):  # passes journal_size at once: a rotation, before any tick
+            q.put(b"x" * 1000)
+    q.close()
+    assert os.listdir(qpath) == []
+
+
+def test_a_checkpoint_blocked_in_the_kernel_never_delays_the_periodic_flush(tmp_path, caplog_journaled):
+    qpath = str(tmp_path / "q")
+    with JournaledQueue(qpath, QueueConfig(sync=0.05, checkpoint_interval=0.05), name="q") as q:
+        r = q.reader("r")
+        fifo = os.path.join(qpath, ".q.read.r.tmp")
+        os.mkfifo(fifo)  # opening it for writing blocks until someone opens it for reading
+        q.put(b"a")
+        r.commit(r.get(block=False))
+        time.sleep(0.5)  # the checkpoint is now blocked inside open()
+        try:
+            for k in range(5):
+                before = q.journal.commits.durable
+                q.put(b"b%d" % k)
+                assert _wait_for(lambda: q.journal.commits.durable > before, timeout=0.5)
+        finally:
+            unblock = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the checkpoint's open return
+            time.sleep(0.3)
+            os.close(unblock)
+            os.unlink(fifo)
+        assert _wait_for(lambda: "checkpoint" not in q.stats().health.failing, timeout=15)
