@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 import pytest
@@ -22,6 +23,7 @@ from conftest import ready_items
 
 from journaled import JournaledQueue, JournalIOError, QueueConfig
 from journaled import engine as engine_mod
+from journaled import fileio
 from journaled.errors import QueueDirectoryGone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -243,23 +245,35 @@ def test_a_rotation_never_starts_a_journal_file_in_a_directory_that_replaced_our
     assert os.listdir(qpath) == []
 
 
-def test_a_checkpoint_blocked_in_the_kernel_never_delays_the_periodic_flush(tmp_path, caplog_journaled):
+class _StuckCheckpoints(fileio.FileOps):
+    """A checkpoint that hangs in ``open`` (a stalled disk, a hung NFS server) until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.stuck = threading.Event()
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if os.path.basename(path).startswith(".q.read.") and not self.release.is_set():
+            self.stuck.set()
+            self.release.wait(30)
+        return super().open(path, flags, mode)
+
+
+def test_a_stuck_checkpoint_never_delays_the_periodic_flush(tmp_path):
     qpath = str(tmp_path / "q")
-    with JournaledQueue(qpath, QueueConfig(sync=0.05, checkpoint_interval=0.05), name="q") as q:
-        r = q.reader("r")
-        fifo = os.path.join(qpath, ".q.read.r.tmp")
-        os.mkfifo(fifo)  # opening it for writing blocks until someone opens it for reading
-        q.put(b"a")
-        r.commit(r.get(block=False))
-        time.sleep(0.5)  # the checkpoint is now blocked inside open()
-        try:
-            for k in range(5):
-                before = q.journal.commits.durable
-                q.put(b"b%d" % k)
-                assert _wait_for(lambda: q.journal.commits.durable > before, timeout=0.5)
-        finally:
-            unblock = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the checkpoint's open return
-            time.sleep(0.3)
-            os.close(unblock)
-            os.unlink(fifo)
-        assert _wait_for(lambda: "checkpoint" not in q.stats().health.failing, timeout=15)
+    ops = _StuckCheckpoints()
+    with fileio.use(ops):
+        with JournaledQueue(qpath, QueueConfig(sync=0.05, checkpoint_interval=0.05), name="q") as q:
+            ops.release.set()  # the reader's first checkpoint, written before q.reader returns
+            r = q.reader("r")
+            ops.release.clear()
+            q.put(b"a")
+            r.commit(r.get(block=False))
+            try:
+                assert ops.stuck.wait(5)  # the background checkpoint now hangs
+                for k in range(5):
+                    before = q.journal.commits.durable
+                    q.put(b"b%d" % k)
+                    assert _wait_for(lambda: q.journal.commits.durable > before, timeout=0.5)
+            finally:
+                ops.release.set()
