@@ -21,7 +21,7 @@ archiving): it may now be somebody else's directory.
 
 Locks: the engine takes the queue lock only in short sections (sweeps, collecting and committing
 disposals) and ``disposal_lock`` around a whole hand-over pass, so no item reaches a sink twice
-in one session.  Neither thread ever holds the queue lock while calling user code or I/O.
+in one session.  No engine thread ever holds the queue lock while calling user code or I/O.
 """
 
 from __future__ import annotations
