@@ -13,6 +13,7 @@ from journaled.errors import (
     JournaledError,
     JournalIOError,
     QueueClosed,
+    QueueDirectoryGone,
     QueueLocked,
     SerializationError,
     UnknownRead,
@@ -24,7 +25,7 @@ from journaled.item import Item
 from journaled.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
-from journaled.stats import QueueStats, ReaderStats
+from journaled.stats import Health, QueueStats, ReaderStats
 from journaled.compat import Queue
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
 from journaled.spoolfile import spool_put
@@ -38,6 +39,7 @@ __all__ = [
     "CorruptJournal",
     "Empty",
     "Full",
+    "Health",
     "InvalidName",
     "Item",
     "ItemTooLarge",
@@ -48,6 +50,7 @@ __all__ = [
     "PickleSerializer",
     "Queue",
     "QueueClosed",
+    "QueueDirectoryGone",
     "QueueConfig",
     "QueueLocked",
     "QueueStats",

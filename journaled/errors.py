@@ -104,6 +104,16 @@ class UnsafeDirectory(JournaledError, OSError):
     def __str__(self) -> str:
         return f"{self.path!r}: {self.reason}"
 
+class QueueDirectoryGone(JournalIOError):
+    """The queue's directory, or the journal file being written, was removed or replaced under
+    the open queue (``rm -rf``, a rename, an unmounted volume).
+
+    Noticed by the background within one tick (and before a new journal file is created); from
+    then on every write raises this error, nothing more is written or checkpointed into whatever
+    is now at the path, and ``stats().health.directory_gone`` is True.  Close the queue, then
+    restore the directory (or reopen it where it was moved to).
+    """
+
 
 class Empty(JournaledError, _stdlib_queue.Empty):
     """No item became available (non-blocking ``get`` or a timeout)."""
@@ -133,6 +143,7 @@ __all__ = [
     "JournalIOError",
     "JournaledError",
     "QueueClosed",
+    "QueueDirectoryGone",
     "QueueLocked",
     "SerializationError",
     "UnknownRead",

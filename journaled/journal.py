@@ -56,6 +56,7 @@ class Journal:
         self.append = writer.append
         self.write_out = writer.write_out
         self.sync = writer.sync
+        self.check_home = writer.check_home
         self.wait_durable = writer.commits.wait_durable
         self.read = self._reading.read
         self.locate = self._reading.locate
@@ -97,12 +98,25 @@ class Journal:
         """The I/O error after which the journal refuses writes until reopened, if any."""
         return self._state.poisoned
 
+    @property
+    def poisoned_since(self) -> float | None:
+        """Wall-clock time (epoch seconds) the journal started refusing writes, if it does."""
+        return self._state.poisoned_at
+
+    @property
+    def gone(self) -> bool:
+        """The directory or the file being written was removed or replaced (see writer.py)."""
+        return self._writer.gone
+
     def archivable(self, min_head: int) -> list[JournalFile]:
         """Files whose every record has an id below ``min_head`` (never the active file)."""
         return archivable(self._state, min_head)
 
     def archive(self, files: list[JournalFile], archive_dir: str | None) -> None:
-        """Delete ``files`` (or move them into ``archive_dir``) and forget them."""
+        """Delete ``files`` (or move them into ``archive_dir``) and forget them; nothing once the
+        directory is gone (the names may now belong to somebody else's files)."""
+        if self._writer.gone:
+            return
         archive(self._state, files, archive_dir)
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ import attrs
 
 from journaled import fileio
 from journaled.config import QueueConfig
-from journaled.errors import JournalIOError, QueueClosed
+from journaled.errors import JournalIOError, QueueClosed, QueueDirectoryGone
 from journaled.record import FileHeader
 
 #: One sparse index entry (id, offset) per this many bytes of journal: bounds the in-file scan
@@ -134,6 +134,7 @@ class LogState:
         self.read_fds: OrderedDict[int, SharedFd] = OrderedDict()  # file ms -> fd, LRU first
         self.closed = False
         self.poisoned: JournalIOError | None = None
+        self.poisoned_at: float | None = None  # wall-clock time it was poisoned
 
     def file_index(self, ms: int) -> int:
         """Index of the file created at ``ms`` in ``files``, or -1."""
@@ -162,12 +163,28 @@ class LogState:
         """Refuse every later write: after a failed write or fsync the kernel may have dropped
         the dirty pages, and a retry could report success for data that is gone."""
         err = JournalIOError(exc.errno, f"journal write failed: {exc.strerror or exc}", exc.filename)
-        self.poisoned = err
+        if self.poisoned is None:  # the first failure is the cause: keep it and its time
+            self.poisoned, self.poisoned_at = err, time.time()
         return err
+
+    def mark_gone(self, what: str, err_no: int) -> QueueDirectoryGone:
+        """The directory or the current file was removed or replaced: refuse every later write
+        (it would land in a file without a name, or in somebody else's directory).  Call with
+        the lock held."""
+        if not isinstance(self.poisoned, QueueDirectoryGone):
+            self.poisoned = QueueDirectoryGone(
+                err_no, f"{what}; the queue refuses writes: close it, then restore the directory",
+                self.directory,
+            )
+            self.poisoned_at = time.time()
+        return self.poisoned
 
     def check_writable(self) -> None:
         if self.closed:
             raise QueueClosed("journal is closed")
+        if isinstance(self.poisoned, QueueDirectoryGone):
+            gone = self.poisoned
+            raise QueueDirectoryGone(gone.errno, gone.strerror, gone.filename)
         if self.poisoned is not None:
             raise JournalIOError(
                 self.poisoned.errno,

@@ -356,6 +356,7 @@ class JournaledQueue:
                 journal_files=files,
                 journal_bytes=nbytes,
                 readers=readers,
+                health=self._engine.health(),
             )
 
     def checkpoint(self) -> None:

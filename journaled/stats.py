@@ -75,6 +75,34 @@ class ReaderStats:
 
 
 @attrs.frozen
+class Health:
+    """Is the queue accepting writes, and is its background work succeeding?
+
+    Attributes:
+        ok: puts are accepted and no background step is failing.
+        poisoned: why the queue refuses writes (the first I/O error, or that its directory is
+            gone), or None while it accepts them.  Permanent until the queue is reopened.
+        poisoned_since: when that started (epoch seconds), or None.
+        directory_gone: the queue's directory or the journal file being written was removed or
+            replaced under it (then ``poisoned`` says which).
+        failing: background steps failing right now (``"flush"``, ``"checkpoint"``,
+            ``"maintenance"``, ``"directory check"``, ``"policies"``); each is retried with backoff.
+        errors: background failures since the queue was opened.
+        last_error: the most recent background failure, as ``"<step>: <error>"``, or None.
+        last_error_at: when it happened (epoch seconds), or None.
+    """
+
+    ok: bool = True
+    poisoned: str | None = None
+    poisoned_since: float | None = None
+    directory_gone: bool = False
+    failing: tuple[str, ...] = ()
+    errors: int = 0
+    last_error: str | None = None
+    last_error_at: float | None = None
+
+
+@attrs.frozen
 class QueueStats:
     """A snapshot of a queue and all its readers.
 
@@ -85,6 +113,8 @@ class QueueStats:
         journal_files: journal files in the directory (the one being written included).
         journal_bytes: bytes of those files, including what is buffered and not yet written.
         readers: one :class:`ReaderStats` per reader, sorted by name.
+        health: whether the queue accepts writes and its background work succeeds
+            (:class:`Health`).
     """
 
     name: str
@@ -95,6 +125,7 @@ class QueueStats:
     journal_files: int
     journal_bytes: int
     readers: tuple[ReaderStats, ...]
+    health: Health = Health()
 
 
 def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:

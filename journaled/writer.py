@@ -9,15 +9,24 @@ the sync takes, under the lock, a reference to the file it will fsync (a
 descriptor only after the fsync: never a closed or reused descriptor.
 
 Every method named ``*_locked`` must be called with ``LogState.lock`` held.
+
+**Home.**  The writer records the identity (device, inode) of the queue directory when it opens.
+:meth:`Writer.check_home` (called on the maintenance tick, never per put) and every file creation
+compare it again, and ``fstat`` the file being written: a directory removed, renamed or replaced,
+or a current file without any name left (``st_nlink == 0``), poisons the journal with
+:class:`~journaled.errors.QueueDirectoryGone`, so nothing more goes into unnamed files or into
+whatever directory now sits at the path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from collections.abc import Callable, Sequence
 
 from journaled import fileio
+from journaled.errors import QueueDirectoryGone
 from journaled.layout import journal_path
 from journaled.logstate import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 from journaled.record import PUT_OVERHEAD, FileHeader, encode_header, encode_puts
@@ -40,6 +49,42 @@ class Writer:
         self.appended = 0  # session byte sequence: appended / written out to the OS
         self.written = 0
         self.commits = GroupCommit(self._flush_for_sync)
+        home = os.stat(state.directory)
+        self.home = (home.st_dev, home.st_ino)  # the directory's identity (see "Home" above)
+
+    # ----------------------------------------------------------------------------- home
+    def _home_problem(self) -> tuple[str, int] | None:
+        """What is wrong with the directory at our path, if anything (a stat, no lock)."""
+        path = self.state.directory
+        try:
+            now = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return f"queue directory {path!r} was removed or renamed", errno.ENOENT
+        if (now.st_dev, now.st_ino) != self.home:
+            return f"queue directory {path!r} was replaced by another directory", errno.ESTALE
+        return None
+
+    def check_home(self) -> None:
+        """Raise :class:`QueueDirectoryGone` (and refuse writes from now on) if the directory or
+        the journal file being written was removed or replaced.  Two cheap syscalls; the
+        maintenance thread calls it every tick."""
+        st = self.state
+        if isinstance(st.poisoned, QueueDirectoryGone):
+            raise st.poisoned
+        problem = self._home_problem()  # first: "directory removed" says more than "file removed"
+        with st.lock:
+            if problem is not None:
+                raise st.mark_gone(*problem)
+            out = self.out
+            if st.closed or out is None or out.fd < 0:
+                return
+            if os.fstat(out.fd).st_nlink == 0:
+                raise st.mark_gone(f"journal file {st.files[-1].path!r} was removed", errno.ENOENT)
+
+    @property
+    def gone(self) -> bool:
+        """The directory or the current file was found removed or replaced."""
+        return isinstance(self.state.poisoned, QueueDirectoryGone)
 
     # ----------------------------------------------------------------------------- files
     def continue_file(self, jf: JournalFile) -> None:
@@ -52,6 +97,9 @@ class Writer:
         if st.files and ms <= st.files[-1].ms:
             ms = st.files[-1].ms + 1  # names must stay unique and sortable
         path = journal_path(st.directory, st.name, ms)
+        problem = self._home_problem()  # never start a file in somebody else's directory
+        if problem is not None:
+            raise st.mark_gone(*problem)
         header = FileHeader(salt=secrets.randbits(32), first_id=st.next_id, created_ms=now_ms(), name=st.name)
         raw = encode_header(header)
         try:
@@ -231,7 +279,10 @@ class Writer:
         return target, fsync
 
     def sync(self) -> None:
-        """Make everything appended so far durable."""
+        """Make everything appended so far durable.  Raises :class:`QueueDirectoryGone` once the
+        directory is gone, even with nothing to write: "durable" would be a false claim then."""
+        if self.gone:
+            self.state.check_writable()
         self.commits.wait_durable(self.appended)
 
     @property
