@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from journaled import closing
 from journaled.errors import Empty, QueueClosed
 from journaled.item import Item
 from journaled.txn import ItemLoop, check_timeout, settle
@@ -75,7 +76,8 @@ async def aget(core: ReaderCore, timeout: float | None = None) -> Item:
     loop = asyncio.get_running_loop()
     lock = core.lock
     with lock:
-        core.check_open()
+        if core.closed:
+            raise closing.reader_closed(core)
         item = core.take_if_first()
         if item is not None:
             return item
@@ -103,7 +105,7 @@ async def aget(core: ReaderCore, timeout: float | None = None) -> Item:
             return waiter.item  # also when the timer fired just after the hand-off
         core.leave(waiter)
         if core.closed:
-            raise QueueClosed(f"reader {core.name!r} is closed")
+            raise closing.reader_closed(core)
     raise Empty
 
 

@@ -20,10 +20,11 @@ import pickle
 import threading
 import time
 from collections import OrderedDict, deque
-from types import TracebackType
 from typing import Generic, TypeVar
 
 from journaled import serializers as ser
+from journaled import lifecycle
+from journaled.closing import Closing, closed_error
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.errors import Full, QueueClosed, SerializationError, UnknownRead
 from journaled.item import Item
@@ -35,7 +36,7 @@ from journaled.serializers import BytesSerializer, JsonSerializer, PickleSeriali
 T = TypeVar("T")
 
 
-class Queue(Generic[T]):
+class Queue(Closing, Generic[T]):
     """A FIFO queue with the API and blocking behaviour of :class:`queue.Queue`, kept on disk.
 
     Generic like the stdlib's (``journaled.Queue[dict[str, int]]``) for type checkers; the
@@ -56,7 +57,9 @@ class Queue(Generic[T]):
     Both start from what the directory holds when the queue is opened and then follow the
     calls made on this object: items put straight into :attr:`journal`, or dropped by reader
     policies such as ``max_age``, are delivered/skipped correctly but only show in the counts
-    after a reopen.  Call :meth:`close` (or use ``with``) to flush and release the directory.
+    after a reopen.  :meth:`close` (or ``with``) flushes and releases the directory at once;
+    a queue still open when the program ends is closed then (nothing put is lost), and one
+    garbage-collected while open is closed with a ``ResourceWarning``.
     """
 
     def __init__(
@@ -86,7 +89,8 @@ class Queue(Generic[T]):
         self._count = len(self.reader)
         self._open: OrderedDict[int, int] = OrderedDict()  # open read id -> fetching thread
         self._by_thread: dict[int, deque[int]] = {}
-        self._closed = False
+        self._closed = self._forked = False
+        lifecycle.track(self, None, Queue._forget_in_child)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -210,6 +214,7 @@ class Queue(Generic[T]):
         all.  Raises ``ValueError`` if no fetched item is waiting for ``task_done``."""
         me = threading.get_ident()
         with self.all_tasks_done:
+            self._check_open()
             item_id = self._pick_locked(me)
             if item_id is None:
                 raise ValueError("task_done() called too many times")
@@ -252,7 +257,14 @@ class Queue(Generic[T]):
     # ------------------------------------------------------------------ lifetime
     def _check_open(self) -> None:
         if self._closed:
-            raise QueueClosed(f"queue {self.journal.path!r} is closed")
+            raise closed_error(self.journal.path, self._forked)
+
+    def _forget_in_child(self) -> None:
+        # fork hook: a thread of the parent may have held the mutex; every call now raises
+        self._closed = self._forked = True
+        self.mutex = threading.Lock()
+        self.not_full = threading.Condition(self.mutex)
+        self.all_tasks_done = threading.Condition(self.mutex)
 
     def close(self) -> None:
         """Flush, checkpoint and release the directory.  Items fetched and not ``task_done``
@@ -265,16 +277,8 @@ class Queue(Generic[T]):
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closed
-
-    def __enter__(self) -> Queue[T]:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        """True once :meth:`close` was called, or the queue was closed at the program's end."""
+        return self._closed or self.journal.closed
 
     def __repr__(self) -> str:
         return f"<journaled.Queue {self.journal.path!r} maxsize={self._maxsize}>"

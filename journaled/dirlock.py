@@ -6,6 +6,13 @@ description lock, so a second owner in the same process is refused too.  The fil
 owner's pid for error messages and ``journaled stat``; the lock, not the pid, decides.
 
 Also here: :func:`prepare_queue_dir`, the open-time check that the directory is the user's own.
+
+``fork()`` copies the descriptor, and an ``flock`` lives as long as *any* descriptor of its open
+file description: a child that kept the copy would keep the lock after the parent released it.
+So the child closes its copy at once (lifecycle.py's fork hook).  That cannot release the
+parent's lock: the parent still holds its own descriptor of the same description.  A parent that
+releases and retakes its directory right after a fork may find the child not yet scheduled: a
+lock that names this very process, which no longer holds it, is waited for (``FORK_GRACE``).
 """
 
 from __future__ import annotations
@@ -14,12 +21,22 @@ import errno
 import fcntl
 import os
 import stat
+import time
 
-from journaled import fileio
+from journaled import fileio, lifecycle
 from journaled.errors import QueueLocked, UnsafeDirectory
 
 LOCK_FILE = ".journaled.lock"
 _FLAGS = os.O_RDWR | os.O_CREAT
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+#: Seconds an open waits for a lock this process released but a child forked from it still
+#: holds until its fork hook runs (at once, once the child is scheduled).
+FORK_GRACE = 2.0
+
+#: (st_dev, st_ino) of the lock files this process holds (set operations are atomic under the
+#: GIL; no lock, so the fork hook can never wait on one).
+_held: set[tuple[int, int]] = set()
 
 
 def prepare_queue_dir(directory: str, allow_shared: bool = False) -> None:
@@ -60,6 +77,10 @@ class DirLock:
     def __init__(self, directory: str, fd: int) -> None:
         self.directory = directory
         self._fd = fd
+        st = os.fstat(fd)
+        self._key = (st.st_dev, st.st_ino)
+        _held.add(self._key)
+        lifecycle.track(self, None, DirLock.release)  # in a forked child: drop the copy
 
     @classmethod
     def acquire(cls, directory: str) -> DirLock:
@@ -71,29 +92,46 @@ class DirLock:
             os.close(fd)
             raise UnsafeDirectory(errno.EPERM, "lock file is not a regular file", path)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            pid = _read_pid(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise QueueLocked(directory, pid) from None
-            raise
-        # The pid is only informative.  A lock file with other names (a hard link: planted, or
-        # a `cp -al` backup) is locked but never written: its bytes belong to those names too.
-        if st.st_nlink == 1:
-            try:
+            _take(fd, directory)
+            # The pid is only informative.  A lock file with other names (a hard link: planted,
+            # or a `cp -al` backup) is locked but never written: its bytes belong to those names.
+            if st.st_nlink == 1:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            except BaseException:
-                os.close(fd)
-                raise
-        return cls(directory, fd)
+            return cls(directory, fd)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def release(self) -> None:
         """Give the directory up (closing the file releases the lock).  Idempotent."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
+            lifecycle.untrack(self)
+            _held.discard(self._key)
             os.close(fd)
+
+
+def _take(fd: int, directory: str) -> None:
+    """``flock(LOCK_EX)`` on ``fd`` or :class:`QueueLocked`; see ``FORK_GRACE``."""
+    deadline = None
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in _BUSY:
+                raise
+        pid = _read_pid(fd)
+        st = os.fstat(fd)
+        if pid != os.getpid() or (st.st_dev, st.st_ino) in _held:
+            raise QueueLocked(directory, pid)  # another process, or a second open in this one
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + FORK_GRACE
+        elif now >= deadline:
+            raise QueueLocked(directory, pid)
+        time.sleep(0.005)
 
 
 def owner_pid(directory: str) -> int | None:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from journaled import policies
+from journaled import lifecycle, policies
 from journaled.errors import JournaledError, JournalIOError, QueueClosed, QueueDirectoryGone
 from journaled.stats import Health
 
@@ -275,6 +275,7 @@ class Engine:
 
     # ------------------------------------------------------------------ maintenance thread
     def _run(self) -> None:
+        lifecycle.mark_background()
         interval = self._sync_interval
         idle = interval if interval is not None else min(self._checkpoint_interval, HOME_CHECK_EVERY)
         while not self._stop.is_set():
@@ -307,6 +308,7 @@ class Engine:
 
     # ------------------------------------------------------------------ housekeeping thread
     def _run_house(self) -> None:
+        lifecycle.mark_background()
         interval = self._sync_interval
         checkpoints = self._steps["checkpoint"]
         next_ckpt = time.monotonic() + self._checkpoint_interval
@@ -343,6 +345,7 @@ class Engine:
         self._sink_kick.set()
 
     def _run_sinks(self) -> None:
+        lifecycle.mark_background()
         while True:
             self._sink_kick.wait()
             self._sink_kick.clear()

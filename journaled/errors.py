@@ -22,6 +22,13 @@ class QueueClosed(JournaledError):
     """The queue (or reader) was closed; waiting ``get`` calls are woken with this."""
 
 
+class QueueForked(QueueClosed):
+    """A queue object used in a process forked after it was opened (multiprocessing's ``fork``
+    start method, a pre-forking server).  The directory still belongs to the parent: the child
+    writes nothing through the parent's object.  Open the queue in the process that uses it, or
+    let children hand items over with :func:`journaled.spool_put`."""
+
+
 class ItemTooLarge(JournaledError, ValueError):
     """A payload is larger than ``QueueConfig.max_item_size``; nothing was written."""
 
@@ -144,6 +151,7 @@ __all__ = [
     "JournaledError",
     "QueueClosed",
     "QueueDirectoryGone",
+    "QueueForked",
     "QueueLocked",
     "SerializationError",
     "UnknownRead",

@@ -44,6 +44,19 @@ def open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
         raise
 
 
+def read_nofollow(path: str, size: int = -1) -> bytes:
+    """Up to ``size`` bytes (``-1``: all) of the file at ``path``, a link refused.  The
+    descriptor is closed whatever happens (``os.fdopen`` of a directory raises without)."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    try:
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        return f.read(size)
+
+
 class FileOps:
     """Pass-through implementation over :mod:`os`.  Subclass to record or inject faults."""
 
@@ -91,8 +104,7 @@ class FileOps:
             os.close(fd)
 
     def read_file(self, path: str) -> bytes:
-        with os.fdopen(open_nofollow(path, os.O_RDONLY), "rb") as f:
-            return f.read()
+        return read_nofollow(path)
 
 
 #: The active implementation; replace through :func:`use` in tests.

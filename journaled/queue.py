@@ -26,11 +26,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import Any, cast
 
 from journaled import aio as _aio
-from journaled import policies, restore
+from journaled import closing, lifecycle, policies, restore
 from journaled.config import QueueConfig, ReaderConfig, validate_name
 from journaled.delivery import ReaderCore
 from journaled.dirlock import DirLock, prepare_queue_dir
@@ -54,7 +53,7 @@ _JUST_BYTES = {bytes}
 Run = tuple[Sequence[bytes], int]
 
 
-class JournaledQueue:
+class JournaledQueue(closing.Closing):
     """A durable, fan-out, transactional queue stored in one directory.
 
     ``JournaledQueue(path, config=QueueConfig(...))`` creates the directory if needed (refusing one
@@ -75,11 +74,11 @@ class JournaledQueue:
         if not isinstance(self.config, QueueConfig):
             raise TypeError(f"config must be a QueueConfig, not {type(self.config).__name__}")
         prepare_queue_dir(self.path, self.config.allow_shared_dir)
+        self._closed, self._forked = True, False  # closed until opened: __del__ leaves it alone
         self._dirlock = DirLock.acquire(self.path)
         try:
             self.name = validate_name(name, "queue name") if name is not None else detect_queue_name(self.path)
             self._lock = threading.Lock()
-            self._closed = False
             self._close_done = threading.Event()
             self._put_count = self._put_bytes = 0
             registered, states = restore.read_states(self.path, self.name)
@@ -89,10 +88,11 @@ class JournaledQueue:
             self._files = ReaderFiles(
                 self.path, self.name, self.config, self._journal, self._lock, lambda: self._cores
             )
+            weak = lifecycle.weakly  # the threads must not keep an abandoned queue alive
             self._engine = Engine(
-                self.name, self._lock, lambda: self._cores, self._journal,
-                self.config.sync_interval, self.config.checkpoint_interval,
-                lambda: self.checkpoint(), self._maintain, lambda: self._closed,
+                self.name, self._lock, weak(self, lambda q: q._cores, []), self._journal,
+                self.config.sync_interval, self.config.checkpoint_interval, weak(self, lambda q: q.checkpoint(), None),
+                weak(self, lambda q: q._maintain(), None), weak(self, lambda q: q._closed, True),
             )
             first, end = self._journal.first_id(), self._journal.next_id
             for rname, state in states.items():
@@ -100,11 +100,14 @@ class JournaledQueue:
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
             self._spool = Adopter(self.path)
+            self._closed = False
             self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
         except BaseException:
-            self._dirlock.release()
+            self._closed = True  # a failed open leaves no descriptor and no lock behind
+            closing.undo_open(self.__dict__.get("_journal"), self._dirlock)
             raise
         self._engine.start()
+        lifecycle.track(self, lambda q: q._close(wake=False), JournaledQueue._forget_in_child)
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
         core = ReaderCore(rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake)
@@ -121,6 +124,7 @@ class JournaledQueue:
 
         ``config`` applies from now on; its ``start`` only matters when the reader is new.
         """
+        closing.check_process(self.path, self._forked)  # before a lock a vanished thread may hold
         validate_name(name, "reader name")
         # its checkpoint's temp file ".<queue>.read.<reader>.tmp" must fit NAME_MAX (255 bytes)
         if len(self.name) + len(name) > 244:
@@ -166,6 +170,7 @@ class JournaledQueue:
     def remove_reader(self, name: str) -> None:
         """Delete a reader and its checkpoint; its open reads are dropped, its waiters get
         :class:`QueueClosed`.  Journal files only it was holding become archivable."""
+        closing.check_process(self.path, self._forked)
         with self._files.lock:
             with self._lock:
                 # once closed the directory may belong to someone else: touch nothing in it
@@ -250,7 +255,7 @@ class JournaledQueue:
         sequence of runs.  Call with the queue lock held; the caller then waits for durability
         with the returned journal sequence.  Returns ``(first id, sequence)``."""
         if self._closed:
-            raise QueueClosed(f"queue {self.path!r} is closed")
+            raise closing.closed_error(self.path, self._forked)
         cores = self._cores
         if cores:
             # max_items/max_size: refuse (writing nothing) or discard, before appending
@@ -343,6 +348,7 @@ class JournaledQueue:
 
     def stats(self) -> QueueStats:
         """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`)."""
+        closing.check_process(self.path, self._forked)
         now = time.time()
         with self._lock:
             readers = tuple(reader_stats(c, now) for c in sorted(self._cores, key=lambda c: c.name))
@@ -362,6 +368,7 @@ class JournaledQueue:
     def checkpoint(self) -> None:
         """Write the checkpoint of every reader whose state changed (the background thread does
         this every ``checkpoint_interval``; close does it too)."""
+        closing.check_process(self.path, self._forked)
         self._files.checkpoint()
 
     def _adopt_spool(self) -> int:
@@ -377,6 +384,7 @@ class JournaledQueue:
         """Archive (delete, or move to ``archive_dir``) the journal files every reader's
         checkpoint and every external bookmark has passed, now.  The background thread does this
         whenever a checkpoint moved a head; nothing is archived while the queue has no reader."""
+        closing.check_process(self.path, self._forked)
         self._files.archive()
 
     # ------------------------------------------------------------------ misc
@@ -397,11 +405,12 @@ class JournaledQueue:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` was called (or in a process forked after the open)."""
         return self._closed
 
     def _check_open(self) -> None:
         if self._closed:
-            raise QueueClosed(f"queue {self.path!r} is closed")
+            raise closing.closed_error(self.path, self._forked)
 
     def close(self) -> None:
         """Flush and sync the journal, write every reader's checkpoint, release the directory.
@@ -409,41 +418,32 @@ class JournaledQueue:
         Waiting ``get`` calls are woken with :class:`QueueClosed`.  Items already bound for an
         ``expire_to``/``dead_letter`` sink are handed over first.  Idempotent and callable from
         any thread, a sink included; a second concurrent call returns only once the first has
-        released the directory (except on the queue's own threads, which never wait).
+        released the directory (except on the queue's own threads, which never wait).  Queues
+        still open when the interpreter exits are closed then.
         """
+        self._close(wake=True)
+
+    def _close(self, wake: bool) -> None:
+        if self._forked:
+            return  # a forked child: the parent's files, whose copies _forget_in_child dropped
         with self._lock:
             first = not self._closed
             self._closed = True
             if first:
-                for core in self._cores:
-                    core.close()
-                    core.dirty = True  # always leave a fresh checkpoint behind
+                closing.close_readers(self._cores, wake)
         if not first:
             if not self._engine.on_engine_thread():
                 self._close_done.wait()
             return
+        lifecycle.untrack(self)
         try:
-            self._engine.stop()
-            try:
-                self._journal.sync()
-            except Exception as exc:
-                log.error("final sync of %s failed: %s", self.path, exc)
-            else:
-                self.checkpoint()
+            closing.close_parts(self._engine, self._journal, self.checkpoint, self._dirlock)
         finally:
-            try:
-                self._journal.close()
-            finally:
-                self._dirlock.release()
-                self._close_done.set()
+            self._close_done.set()
 
-    def __enter__(self) -> JournaledQueue:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _forget_in_child(self) -> None:  # every call raises QueueForked from now on
+        self._forked = self._closed = True
+        self._lock = closing.forget_in_child(self._cores, self._journal)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"next_id={self._journal.next_id}"

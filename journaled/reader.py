@@ -13,9 +13,10 @@ import threading
 import time
 
 from journaled import aio as _aio
+from journaled import closing
 from journaled.config import ReaderConfig
 from journaled.delivery import ReaderCore, ThreadWaiter
-from journaled.errors import Empty, QueueClosed
+from journaled.errors import Empty
 from journaled.item import Item
 from journaled.stats import ReaderStats, reader_stats
 from journaled.txn import ItemIterator, TransactionContext
@@ -68,7 +69,7 @@ class Reader:
         core = self.core
         with core.lock:
             if core.closed:  # perf: core.check_open() inlined (also below)
-                raise QueueClosed(f"reader {self.name!r} is closed")
+                raise closing.reader_closed(core)
             if not core.waiters:  # perf: take_if_first() inlined
                 item = core.take()
                 if item is not None:
@@ -102,7 +103,7 @@ class Reader:
                 return waiter.item
             core.leave(waiter)
             if core.closed:
-                raise QueueClosed(f"reader {self.name!r} is closed")
+                raise closing.reader_closed(core)
             raise Empty
 
     def commit(self, item: Item | int) -> None:
@@ -117,7 +118,7 @@ class Reader:
         with core.lock:
             # after close the final checkpoint is written: a commit now would be silently lost
             if core.closed:
-                raise QueueClosed(f"reader {self.name!r} is closed")
+                raise closing.reader_closed(core)
             core.commit(item)
 
     def abort(self, item: Item | int) -> None:
@@ -125,7 +126,8 @@ class Reader:
         (or goes to ``dead_letter`` once ``max_errors`` is reached)."""
         core = self.core
         with core.lock:
-            core.check_open()
+            if core.closed:
+                raise closing.reader_closed(core)
             core.abort(item)
 
     def release(self, item: Item | int) -> None:

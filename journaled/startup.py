@@ -34,8 +34,7 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     found = list_journal_files(state.directory, state.name)
     for k, (ms, path) in enumerate(found):
         try:
-            with os.fdopen(fileio.open_nofollow(path, os.O_RDONLY), "rb") as f:  # links: refused
-                head = f.read(512)
+            head = fileio.read_nofollow(path, 512)  # links: refused
             header = decode_header(head, path)
         except UnsupportedVersion:
             raise  # written by a newer format: refuse, never guess or set it aside
