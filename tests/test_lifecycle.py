@@ -388,21 +388,24 @@ def test_queue_forked_is_a_queue_closed():
 
 # ---------------------------------------------------------------------------------- failed opens
 def _broken_queue(tmp_path, label: str, obstacle: str, **config):
-    """A queue directory whose open fails at ``obstacle`` (made a directory), and how to open it."""
+    """A queue directory (with a reader, registry removed) whose open fails at ``obstacle``
+    (made a directory), and how to open it."""
     d = str(tmp_path / label)
-    JournaledQueue(d).close()
+    with JournaledQueue(d) as q:
+        q.reader("r")
+    os.remove(os.path.join(d, label + ".readers"))
     os.makedirs(os.path.join(d, obstacle))
     return d, (lambda: JournaledQueue(d, QueueConfig(**config)))
 
 
 def test_failed_opens_leak_no_descriptor_and_release_the_directory(tmp_path):
     cases = [
-        # found after the journal opened: archive_dir is a file, the spool's ledger unreadable
+        # found after the journal opened: archive_dir is a file, the registry cannot be rewritten
         _broken_queue(tmp_path, "archive", "x", archive_dir="x/file"),
-        _broken_queue(tmp_path, "spool", os.path.join("spool", "ledger")),
+        _broken_queue(tmp_path, "registry", ".registry.readers.tmp"),
         # a damaged directory: a journal file and a checkpoint that are directories
         _broken_queue(tmp_path, "journal", "journal.99999999999999"),
-        _broken_queue(tmp_path, "checkpoint", "checkpoint.read.r"),
+        _broken_queue(tmp_path, "checkpoint", "checkpoint.read.s"),
     ]
     open(os.path.join(cases[0][0], "x", "file"), "wb").close()
     for _d, attempt in cases:
