@@ -59,16 +59,18 @@ def open_fds() -> int:
 
 
 # ---------------------------------------------------------------------------------- ending
-def test_program_ending_without_close_keeps_every_put(tmp_path):
+@pytest.mark.parametrize("sync", ["0.05", "60", "'never'", "'always'"])
+def test_program_ending_without_close_keeps_every_put(tmp_path, sync):
+    # sync=60: the flusher surely does not run before the end (0.05 may, by luck)
     d = str(tmp_path / "q")
     r = run_script(
         """
         import sys
-        from journaled import JournaledQueue
-        q = JournaledQueue(sys.argv[1])
-        q.put_many([b"item-%d" % i for i in range(1000)])
+        from journaled import JournaledQueue, QueueConfig
+        q = JournaledQueue(sys.argv[1], QueueConfig(sync=%s))
+        q.put_many([b"item-%%d" %% i for i in range(1000)])
         q.put(b"last")
-        """,
+        """ % sync,
         d,
     )
     assert r.returncode == 0, r.stderr
@@ -80,7 +82,7 @@ def test_stdlib_style_queue_never_closed_keeps_every_put(tmp_path):
     r = run_script(
         """
         import sys, journaled
-        q = journaled.Queue(sys.argv[1])
+        q = journaled.Queue(sys.argv[1], config=journaled.QueueConfig(sync=60))
         for i in range(500):
             q.put({"n": i})
         """,
@@ -100,8 +102,8 @@ def test_program_dying_of_an_uncaught_exception_keeps_every_put(tmp_path):
     r = run_script(
         """
         import sys
-        from journaled import JournaledQueue
-        q = JournaledQueue(sys.argv[1])
+        from journaled import JournaledQueue, QueueConfig
+        q = JournaledQueue(sys.argv[1], QueueConfig(sync=60))
         q.put_many([b"x%d" % i for i in range(300)])
         raise RuntimeError("boom")
         """,
@@ -117,8 +119,8 @@ def test_puts_of_threads_still_running_when_main_ends_are_kept(tmp_path):
     r = run_script(
         """
         import sys, threading, time
-        from journaled import JournaledQueue
-        q = JournaledQueue(sys.argv[1])
+        from journaled import JournaledQueue, QueueConfig
+        q = JournaledQueue(sys.argv[1], QueueConfig(sync=60))
         def late():
             time.sleep(0.3)
             q.put_many([b"late-%d" % i for i in range(100)])
@@ -164,7 +166,7 @@ def test_program_ending_without_close_writes_final_checkpoints(tmp_path):
         """
         import sys
         from journaled import JournaledQueue, QueueConfig
-        q = JournaledQueue(sys.argv[1], QueueConfig(checkpoint_interval=3600))
+        q = JournaledQueue(sys.argv[1], QueueConfig(sync=60, checkpoint_interval=3600))
         rd = q.reader("r")
         q.put_many([b"%d" % i for i in range(10)])
         for _ in range(4):
