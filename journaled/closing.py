@@ -36,7 +36,9 @@ log = logging.getLogger("journaled")
 def closed_error(path: str, forked: bool) -> QueueClosed:
     """What a call on a closed queue raises; :class:`QueueForked` in a forked child."""
     if forked:
-        return QueueForked(f"queue {path!r} belongs to the process this one was forked from; open the queue in this process instead")
+        return QueueForked(
+            f"queue {path!r} belongs to the process this one was forked from; open it in this process"
+        )
     return QueueClosed(f"queue {path!r} is closed")
 
 
