@@ -7,11 +7,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
+
+import attrs
 
 from journaled.config import validate_name
-from journaled.errors import InvalidName
+from journaled.errors import CorruptJournal, InvalidName, UnsupportedVersion
+from journaled.record import JOURNAL_MAGIC, MAX_BODY, RECORD_HEADER_SIZE, FileHeader, decode_header, header_size, salvage_header
 
 _FILE_RE_CACHE: dict[str, re.Pattern[str]] = {}
 _ANY_JOURNAL_RE = re.compile(r"(.+)\.(\d{1,20})")
@@ -41,13 +46,113 @@ def list_journal_files(directory: str, name: str) -> list[tuple[int, str]]:
     return found
 
 
+#: Bytes read to rebuild a damaged header: the header and the first records after it.
+_SALVAGE_READ = 1 << 20
+
+
+@attrs.frozen
+class HeaderCheck:
+    """What the first bytes of a file named like a journal file say about it.
+
+    ``ours``: it starts with the journal magic (or is no longer than a header and holds only a
+    prefix of one, or zeros: a creation cut short).  ``header``: the decoded header, or the one
+    rebuilt from the records when ``problem`` says what was damaged; ``None`` when unreadable.
+    """
+
+    header: FileHeader | None
+    size: int
+    ours: bool
+    problem: str | None = None
+
+    @property
+    def intact(self) -> bool:
+        return self.header is not None and self.problem is None
+
+
+def _open_regular(path: str) -> int | None:
+    """A read descriptor on ``path``, or ``None`` when it is not a regular file (a symlink is
+    never followed, a FIFO never blocks); :class:`FileNotFoundError` when it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None  # a symlink
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
+    """Read and judge the header of journal file ``path`` of queue ``name``.
+
+    A header whose magic is intact but which fails another check is rebuilt from the records
+    (record.py's :func:`~journaled.record.salvage_header`).  Raises :class:`FileNotFoundError`
+    when the file is gone (archived meanwhile) and :class:`~journaled.errors.UnsupportedVersion`
+    for a file written by another format version.  Something that is not a regular file is not
+    ours.
+    """
+    fd = _open_regular(path)
+    if fd is None:
+        return HeaderCheck(None, 0, False, "not a regular file")
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 512, 0)
+        try:
+            return HeaderCheck(decode_header(head, path), size, True)
+        except UnsupportedVersion as exc:
+            rebuilt = _salvage(fd, head, name, ms)
+            if rebuilt is None:
+                raise
+            return HeaderCheck(rebuilt, size, True, exc.reason)
+        except CorruptJournal as exc:
+            if not head.startswith(JOURNAL_MAGIC):
+                short = size <= header_size(name)
+                ours = short and (not any(head) or JOURNAL_MAGIC.startswith(head[: len(JOURNAL_MAGIC)]))
+                return HeaderCheck(None, size, ours, exc.reason)
+            return HeaderCheck(_salvage(fd, head, name, ms), size, True, exc.reason)
+    finally:
+        os.close(fd)
+
+
+def _salvage(fd: int, head: bytes, name: str, ms: int) -> FileHeader | None:
+    buf = head + os.pread(fd, _SALVAGE_READ, len(head))
+    at = header_size(name)
+    if len(buf) >= at + RECORD_HEADER_SIZE:
+        length = int.from_bytes(buf[at + 4 : at + 8], "little")
+        need = at + RECORD_HEADER_SIZE + length
+        if len(buf) < need <= at + RECORD_HEADER_SIZE + MAX_BODY:
+            buf += os.pread(fd, need - len(buf), len(buf))  # a first record larger than the read
+    return salvage_header(buf, name, ms)
+
+
+def is_journal(path: str) -> bool:
+    """``path`` is a regular file that starts with the journal magic."""
+    try:
+        fd = _open_regular(path)
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    try:
+        return os.pread(fd, len(JOURNAL_MAGIC), 0) == JOURNAL_MAGIC
+    finally:
+        os.close(fd)
+
+
 def detect_queue_name(directory: str) -> str:
     """The queue name of an existing directory (from its journal files), else its basename
-    (or ``queue`` when the basename is not a valid name)."""
+    (or ``queue`` when the basename is not a valid name).
+
+    Only files that start with the journal magic count: a rotated log ``app.1`` names no queue.
+    """
     names = set()
     for entry in os.listdir(directory):
         m = _ANY_JOURNAL_RE.fullmatch(entry)
-        if m and not entry.startswith("."):
+        if m and not entry.startswith(".") and is_journal(os.path.join(directory, entry)):
             names.add(m.group(1))
     # a reader named with digits only ("<queue>.read.7") looks like a journal of "<queue>.read"
     names = {n for n in names if not any(n.startswith(m + ".read.") or n == m + ".read" for m in names)}

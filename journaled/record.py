@@ -107,6 +107,77 @@ def decode_header(buf: bytes | memoryview, path: str = "<journal>") -> FileHeade
     return FileHeader(salt=salt, first_id=first_id, created_ms=created_ms, name=name)
 
 
+def is_genuine_other_version(buf: bytes | memoryview) -> bool:
+    """True when ``buf`` opens with a version-1-shaped header whose CRC verifies but whose version
+    is not 1: written on purpose by another format, never a damaged version byte."""
+    buf = bytes(buf[: HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4])
+    if len(buf) < HEADER_FIXED_SIZE or buf[:8] != JOURNAL_MAGIC:
+        return False
+    _, version, size, _, _, _, name_len = _HEADER_FIXED.unpack_from(buf, 0)
+    if version == FORMAT_VERSION or size != HEADER_FIXED_SIZE + name_len + 4 or len(buf) < size:
+        return False
+    return crc32c(buf[: size - 4]) == struct.unpack_from("<I", buf, size - 4)[0]
+
+
+def salvage_header(buf: bytes, name: str, created_ms: int) -> FileHeader | None:
+    """Rebuild the header of a journal file of queue ``name`` whose header bytes are damaged
+    (its magic is intact), from the records after it; ``buf`` holds the file's first bytes.
+
+    Records start at ``header_size(name)``.  The salt is taken from the header when a record
+    validates with it; otherwise it is solved from the first record's position-seeded CRC (the
+    seed is an invertible function of the CRC) and accepted only when the record after it
+    validates too, or the record's id equals the header's ``first_id`` field.  The first id is
+    the first valid record's id.  ``None`` when nothing validates: the file cannot be read.
+    """
+    size = header_size(name)
+    if len(buf) < min(HEADER_FIXED_SIZE, size) or buf[:8] != JOURNAL_MAGIC or is_genuine_other_version(buf):
+        return None
+    salt, field_first = struct.unpack_from("<IQ", buf, 12)
+    pos = find_next_record(buf, size, 0, salt, 0)
+    if pos is None:
+        solved = _solve_salt(buf, size)
+        if solved is None:
+            return None
+        first = decode_one(buf, size, 0, solved)
+        assert isinstance(first, Put)
+        after = decode_one(buf, size + first.size, 0, solved) if size + first.size < len(buf) else None
+        confirmed = isinstance(after, Put) and after.id == first.id + 1
+        if not confirmed and first.id != field_first:
+            return None
+        salt, pos = solved, size
+    rec = decode_one(buf, pos, 0, salt)
+    assert isinstance(rec, Put)
+    return FileHeader(salt=salt, first_id=rec.id, created_ms=created_ms, name=name)
+
+
+def _solve_salt(buf: bytes, offset: int) -> int | None:
+    """The salt under which the PUT at ``offset`` validates, solved from its CRC (None when
+    there is no plausible PUT there, or it is longer than ``buf``)."""
+    if offset + PUT_OVERHEAD > len(buf):
+        return None
+    crc, length, rtype = _REC_HDR.unpack_from(buf, offset)
+    end = offset + RECORD_HEADER_SIZE + length
+    if rtype != TYPE_PUT or length < 24 or end > len(buf):
+        return None
+    data = buf[offset + 4 : end]
+    # crc32c(data, seed) == crc32c(data, 0) ^ L(seed) with L linear over GF(2) and invertible:
+    # solve L(seed) == target by Gaussian elimination on the images of the 32 unit seeds.
+    target = crc ^ crc32c(data, 0)
+    zeros = bytes(len(data))
+    rows = [(crc32c(zeros, 1 << i) ^ crc32c(zeros, 0), 1 << i) for i in range(32)]
+    seed = 0
+    for bit in range(31, -1, -1):
+        pivot = next((r for r in rows if r[0] >> bit & 1), None)
+        if pivot is None:
+            return None  # pragma: no cover - L is invertible
+        rows.remove(pivot)
+        rows = [(v ^ pivot[0], s ^ pivot[1]) if v >> bit & 1 else (v, s) for v, s in rows]
+        if target >> bit & 1:
+            target ^= pivot[0]
+            seed ^= pivot[1]
+    return (seed ^ offset) & 0xFFFFFFFF
+
+
 # ---------------------------------------------------------------------------------------------
 # Records
 # ---------------------------------------------------------------------------------------------
