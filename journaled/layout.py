@@ -109,11 +109,14 @@ def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
                 raise
             return HeaderCheck(rebuilt, size, True, exc.reason)
         except CorruptJournal as exc:
-            if not head.startswith(JOURNAL_MAGIC):
+            rebuilt = _salvage(fd, head, name, ms)
+            if rebuilt is None and not head.startswith(JOURNAL_MAGIC):
+                # Not ours, unless no longer than a header and holding only a prefix of one (or
+                # zeros): the creation of a journal file cut short.
                 short = size <= header_size(name)
                 ours = short and (not any(head) or JOURNAL_MAGIC.startswith(head[: len(JOURNAL_MAGIC)]))
                 return HeaderCheck(None, size, ours, exc.reason)
-            return HeaderCheck(_salvage(fd, head, name, ms), size, True, exc.reason)
+            return HeaderCheck(rebuilt, size, True, exc.reason)
     finally:
         os.close(fd)
 
@@ -129,41 +132,37 @@ def _salvage(fd: int, head: bytes, name: str, ms: int) -> FileHeader | None:
     return salvage_header(buf, name, ms)
 
 
-def is_journal(path: str) -> bool:
-    """``path`` is a regular file that starts with the journal magic."""
+def is_journal(path: str, name: str, ms: int) -> bool:
+    """``path`` is a journal file of queue ``name``: its header is intact or can be rebuilt."""
     try:
-        fd = _open_regular(path)
+        return inspect_journal(path, name, ms).header is not None
     except OSError:
         return False
-    if fd is None:
-        return False
-    try:
-        return os.pread(fd, len(JOURNAL_MAGIC), 0) == JOURNAL_MAGIC
-    finally:
-        os.close(fd)
+    except UnsupportedVersion:
+        return True
 
 
 def detect_queue_name(directory: str) -> str:
     """The queue name of an existing directory (from its journal files), else its basename
     (or ``queue`` when the basename is not a valid name).
 
-    Only files that start with the journal magic count: a rotated log ``app.1`` names no queue.
+    Only files whose header proves them journal files count: a rotated log ``app.1`` names no
+    queue.
     """
-    names = set()
+    valid: set[str] = set()
     for entry in os.listdir(directory):
         m = _ANY_JOURNAL_RE.fullmatch(entry)
-        if m and not entry.startswith(".") and is_journal(os.path.join(directory, entry)):
-            names.add(m.group(1))
-    # a reader named with digits only ("<queue>.read.7") looks like a journal of "<queue>.read"
-    names = {n for n in names if not any(n.startswith(m + ".read.") or n == m + ".read" for m in names)}
-    valid = []
-    for n in names:
+        if not m or entry.startswith("."):
+            continue
         try:
-            valid.append(validate_name(n))
+            name = validate_name(m.group(1))
         except InvalidName:
-            pass
+            continue
+        # a checkpoint "<queue>.read.7" has the checkpoint magic, so it never counts here
+        if name not in valid and is_journal(os.path.join(directory, entry), name, int(m.group(2))):
+            valid.add(name)
     if len(valid) == 1:
-        return valid[0]
+        return valid.pop()
     if len(valid) > 1:
         raise InvalidName(f"{directory!r} holds journals of several queues {sorted(valid)}; pass name=")
     base = os.path.basename(os.path.abspath(directory))

@@ -107,34 +107,26 @@ def decode_header(buf: bytes | memoryview, path: str = "<journal>") -> FileHeade
     return FileHeader(salt=salt, first_id=first_id, created_ms=created_ms, name=name)
 
 
-def is_genuine_other_version(buf: bytes | memoryview) -> bool:
-    """True when ``buf`` opens with a version-1-shaped header whose CRC verifies but whose version
-    is not 1: written on purpose by another format, never a damaged version byte."""
-    buf = bytes(buf[: HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4])
-    if len(buf) < HEADER_FIXED_SIZE or buf[:8] != JOURNAL_MAGIC:
-        return False
-    _, version, size, _, _, _, name_len = _HEADER_FIXED.unpack_from(buf, 0)
-    if version == FORMAT_VERSION or size != HEADER_FIXED_SIZE + name_len + 4 or len(buf) < size:
-        return False
-    return crc32c(buf[: size - 4]) == struct.unpack_from("<I", buf, size - 4)[0]
-
-
 def salvage_header(buf: bytes, name: str, created_ms: int) -> FileHeader | None:
-    """Rebuild the header of a journal file of queue ``name`` whose header bytes are damaged
-    (its magic is intact), from the records after it; ``buf`` holds the file's first bytes.
+    """Rebuild the damaged header of a journal file of queue ``name`` from the records after it;
+    ``buf`` holds the file's first bytes.  With a damaged magic, only a record that validates
+    right after the header counts (a 2**-32 accident for bytes we did not write).
 
-    Records start at ``header_size(name)``.  The salt is taken from the header when a record
-    validates with it; otherwise it is solved from the first record's position-seeded CRC (the
-    seed is an invertible function of the CRC) and accepted only when the record after it
-    validates too, or the record's id equals the header's ``first_id`` field.  The first id is
-    the first valid record's id.  ``None`` when nothing validates: the file cannot be read.
+    Records start at ``header_size(name)``.  The salt is the header's when a record validates
+    with it; else it is solved from the first record's CRC (the seed is an invertible function
+    of it), confirmed by the next record or the header's ``first_id``.  The first id is the
+    first valid record's.  ``None`` when nothing validates, or for another version's header.
     """
     size = header_size(name)
-    if len(buf) < min(HEADER_FIXED_SIZE, size) or buf[:8] != JOURNAL_MAGIC or is_genuine_other_version(buf):
+    if len(buf) < HEADER_FIXED_SIZE:
         return None
-    salt, field_first = struct.unpack_from("<IQ", buf, 12)
+    anchored = buf[:8] != JOURNAL_MAGIC  # then only a record right after the header proves it ours
+    _, version, hlen, salt, field_first, _, name_len = _HEADER_FIXED.unpack_from(buf, 0)
+    if version != FORMAT_VERSION and hlen == HEADER_FIXED_SIZE + name_len + 4 <= len(buf):
+        if crc32c(buf[: hlen - 4]) == _CRC.unpack_from(buf, hlen - 4)[0]:
+            return None  # an intact header of another format version: never guessed at
     pos = find_next_record(buf, size, 0, salt, 0)
-    if pos is None:
+    if pos is None or (anchored and pos != size):
         solved = _solve_salt(buf, size)
         if solved is None:
             return None

@@ -5,6 +5,7 @@ is archiving never reports damage."""
 from __future__ import annotations
 
 import glob
+import shutil
 import os
 import subprocess
 import sys
@@ -312,3 +313,22 @@ def test_check_never_reports_damage_on_a_healthy_queue_being_archived(tmp_path, 
     out = capsys.readouterr().out
     assert codes == [0] * RUNS, out
     assert "damage" not in out
+
+
+def test_every_bit_of_a_file_header_flipped_loses_nothing_by_default(tmp_path):
+    base = str(tmp_path / "base")
+    files = fill(base, 40, per_file=20)
+    hsize = header_size("q")
+    for which in (0, 1):
+        for bit in range(0, hsize * 8, 3):
+            d = str(tmp_path / f"c{which}-{bit}")
+            shutil.copytree(base, d)
+            victim = os.path.join(d, os.path.basename(files[which]))
+            with open(victim, "r+b") as fh:
+                fh.seek(bit // 8)
+                b = fh.read(1)[0] ^ (1 << bit % 8)
+                fh.seek(bit // 8)
+                fh.write(bytes([b]))
+            got, events = drain(d)
+            assert got == list(range(1, 41)), (which, bit)
+            assert [e.action for e in events] == ["recovered-header"], (which, bit)
