@@ -46,6 +46,10 @@ def list_journal_files(directory: str, name: str) -> list[tuple[int, str]]:
     return found
 
 
+#: 2001-09-09 in ms since the epoch: every journal file we create is numbered at least this (a
+#: rotated log is "app.1", never "app.1795576809074").
+MS_NAMES_FROM = 10**12
+
 #: Bytes read to rebuild a damaged header: the header and the first records after it.
 _SALVAGE_READ = 1 << 20
 
@@ -54,8 +58,9 @@ _SALVAGE_READ = 1 << 20
 class HeaderCheck:
     """What the first bytes of a file named like a journal file say about it.
 
-    ``ours``: it starts with the journal magic (or is no longer than a header and holds only a
-    prefix of one, or zeros: a creation cut short).  ``header``: the decoded header, or the one
+    ``ours``: it starts with the journal magic, its records prove it a journal file, or it is
+    named as only we name files and starts with zeros or part of the magic (a header write lost
+    or cut short by a crash).  ``header``: the decoded header, or the one
     rebuilt from the records when ``problem`` says what was damaged; ``None`` when unreadable.
     """
 
@@ -111,11 +116,11 @@ def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
         except CorruptJournal as exc:
             rebuilt = _salvage(fd, head, name, ms)
             if rebuilt is None and not head.startswith(JOURNAL_MAGIC):
-                # Not ours, unless no longer than a header and holding only a prefix of one (or
-                # zeros): the creation of a journal file cut short.
-                short = size <= header_size(name)
-                ours = short and (not any(head) or JOURNAL_MAGIC.startswith(head[: len(JOURNAL_MAGIC)]))
-                return HeaderCheck(None, size, ours, exc.reason)
+                # Not ours, unless named with a creation time in ms as we name files and opening
+                # with zeros or part of the magic: a header write lost or cut short by a crash.
+                magic = head[: len(JOURNAL_MAGIC)]
+                lost = not any(magic) or JOURNAL_MAGIC.startswith(magic)
+                return HeaderCheck(None, size, lost and ms >= MS_NAMES_FROM, exc.reason)
             return HeaderCheck(rebuilt, size, True, exc.reason)
     finally:
         os.close(fd)
