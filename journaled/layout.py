@@ -16,7 +16,16 @@ import attrs
 
 from journaled.config import validate_name
 from journaled.errors import CorruptJournal, InvalidName, UnsupportedVersion
-from journaled.record import JOURNAL_MAGIC, MAX_BODY, RECORD_HEADER_SIZE, FileHeader, decode_header, header_size, salvage_header
+from journaled.record import (
+    JOURNAL_MAGIC,
+    MAX_BODY,
+    RECORD_HEADER_SIZE,
+    FileHeader,
+    decode_header,
+    header_size,
+    near_magic,
+    salvage_header,
+)
 
 _FILE_RE_CACHE: dict[str, re.Pattern[str]] = {}
 _ANY_JOURNAL_RE = re.compile(r"(.+)\.(\d{1,20})")
@@ -116,11 +125,12 @@ def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
         except CorruptJournal as exc:
             rebuilt = _salvage(fd, head, name, ms)
             if rebuilt is None and not head.startswith(JOURNAL_MAGIC):
-                # Not ours, unless named with a creation time in ms as we name files and opening
-                # with zeros or part of the magic: a header write lost or cut short by a crash.
+                # Not ours, unless the magic is only damaged, or the file is named with a creation
+                # time in ms as we name files and opens with zeros or part of the magic (a header
+                # write lost or cut short by a crash).
                 magic = head[: len(JOURNAL_MAGIC)]
                 lost = not any(magic) or JOURNAL_MAGIC.startswith(magic)
-                return HeaderCheck(None, size, lost and ms >= MS_NAMES_FROM, exc.reason)
+                return HeaderCheck(None, size, near_magic(head) or (lost and ms >= MS_NAMES_FROM), exc.reason)
             return HeaderCheck(rebuilt, size, True, exc.reason)
     finally:
         os.close(fd)
