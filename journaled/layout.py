@@ -114,37 +114,46 @@ def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
         return HeaderCheck(None, 0, False, "not a regular file")
     try:
         size = os.fstat(fd).st_size
-        head = os.pread(fd, 512, 0)
         try:
-            return HeaderCheck(decode_header(head, path), size, True)
+            return HeaderCheck(decode_header(os.pread(fd, 512, 0), path), size, True)
+        except CorruptJournal:
+            pass
+        # Read the start again, with the records after the header: the file may have grown
+        # since (a header being written by the owner), and rebuilding needs the records.
+        size = os.fstat(fd).st_size
+        buf = _read_start(fd, name)
+        try:
+            return HeaderCheck(decode_header(buf, path), size, True)
         except UnsupportedVersion as exc:
-            rebuilt = _salvage(fd, head, name, ms)
+            rebuilt = salvage_header(buf, name, ms)
             if rebuilt is None:
                 raise
             return HeaderCheck(rebuilt, size, True, exc.reason)
         except CorruptJournal as exc:
-            rebuilt = _salvage(fd, head, name, ms)
-            if rebuilt is None and not head.startswith(JOURNAL_MAGIC):
+            rebuilt = salvage_header(buf, name, ms)
+            if rebuilt is None and not buf.startswith(JOURNAL_MAGIC):
                 # Not ours, unless the magic is only damaged, or the file is named with a creation
                 # time in ms as we name files and opens with zeros or part of the magic (a header
                 # write lost or cut short by a crash).
-                magic = head[: len(JOURNAL_MAGIC)]
+                magic = buf[: len(JOURNAL_MAGIC)]
                 lost = not any(magic) or JOURNAL_MAGIC.startswith(magic)
-                return HeaderCheck(None, size, near_magic(head) or (lost and ms >= MS_NAMES_FROM), exc.reason)
+                return HeaderCheck(None, size, near_magic(buf) or (lost and ms >= MS_NAMES_FROM), exc.reason)
             return HeaderCheck(rebuilt, size, True, exc.reason)
     finally:
         os.close(fd)
 
 
-def _salvage(fd: int, head: bytes, name: str, ms: int) -> FileHeader | None:
-    buf = head + os.pread(fd, _SALVAGE_READ, len(head))
+def _read_start(fd: int, name: str) -> bytes:
+    """The first bytes of a file: the header and the records of the next MiB, and at least the
+    whole first record."""
+    buf = os.pread(fd, _SALVAGE_READ, 0)
     at = header_size(name)
     if len(buf) >= at + RECORD_HEADER_SIZE:
         length = int.from_bytes(buf[at + 4 : at + 8], "little")
         need = at + RECORD_HEADER_SIZE + length
         if len(buf) < need <= at + RECORD_HEADER_SIZE + MAX_BODY:
-            buf += os.pread(fd, need - len(buf), len(buf))  # a first record larger than the read
-    return salvage_header(buf, name, ms)
+            buf += os.pread(fd, need - len(buf), len(buf))
+    return buf
 
 
 def is_journal(path: str, name: str, ms: int) -> bool:

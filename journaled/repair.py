@@ -91,7 +91,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
         live = owner_pid(directory) is not None
     findings: list[Finding] = []
     listed = list_journal_files(directory, name)
-    checks: list[tuple[str, HeaderCheck, bytes]] = []
+    checks: list[tuple[str, HeaderCheck | None, bytes]] = []
     for ms, path in listed:
         try:
             check = inspect_journal(path, name, ms)
@@ -100,11 +100,16 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
                 with open(path, "rb") as f:
                     data = f.read()
         except FileNotFoundError:
-            continue  # archived by the owner while we looked
+            checks.append((path, None, b""))  # archived by the owner while we looked
+            continue
         checks.append((path, check, data))
     records = 0
     prev_end: int | None = None
-    for k, (path, check, data) in enumerate(checks):
+    for k, (path, maybe, data) in enumerate(checks):
+        if maybe is None:
+            prev_end = None  # no id-gap across a file that was archived meanwhile
+            continue
+        check = maybe
         newest = path == listed[-1][1]
         header = check.header
         if not check.ours:
@@ -128,7 +133,8 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
         if prev_end is not None and header.first_id > prev_end:
             gap = (prev_end, header.first_id - 1)
             findings.append(Finding(path, 0, "id-gap", "ids missing between files", 0, gap, "nothing to do"))
-        nxt = checks[k + 1][1].header if k + 1 < len(checks) else None
+        after = checks[k + 1][1] if k + 1 < len(checks) else None
+        nxt = after.header if after is not None else None
         mx = scan.max_id()
         prev_end = (mx + 1) if mx is not None else header.first_id
         for span in scan.spans:
@@ -152,7 +158,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
     if os.path.exists(reg) and ckp.read_registry(reg) is None:
         findings.append(Finding(reg, 0, "bad-registry", "registry damaged", os.path.getsize(reg), None,
                                 "ignored; the checkpoint files say which readers exist"))
-    return CheckReport(name, len(checks), records, findings)
+    return CheckReport(name, sum(1 for c in checks if c[1] is not None), records, findings)
 
 
 def _rebuild(path: str, data: bytes, header: FileHeader, keep: list[tuple[int, int, int]]) -> bytes:

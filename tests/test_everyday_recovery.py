@@ -285,7 +285,7 @@ with JournaledQueue(path, cfg, name="q") as q:
 """
 
 
-RUNS = 60
+RUNS = 200
 
 
 def test_check_never_reports_damage_on_a_healthy_queue_being_archived(tmp_path, capsys):
