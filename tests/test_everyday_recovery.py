@@ -332,3 +332,29 @@ def test_every_bit_of_a_file_header_flipped_loses_nothing_by_default(tmp_path):
             got, events = drain(d)
             assert got == list(range(1, 41)), (which, bit)
             assert [e.action for e in events] == ["recovered-header"], (which, bit)
+
+
+def test_repair_rewrites_a_damaged_header_and_check_is_then_clean(tmp_path, capsys):
+    path = str(tmp_path / "q")
+    files = fill(path, 40, per_file=20)
+    with open(files[0], "r+b") as fh:
+        fh.seek(8)
+        fh.write(b"\x07")  # the version byte
+    assert main(["check", path]) == 1
+    assert main(["repair", path]) == 0
+    assert main(["check", path]) == 0
+    got, events = drain(path, recovery="strict")
+    assert got == list(range(1, 41)) and events == []
+
+
+def test_check_names_a_foreign_file_and_repair_leaves_it_alone(tmp_path, capsys):
+    path = str(tmp_path / "q")
+    fill(path, 5)
+    stray = os.path.join(path, "q.2")
+    with open(stray, "wb") as f:
+        f.write(b"some log line\n")
+    assert main(["check", path]) == 1
+    assert "foreign-file" in capsys.readouterr().out
+    main(["repair", path])
+    with open(stray, "rb") as f:
+        assert f.read() == b"some log line\n"
