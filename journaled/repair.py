@@ -16,11 +16,10 @@ import attrs
 
 from journaled import checkpoint as ckp
 from journaled import fileio
-from journaled.dirlock import DirLock
-from journaled.errors import CorruptJournal
+from journaled.dirlock import DirLock, owner_pid
+from journaled.errors import CorruptJournal, UnsupportedVersion
 from journaled.filecodec import decode_checkpoint
-from journaled.dirlock import owner_pid
-from journaled.layout import HeaderCheck, detect_queue_name, inspect_journal, list_journal_files
+from journaled.layout import HeaderCheck, detect_queue_name, inspect_journal, is_ours, list_journal_files
 from journaled.logreader import Span
 from journaled.record import FileHeader, Put, decode_one, encode_header, encode_put, header_size
 from journaled.recovery import FileScan, lost_ids, plan, scan_file
@@ -92,7 +91,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
     findings: list[Finding] = []
     listed = list_journal_files(directory, name)
     checks: list[tuple[str, HeaderCheck | None, bytes]] = []
-    for ms, path in listed:
+    for k, (ms, path) in enumerate(listed):
         try:
             check = inspect_journal(path, name, ms)
             data = b""
@@ -102,6 +101,12 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
         except FileNotFoundError:
             checks.append((path, None, b""))  # archived by the owner while we looked
             continue
+        except UnsupportedVersion as exc:
+            findings.append(Finding(path, exc.offset, "unsupported-version", exc.reason, 0, None,
+                                    "refused (UnsupportedVersion)"))
+            continue
+        if not check.ours and is_ours(check, name, ms, k == len(listed) - 1):
+            check = attrs.evolve(check, ours=True)  # a creation cut short: the open sets it aside
         checks.append((path, check, data))
     records = 0
     prev_end: int | None = None
@@ -121,7 +126,10 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
                 continue  # being created by the owner
             torn = newest and check.size <= header_size(name)
             kind = "torn-tail" if torn else "bad-header"
-            findings.append(Finding(path, 0, kind, check.problem or "unreadable header", check.size, None,
+            nxt_check = checks[k + 1][1] if k + 1 < len(checks) else None
+            nxt_first = nxt_check.header.first_id if nxt_check and nxt_check.header else None
+            lost = (prev_end, nxt_first - 1) if prev_end and nxt_first and nxt_first > prev_end else None
+            findings.append(Finding(path, 0, kind, check.problem or "unreadable header", check.size, lost,
                                     "set aside as <file>.damaged"))
             prev_end = None
             continue
@@ -197,10 +205,10 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
             shutil.copy2(path, os.path.join(backup, os.path.basename(path)))
 
         files = list_journal_files(directory, name)
-        foreign = {f.path for f in report.findings if f.kind == "foreign-file"}
+        foreign = {f.path for f in report.findings if f.kind in ("foreign-file", "unsupported-version")}
         for k, (ms, path) in enumerate(files):
             if path not in damaged or path in foreign:
-                continue  # a file journaled did not write is never touched
+                continue  # a file journaled did not write (or of another format) is never touched
             keep_original(path)
             header = _header_of(path, name, ms)
             if header is None:

@@ -15,7 +15,7 @@ import os
 
 from journaled import fileio, recovery
 from journaled.errors import CorruptJournal, ForeignFile
-from journaled.layout import MS_NAMES_FROM, inspect_journal, list_journal_files
+from journaled.layout import inspect_journal, is_ours, list_journal_files
 from journaled.logstate import JournalFile, LogState, RecoveryEvent, keep_aside, now_ms
 from journaled.record import header_size
 from journaled.writer import Writer
@@ -35,11 +35,7 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     for k, (ms, path) in enumerate(found):
         newest = k == len(found) - 1
         check = inspect_journal(path, state.name, ms)  # raises UnsupportedVersion: never guessed at
-        # A newest file no longer than a header, named with a creation time in ms as only we
-        # name files (a rotated log is "app.1", not "app.1795576809074"), is the creation of a
-        # journal file cut short: a power cut may leave garbage there instead of the header.
-        cut_short = newest and ms >= MS_NAMES_FROM and check.size <= header_size(state.name)
-        if not check.ours and not cut_short:
+        if not is_ours(check, state.name, ms, newest):
             raise ForeignFile(
                 path,
                 f"named like a journal file of queue {state.name!r} but not written by journaled "
