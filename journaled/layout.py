@@ -143,12 +143,12 @@ def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
         os.close(fd)
 
 
-def is_ours(check: HeaderCheck, name: str, ms: int, newest: bool) -> bool:
+def is_ours(check: HeaderCheck, name: str, ms: int) -> bool:
     """Whether a file judged ``check`` belongs to the queue: :attr:`HeaderCheck.ours`, or it is
-    the newest file, no longer than a header and named with a creation time in ms as only we
-    name files -- a creation cut short, where a power cut may leave garbage instead of the
-    header (a rotated log is "app.1", not "app.1795576809074")."""
-    return check.ours or (newest and ms >= MS_NAMES_FROM and check.size <= header_size(name))
+    no longer than a header and named with a creation time in ms as only we name files -- a
+    creation cut short, where a power cut may leave garbage instead of the header (a rotated log
+    is "app.1", not "app.1795576809074").  Such a file holds no record."""
+    return check.ours or (ms >= MS_NAMES_FROM and check.size <= header_size(name))
 
 
 def _read_start(fd: int, name: str) -> bytes:

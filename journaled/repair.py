@@ -91,7 +91,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
     findings: list[Finding] = []
     listed = list_journal_files(directory, name)
     checks: list[tuple[str, HeaderCheck | None, bytes]] = []
-    for k, (ms, path) in enumerate(listed):
+    for ms, path in listed:
         try:
             check = inspect_journal(path, name, ms)
             data = b""
@@ -105,7 +105,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
             findings.append(Finding(path, exc.offset, "unsupported-version", exc.reason, 0, None,
                                     "refused (UnsupportedVersion)"))
             continue
-        if not check.ours and is_ours(check, name, ms, k == len(listed) - 1):
+        if not check.ours and is_ours(check, name, ms):
             check = attrs.evolve(check, ours=True)  # a creation cut short: the open sets it aside
         checks.append((path, check, data))
     records = 0

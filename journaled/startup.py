@@ -35,7 +35,7 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     for k, (ms, path) in enumerate(found):
         newest = k == len(found) - 1
         check = inspect_journal(path, state.name, ms)  # raises UnsupportedVersion: never guessed at
-        if not is_ours(check, state.name, ms, newest):
+        if not is_ours(check, state.name, ms):
             raise ForeignFile(
                 path,
                 f"named like a journal file of queue {state.name!r} but not written by journaled "
