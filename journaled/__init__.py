@@ -6,6 +6,7 @@ Only re-exports; see the modules for the parts (docs/design.md explains the laye
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.errors import (
     CorruptJournal,
+    ForeignFile,
     Empty,
     Full,
     InvalidName,
@@ -38,6 +39,7 @@ __all__ = [
     "BlockingQueue",
     "BytesSerializer",
     "CorruptJournal",
+    "ForeignFile",
     "Empty",
     "Full",
     "Health",

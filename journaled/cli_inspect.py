@@ -159,8 +159,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         }))
     else:
         for f in report.findings:
-            lost = f" ids {f.ids_lost[0]}..{f.ids_lost[1]} affected" if f.ids_lost else ""
-            print(f"{f.kind}: {f.path} at byte {f.offset}: {f.reason} ({f.bytes} bytes){lost}")
+            lost = f", ids {f.ids_lost[0]}..{f.ids_lost[1]} lost" if f.ids_lost else ""
+            print(f"{f.kind}: {f.path} at byte {f.offset}: {f.reason} ({f.bytes} bytes){lost}; on open: {f.on_open}")
         state = "clean" if report.clean else f"{len(report.findings)} problem(s)"
         print(f"checked {report.files} journal file(s), {report.records} valid records: {state}")
     return 0 if report.clean else 1

@@ -27,8 +27,8 @@ MAX_JOURNAL_SIZE = 2**31
 MAX_ITEM_SIZE = MAX_PAYLOAD
 
 SyncPolicy = Union[Literal["always", "never"], float]
-RecoveryMode = Literal["point_in_time", "tolerate_tail", "strict", "salvage"]
-RECOVERY_MODES: tuple[str, ...] = ("point_in_time", "tolerate_tail", "strict", "salvage")
+RecoveryMode = Literal["salvage", "point_in_time", "tolerate_tail", "strict"]
+RECOVERY_MODES: tuple[str, ...] = ("salvage", "point_in_time", "tolerate_tail", "strict")
 Start = Union[Literal["earliest", "latest"], int, float, _dt.datetime]
 
 
@@ -132,11 +132,13 @@ class QueueConfig:
             batches that ``journaled.Queue`` unpickles: set it only when every such user is
             trusted.  Links planted inside the directory are refused either way.
         recovery: what opening does with damaged journal bytes (see docs/design.md, "Crash
-            safety and recovery").  ``"point_in_time"`` (default): each file ends at its first
-            damaged record; the bytes cut off are kept in a ``*.damaged`` file and reported.
-            ``"tolerate_tail"``: only a torn tail of the newest file is cut; any other damage
-            raises ``CorruptJournal``.  ``"strict"``: any damage raises ``CorruptJournal``.
-            ``"salvage"``: damaged bytes are skipped and every later valid record is kept.
+            safety and recovery").  ``"salvage"`` (default): exactly the damaged records are
+            skipped and every intact record is kept; a torn tail of the newest file is cut; a
+            damaged file header is rebuilt from the records; each loss is reported with its ids.
+            ``"point_in_time"``: each file ends at its first damaged record; the bytes cut off
+            are kept in a ``*.damaged`` file and reported.  ``"tolerate_tail"``: only a torn
+            tail of the newest file is cut; any other damage raises ``CorruptJournal``.
+            ``"strict"``: any damage raises ``CorruptJournal``.
     """
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
@@ -155,7 +157,7 @@ class QueueConfig:
     file_mode: int = attrs.field(default=0o600, validator=_check_mode)
     allow_shared_dir: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     recovery: RecoveryMode = attrs.field(
-        default="point_in_time", validator=attrs.validators.in_(RECOVERY_MODES)
+        default="salvage", validator=attrs.validators.in_(RECOVERY_MODES)
     )
 
     @property

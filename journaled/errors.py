@@ -69,6 +69,17 @@ class UnsupportedVersion(CorruptJournal):
     """A file declares a format version this library does not know; it is refused, not guessed."""
 
 
+class ForeignFile(JournaledError):
+    """A file in the queue directory is named like one of the queue's journal files but was not
+    written by journaled (it does not start with the journal magic).  It is never renamed,
+    deleted or read as a journal; the open is refused because the directory is ambiguous."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class UnknownRead(JournaledError, KeyError):
     """``commit``/``abort`` of an id that is not an open read on this reader."""
 

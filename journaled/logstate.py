@@ -46,7 +46,7 @@ class RecoveryEvent:
 
     path: str
     offset: int
-    action: str  # "truncated-tail", "cut-at-damage", "skipped-damage", "skipped-file"
+    action: str  # "truncated-tail", "cut-at-damage", "skipped-damage", "skipped-file", "recovered-header"
     reason: str
     bytes_lost: int
     ids_lost: tuple[int, int] | None = None  # inclusive range, when known

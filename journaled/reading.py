@@ -9,8 +9,9 @@ lazily, when first read):
   :class:`CorruptJournal`;
 * ``point_in_time`` in a file older than the newest: the file ends at the damage for every
   reader (the rest is kept aside once in a ``*.damaged`` file);
-* otherwise the damage is skipped, reported once (``recovery_report``), and what validates
-  after it is delivered.
+* otherwise (``salvage``, the default) exactly the damaged bytes are skipped, reported once with
+  the ids they held (``recovery_report``), and every record that validates after them is
+  delivered.
 
 Read descriptors are shared per file (:class:`~journaled.logstate.SharedFd`) and used outside the
 journal lock under a reference, so archiving can never close one mid-read.
@@ -126,8 +127,14 @@ class LogReading:
                         self._cut_older_locked(jf, i, span, rest)
                         return False
             lost = span.length(span.offset + len(rest))
-            event = RecoveryEvent(jf.path, span.offset, "skipped-damage", span.reason, lost, span.lost_ids())
             with st.lock:
+                ids = span.lost_ids()
+                i = st.file_index(jf.ms)
+                if ids is None and span.resume is None and 0 <= i < len(st.files) - 1:
+                    # nothing valid after it in this file: the ids up to the next file's first
+                    nxt_first = st.files[i + 1].first_id
+                    ids = (span.expected, nxt_first - 1) if nxt_first > span.expected else None
+                event = RecoveryEvent(jf.path, span.offset, "skipped-damage", span.reason, lost, ids)
                 if event not in st.recovery_report:
                     st.recovery_report.append(event)
                     log.warning(

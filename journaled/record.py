@@ -107,6 +107,72 @@ def decode_header(buf: bytes | memoryview, path: str = "<journal>") -> FileHeade
     return FileHeader(salt=salt, first_id=first_id, created_ms=created_ms, name=name)
 
 
+def near_magic(buf: bytes) -> bool:
+    """``buf`` opens with the journal magic or one with at most 8 of its 64 bits flipped (other
+    bytes come that close with odds below 2**-31): damaged, not foreign."""
+    flipped = int.from_bytes(buf[:8].ljust(8, b"\0"), "little") ^ int.from_bytes(JOURNAL_MAGIC, "little")
+    return len(buf) >= 8 and bin(flipped).count("1") <= 8
+
+
+def salvage_header(buf: bytes, name: str, created_ms: int) -> FileHeader | None:
+    """Rebuild the damaged header of a journal file of queue ``name`` from its records (``buf``:
+    its first bytes; records start at ``header_size(name)``).  The salt is the header's when a
+    record validates with it (only right after the header unless :func:`near_magic`: for bytes
+    we did not write, a 2**-32 accident); else it is solved from the first record's CRC (an
+    invertible function of the seed), accepted only when the next record validates too (so the
+    first was intact).  The first id is the first valid record's.  ``None`` when nothing
+    validates, or for an intact header of another format version."""
+    size = header_size(name)
+    if len(buf) < HEADER_FIXED_SIZE:
+        return None
+    anchored = not near_magic(buf)
+    _, version, hlen, salt, _, _, name_len = _HEADER_FIXED.unpack_from(buf, 0)
+    if version != FORMAT_VERSION and hlen == HEADER_FIXED_SIZE + name_len + 4 <= len(buf):
+        if crc32c(buf[: hlen - 4]) == _CRC.unpack_from(buf, hlen - 4)[0]:
+            return None  # an intact header of another format version: never guessed at
+    pos = find_next_record(buf, size, 0, salt, 0)
+    if pos is None or (anchored and pos != size):
+        solved = _solve_salt(buf, size)
+        if solved is None:
+            return None
+        first = decode_one(buf, size, 0, solved)
+        assert isinstance(first, Put)
+        try:
+            after = decode_one(buf, size + first.size, 0, solved)
+        except UnsupportedVersion:
+            return None
+        if not (isinstance(after, Put) and after.id == first.id + 1):
+            return None  # one record alone cannot tell a wrong salt from a damaged record
+        salt, pos = solved, size
+    rec = decode_one(buf, pos, 0, salt)
+    assert isinstance(rec, Put)
+    return FileHeader(salt=salt, first_id=rec.id, created_ms=created_ms, name=name)
+
+
+def _solve_salt(buf: bytes, offset: int) -> int | None:
+    """The salt under which the PUT at ``offset`` validates (None: no whole PUT there)."""
+    if offset + PUT_OVERHEAD > len(buf):
+        return None
+    crc, length, rtype = _REC_HDR.unpack_from(buf, offset)
+    data = buf[offset + 4 : offset + RECORD_HEADER_SIZE + length]
+    if rtype != TYPE_PUT or length < 24 or len(data) < length + 5:
+        return None
+    # crc32c(data, seed) == crc32c(data, 0) ^ L(seed) with L linear over GF(2) and invertible:
+    # solve L(seed) == target by Gaussian elimination on the images of the 32 unit seeds.
+    target = crc ^ crc32c(data, 0)
+    zeros = bytes(len(data))
+    rows = [(crc32c(zeros, 1 << i) ^ crc32c(zeros, 0), 1 << i) for i in range(32)]
+    seed = 0
+    for bit in range(31, -1, -1):
+        pivot = next(r for r in rows if r[0] >> bit & 1)  # there is one: L is invertible
+        rows.remove(pivot)
+        rows = [(v ^ pivot[0], s ^ pivot[1]) if v >> bit & 1 else (v, s) for v, s in rows]
+        if target >> bit & 1:
+            target ^= pivot[0]
+            seed ^= pivot[1]
+    return (seed ^ offset) & 0xFFFFFFFF
+
+
 # ---------------------------------------------------------------------------------------------
 # Records
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from journaled.logreader import LogReader, Span
 from journaled.record import FileHeader
 
 #: The modes of ``QueueConfig.recovery``.
-MODES = ("point_in_time", "tolerate_tail", "strict", "salvage")
+MODES = ("salvage", "point_in_time", "tolerate_tail", "strict")
 
 
 @attrs.frozen
@@ -67,23 +67,30 @@ def scan_file(data: bytes, header: FileHeader) -> FileScan:
     return FileScan(len(data), records, spans)
 
 
-def lost_ids(scan: FileScan, span: Span, first_id: int) -> tuple[int, int] | None:
+def lost_ids(
+    scan: FileScan, span: Span, first_id: int, next_first: int | None = None
+) -> tuple[int, int] | None:
     """Inclusive range of ids lost in ``span``: between the last valid record before it and the
-    first one after it (None when no id is known to be missing)."""
+    first one after it, or ``next_first`` (the next file's first id) when nothing valid follows
+    in this file.  Ids are consecutive, so the gap is exact even when the damaged bytes say
+    nothing.  None when no id is known to be missing."""
     end = span.resume if span.resume is not None else scan.size
     before = [r[0] for r in scan.records if r[1] < span.offset]
     after = [r[0] for r in scan.records if r[1] >= end]
     lo = before[-1] + 1 if before else first_id
-    return (lo, after[0] - 1) if after and after[0] > lo else None
+    hi = after[0] if after else next_first
+    return (lo, hi - 1) if hi is not None and hi > lo else None
 
 
 def plan(scan: FileScan, mode: str, path: str, newest: bool) -> Plan:
     """Apply recovery ``mode`` to one scanned file, or raise :class:`CorruptJournal`.
 
-    * ``strict``: any span refuses.
-    * ``tolerate_tail``: only a final span of the newest file may be cut; anything else refuses.
+    * ``salvage`` (the default): inner spans are skipped (exactly the damaged bytes; the walk
+      resynchronises on the next record that validates at its own position), only a final
+      span is cut.
     * ``point_in_time``: the file ends at its first span.
-    * ``salvage``: inner spans are skipped, only a final span is cut.
+    * ``tolerate_tail``: only a final span of the newest file may be cut; anything else refuses.
+    * ``strict``: any span refuses.
     """
     if not scan.spans:
         return Plan(scan.size, [], None)

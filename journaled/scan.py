@@ -14,10 +14,9 @@ from collections.abc import Iterator
 
 import attrs
 
-from journaled.errors import CorruptJournal, UnsupportedVersion
-from journaled.layout import detect_queue_name, list_journal_files
+from journaled.layout import detect_queue_name, inspect_journal, list_journal_files
 from journaled.logreader import LogReader, Span
-from journaled.record import HEADER_FIXED_SIZE, MAX_NAME_BYTES, FileHeader, Put, decode_header
+from journaled.record import HEADER_FIXED_SIZE, MAX_NAME_BYTES, FileHeader, Put
 
 #: A file shorter than this may be a header still being written.
 _MAX_HEADER = HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4
@@ -25,7 +24,8 @@ _MAX_HEADER = HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4
 
 @attrs.frozen
 class ScannedFile:
-    """One journal file as listed: its header, or why it could not be read."""
+    """One journal file as listed: its header (rebuilt from the records when ``error`` says the
+    stored one is damaged), or why it could not be read."""
 
     path: str
     ms: int
@@ -62,16 +62,12 @@ class JournalScanner:
         out = []
         for ms, path in list_journal_files(self.directory, self.name):
             try:
-                size = os.path.getsize(path)
-                with open(path, "rb") as f:
-                    header = decode_header(f.read(512), path)
-                out.append(ScannedFile(path, ms, header, size))
+                check = inspect_journal(path, self.name, ms)
             except FileNotFoundError:
                 continue  # archived while we looked
-            except UnsupportedVersion:
-                raise
-            except CorruptJournal as exc:
-                out.append(ScannedFile(path, ms, None, size, str(exc)))
+            if not check.ours:
+                continue  # not a journal file: nothing of ours to read
+            out.append(ScannedFile(path, ms, check.header, check.size, check.problem))
         return out
 
     def records(self, start_id: int = 0) -> Iterator[Put]:
@@ -84,6 +80,8 @@ class JournalScanner:
                     return  # a file being created: its header is not written yet
                 self.damage.append(ScanDamage(sf.path, 0, sf.error or "bad header", sf.size))
                 continue
+            if sf.error is not None and ScanDamage(sf.path, 0, sf.error, 0) not in self.damage:
+                self.damage.append(ScanDamage(sf.path, 0, sf.error, 0))  # header rebuilt from the records
             nxt = files[k + 1] if not newest else None
             if nxt is not None and nxt.header is not None and nxt.header.first_id <= start_id:
                 continue  # every id in this file is below start_id

@@ -22,8 +22,7 @@ from collections.abc import Iterator
 import attrs
 from crc32c import crc32c
 
-from journaled.errors import CorruptJournal
-from journaled.layout import detect_queue_name, list_journal_files
+from journaled.layout import detect_queue_name, inspect_journal, list_journal_files
 from journaled.logreader import LogReader, Span
 from journaled.record import (
     MAX_BODY,
@@ -32,7 +31,6 @@ from journaled.record import (
     TYPE_PUT,
     FileHeader,
     Put,
-    decode_header,
     decode_many,
     decode_one,
 )
@@ -156,14 +154,12 @@ class QueueView:
         files = []
         for ms, path in list_journal_files(self.directory, self.name):
             try:
-                with open(path, "rb") as f:
-                    header = decode_header(f.read(512), path)
-                    size = os.fstat(f.fileno()).st_size
+                check = inspect_journal(path, self.name, ms)
             except FileNotFoundError:
                 continue  # archived while we looked
-            except CorruptJournal:
-                continue  # the owner sets such a file aside; its ids count as lost
-            files.append(SegFile(path, ms, header, size))
+            if check.header is None:
+                continue  # unreadable (the owner sets it aside) or not a journal file at all
+            files.append(SegFile(path, ms, check.header, check.size))
         self.files = files
 
     # ------------------------------------------------------------------ ends

@@ -14,10 +14,10 @@ import logging
 import os
 
 from journaled import fileio, recovery
-from journaled.errors import CorruptJournal, UnsupportedVersion
-from journaled.layout import list_journal_files
+from journaled.errors import CorruptJournal, ForeignFile
+from journaled.layout import inspect_journal, is_ours, list_journal_files
 from journaled.logstate import JournalFile, LogState, RecoveryEvent, keep_aside, now_ms
-from journaled.record import decode_header, header_size
+from journaled.record import header_size
 from journaled.writer import Writer
 
 log = logging.getLogger("journaled")
@@ -33,21 +33,29 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     mode = state.config.recovery
     found = list_journal_files(state.directory, state.name)
     for k, (ms, path) in enumerate(found):
-        try:
-            head = fileio.read_nofollow(path, 512)  # links: refused
-            header = decode_header(head, path)
-        except UnsupportedVersion:
-            raise  # written by a newer format: refuse, never guess or set it aside
-        except CorruptJournal as exc:
-            size = os.path.getsize(path)
+        newest = k == len(found) - 1
+        check = inspect_journal(path, state.name, ms)  # raises UnsupportedVersion: never guessed at
+        if not is_ours(check, state.name, ms):
+            raise ForeignFile(
+                path,
+                f"named like a journal file of queue {state.name!r} but not written by journaled "
+                f"({check.problem}, {check.size} bytes); it is left untouched: move it out of the "
+                "directory",
+            )
+        if check.header is None:
             # A newest file no longer than a header is a creation interrupted before its first
             # record: a torn tail, nothing in it was ever acknowledged.
-            torn = k == len(found) - 1 and size <= header_size(state.name)
+            torn = newest and check.size <= header_size(state.name)
             if mode == "strict" or (mode == "tolerate_tail" and not torn):
-                raise CorruptJournal(path, exc.offset, f"{exc.reason} (recovery={mode!r})") from exc
-            _set_aside(state, path, exc.reason, size)
+                raise CorruptJournal(path, 0, f"{check.problem} (recovery={mode!r})")
+            _set_aside(state, path, check.problem or "unreadable header", check.size)
             continue
-        state.files.append(JournalFile(path, ms, header, os.path.getsize(path)))
+        if check.problem is not None:
+            if mode in ("strict", "tolerate_tail"):
+                raise CorruptJournal(path, 0, f"{check.problem} (recovery={mode!r})")
+            state.recovery_report.append(RecoveryEvent(path, 0, "recovered-header", check.problem, 0))
+            log.warning("journal file %s: damaged header (%s) rebuilt from its records", path, check.problem)
+        state.files.append(JournalFile(path, ms, check.header, check.size))
     if not state.files:
         state.next_id = max(1, id_floor)
         writer.create_file_locked(now_ms())

@@ -161,7 +161,7 @@ def test_repair_with_nothing_to_do(qpath, capsys):
 
 def test_check_is_clean_after_point_in_time_recovery_but_notes_the_id_gap(qpath, capsys):
     damage_record(qpath, 6)
-    with JournaledQueue(qpath, name="q") as q:  # default point_in_time: cuts 6..10, kept aside
+    with JournaledQueue(qpath, QueueConfig(recovery="point_in_time"), name="q") as q:  # cuts 6..10, kept aside
         assert q.recovery_report[0].ids_lost == (6, 10)
         assert q.put(b"new") == 11
     capsys.readouterr()

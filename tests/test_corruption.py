@@ -245,7 +245,7 @@ def test_point_in_time_keeps_the_cut_bytes_and_reports_them(work, base):
     mutate(d, 1, flip)
     f = journal_files(d)[1]
     original = open(f, "rb").read()
-    with JournaledQueue(d, name="q") as q:
+    with JournaledQueue(d, QueueConfig(recovery="point_in_time"), name="q") as q:
         (event,) = q.recovery_report
         assert event.action == "cut-at-damage"
         assert event.offset == starts[1]
@@ -346,10 +346,11 @@ def test_interrupted_rotation_is_a_torn_tail_except_in_strict_mode(work, base):
 def test_recovery_mode_is_validated():
     with pytest.raises(ValueError):
         QueueConfig(recovery="best_effort")
-    assert QueueConfig().recovery == "point_in_time"
+    assert QueueConfig().recovery == "salvage"
 
 
-def test_older_file_damage_is_cut_lazily_and_reported_once(work, base):
+@pytest.mark.parametrize("mode", ["point_in_time", "salvage"])
+def test_older_file_damage_is_found_lazily_and_reported_once(work, base, mode):
     d = clone(work, base)
     starts = record_offsets(base, 0)
 
@@ -358,7 +359,7 @@ def test_older_file_damage_is_cut_lazily_and_reported_once(work, base):
         return b
 
     mutate(d, 0, flip)
-    with JournaledQueue(d, name="q") as q:
+    with JournaledQueue(d, QueueConfig(recovery=mode), name="q") as q:
         assert q.recovery_report == []  # opening reads only the newest file
         for name in ("all", "r"):
             r = q.reader(name)
@@ -368,8 +369,11 @@ def test_older_file_damage_is_cut_lazily_and_reported_once(work, base):
                 except Empty:
                     break
         (event,) = q.recovery_report
-        assert event.action == "cut-at-damage" and event.ids_lost == (4, 6)
-        assert event.kept and os.path.exists(event.kept)
+        if mode == "point_in_time":
+            assert event.action == "cut-at-damage" and event.ids_lost == (4, 6)
+            assert event.kept and os.path.exists(event.kept)
+        else:  # the default: exactly the damaged record is skipped
+            assert event.action == "skipped-damage" and event.ids_lost == (4, 4)
 
 
 def test_reader_resuming_past_a_damaged_record_loses_no_intact_item(work):

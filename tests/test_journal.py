@@ -23,7 +23,7 @@ from journaled import (
     UnsupportedVersion,
 )
 from journaled import fileio
-from journaled.record import Put, decode_header, decode_many
+from journaled.record import HEADER_FIXED_SIZE, Put, decode_header, decode_many
 from journaled.scan import JournalScanner
 
 from conftest import ready_items
@@ -264,12 +264,24 @@ def test_damage_in_an_older_file_is_reported_and_never_delivered(qdir, recovery)
         assert ids == [i for i in range(1, 31) if i < victim.id or i in later_files]
 
 
+def write_version(path: str, version: int) -> None:
+    """Make ``path`` a file of another format version: the version field changed under a header
+    CRC that still verifies (a changed version byte alone is damage, rebuilt from the records)."""
+    from crc32c import crc32c
+
+    with open(path, "r+b") as f:
+        name_len = int.from_bytes(f.read(HEADER_FIXED_SIZE)[32:34], "little")
+        f.seek(0)
+        head = bytearray(f.read(HEADER_FIXED_SIZE + name_len))
+        head[8:10] = version.to_bytes(2, "little")
+        f.seek(0)
+        f.write(bytes(head) + crc32c(bytes(head)).to_bytes(4, "little"))
+
+
 def test_file_of_an_unknown_format_version_refuses_open_and_is_left_alone(qdir):
     make_queue(qdir, 2)
     path = journal_files(qdir)[0]
-    with open(path, "r+b") as f:
-        f.seek(8)
-        f.write((2).to_bytes(2, "little"))
+    write_version(path, 2)
     with pytest.raises(UnsupportedVersion):
         JournaledQueue(qdir, config=NEVER)
     assert journal_files(qdir) == [path]
@@ -519,9 +531,7 @@ def test_scanner_reports_damage_before_the_tail_and_never_delivers_it(qdir):
 def test_scanner_refuses_a_file_of_an_unknown_version(qdir):
     make_queue(qdir, 1)
     [path] = journal_files(qdir)
-    with open(path, "r+b") as f:
-        f.seek(8)
-        f.write((7).to_bytes(2, "little"))
+    write_version(path, 7)
     with pytest.raises(UnsupportedVersion):
         list(JournalScanner(qdir, "q").records())
 
