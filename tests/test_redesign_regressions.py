@@ -202,9 +202,12 @@ class _SlowReads(fileio.FileOps):
 
     def __init__(self) -> None:
         self.slow = threading.Event()
+        self.inside = threading.Event()
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
-        if self.slow.is_set():
+        # only the test's reader thread: the queue's own threads may read too
+        if self.slow.is_set() and threading.current_thread().name == "slow-reader":
+            self.inside.set()
             time.sleep(0.3)
         return super().pread(fd, size, offset)
 
@@ -216,6 +219,7 @@ def test_archiving_a_file_while_it_is_being_read_never_closes_the_descriptor_und
     cfg = QueueConfig(journal_size=1024, sync="never", checkpoint_interval=3600.0)
     with fileio.use(ops), JournaledQueue(qdir, cfg) as q:
         r = q.reader("r")
+        q.reader("pin")  # holds every file until the moment chosen below (no early archiving)
         q.put_many([b"%04d" % i + b"p" * 96 for i in range(40)])
         for _ in range(40):
             r.commit(r.get(block=False))
@@ -231,10 +235,11 @@ def test_archiving_a_file_while_it_is_being_read_never_closes_the_descriptor_und
 
         q.journal.read(Cursor(first.ms, first.header.size, first.first_id), max_items=1)  # opens its fd
         ops.slow.set()
-        reader = threading.Thread(target=read_first_file, daemon=True)
+        reader = threading.Thread(target=read_first_file, name="slow-reader", daemon=True)
         reader.start()
-        time.sleep(0.1)  # the read is inside its pread now
+        assert ops.inside.wait(10)  # the read is inside its pread now
         ops.slow.clear()
+        q.remove_reader("pin")
         q.archive()  # the file goes, and with it the journal's descriptor of it
         reader.join(10)
         assert first.path not in [f.path for f in q.journal.files]
