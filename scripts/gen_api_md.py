@@ -81,6 +81,30 @@ def decorators(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return {ast.unparse(d).split("(")[0].split(".")[-1] for d in node.decorator_list}
 
 
+def format_args(args: ast.arguments) -> str:
+    """Like ``ast.unparse(args)``, with PEP 8 spacing: ``x: int = 0``."""
+
+    def one(a: ast.arg, default: ast.expr | None) -> str:
+        text = a.arg + (f": {ast.unparse(a.annotation)}" if a.annotation is not None else "")
+        if default is not None:
+            text += (" = " if a.annotation is not None else "=") + ast.unparse(default)
+        return text
+
+    positional = args.posonlyargs + args.args
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    parts = [one(a, d) for a, d in zip(positional, defaults)]
+    if args.posonlyargs:
+        parts.insert(len(args.posonlyargs), "/")
+    if args.vararg is not None:
+        parts.append("*" + one(args.vararg, None))
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [one(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg is not None:
+        parts.append("**" + one(args.kwarg, None))
+    return ", ".join(parts)
+
+
 def signature(node: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> str:
     args = node.args
     if drop_first:
@@ -93,7 +117,7 @@ def signature(node: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) ->
             kwarg=args.kwarg,
             defaults=args.defaults,
         )
-    text = f"({ast.unparse(args)})"
+    text = f"({format_args(args)})"
     if node.returns is not None:
         text += f" -> {ast.unparse(node.returns)}"
     return text
