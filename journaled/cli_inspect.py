@@ -25,6 +25,7 @@ from journaled.checkpoint import (
     read_registry,
     registry_path,
 )
+from journaled.bookmarks import BOOKMARK_DIR, read_bookmarks
 from journaled.filecodec import CheckpointData
 
 from journaled import repair
@@ -123,8 +124,21 @@ def collect_stat(path: str) -> dict[str, Any]:
         "oldest_item_age_s": round(now - oldest_ms / 1000, 3) if oldest_ms else None,
         "newest_file_age_s": round(now - files[-1].ms / 1000, 3) if files else None,
         "readers": readers,
+        "external_readers": _external_readers(path, first_id, next_id, now),
         "damaged_files_kept": sorted(e for e in os.listdir(path) if e.endswith(".damaged")),
     }
+
+
+def _external_readers(path: str, first_id: int, next_id: int, now: float) -> list[dict[str, Any]]:
+    """Bookmarks (a Spark query's committed offset, bookmarks.py) as readers: head and lag."""
+    out = []
+    for r, head in sorted(read_bookmarks(path).items()):
+        try:
+            age: float | None = round(now - os.path.getmtime(os.path.join(path, BOOKMARK_DIR, r)), 3)
+        except OSError:
+            age = None
+        out.append({"name": r, "head": head, "lag": max(0, next_id - max(head, first_id)), "bookmark_age_s": age})
+    return out
 
 
 def cmd_stat(args: argparse.Namespace) -> int:
@@ -145,6 +159,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
         print(f"  reader {r['name']}: head {r['head']}, backlog {r['backlog']}, "
               f"{r['done_out_of_order']} committed out of order, checkpoint "
               + (f"{r['checkpoint_age_s']:.1f} s old" if r["checkpoint_ok"] else "missing or damaged"))
+    for r in st["external_readers"]:
+        age = "" if r["bookmark_age_s"] is None else f", bookmark {r['bookmark_age_s']:.1f} s old"
+        print(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
     for d in st["damaged_files_kept"]:
         print(f"  kept aside by recovery: {d}")
     return 0

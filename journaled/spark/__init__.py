@@ -16,7 +16,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from journaled.spark.offsets import DataLossError, OptionError
+from journaled.spark.offsets import DataLossError, OptionError, offsets_behind
 from journaled.spark.sink import JournaledBatchWriter, JournaledStreamWriter
 from journaled.spark.source import SCHEMA_DDL, JournaledBatchReader, JournaledStreamReader
 
@@ -44,4 +44,4 @@ class JournaledDataSource(DataSource):
         return JournaledStreamWriter(dict(self.options), schema, overwrite)
 
 
-__all__ = ["DataLossError", "JournaledDataSource", "OptionError"]
+__all__ = ["DataLossError", "JournaledDataSource", "OptionError", "offsets_behind"]

@@ -64,6 +64,41 @@ def opt_int(options: Mapping[str, str], name: str) -> int | None:
     return n
 
 
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def opt_duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
+    """A duration option like Spark's: ``500ms``, ``10s``, ``15m``, ``1h``, ``2d`` (no unit: ms)."""
+    raw = (opt(options, name) or default).strip().lower()
+    digits = raw.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = raw[len(digits):].strip() or "ms"
+    if not digits.isdigit() or unit not in _UNITS_MS:
+        raise OptionError(f"option {name} must be a duration like 500ms, 10s, 15m or 1h, not {raw!r}")
+    return int(digits) * _UNITS_MS[unit]
+
+
+def opt_int_alias(options: Mapping[str, str], name: str, kafka_name: str) -> int | None:
+    """Integer option ``name``, also accepted under Kafka's ``kafka_name`` (not both, if they differ)."""
+    ours, theirs = opt_int(options, name), opt_int(options, kafka_name)
+    if ours is not None and theirs is not None and ours != theirs:
+        raise OptionError(f"options {name} and {kafka_name} are one option; give one of them")
+    return ours if ours is not None else theirs
+
+
+def offsets_behind(progress_source: Mapping[str, object]) -> dict[str, int]:
+    """How many ids each queue's newest lies past a query's end offset, from one entry of
+    ``StreamingQueryProgress.sources`` (``query.lastProgress["sources"][i]``): ``{key: lag}``.
+
+    It compares ``latestOffset`` (what the queue held when the batch was planned, from
+    ``reportLatestOffset``) with ``endOffset`` (what the batch read up to).
+    """
+    latest, end = progress_source.get("latestOffset"), progress_source.get("endOffset")
+    if latest is None or end is None:
+        return {}
+    lo, hi = decode(end), decode(latest)  # type: ignore[arg-type]
+    return {k: max(0, hi[k] - lo.get(k, hi[k])) for k in sorted(hi)}
+
+
 def queue_paths(options: Mapping[str, str]) -> dict[str, str]:
     """``{key: directory}`` from ``path`` and/or ``paths`` (comma-separated), sorted by key."""
     raw: list[str] = []

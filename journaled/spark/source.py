@@ -10,6 +10,7 @@ what the query still needs; it moves on ``commit(end)``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -35,7 +37,9 @@ from journaled.spark.offsets import (
     encode,
     opt,
     opt_bool,
+    opt_duration_ms,
     opt_int,
+    opt_int_alias,
     queue_paths,
 )
 
@@ -126,14 +130,22 @@ class JournaledBatchReader(DataSourceReader):
 
 
 class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream``: micro-batches of new ids, with admission control."""
+    """``spark.readStream``: micro-batches of new ids, with admission control.
+
+    ``minOffsetsPerTrigger``/``maxTriggerDelay`` are applied here, as Kafka's source does: the
+    Python API passes Spark one read limit only (no ``CompositeReadLimit``), and its
+    ``ReadMinRows`` carries no delay.
+    """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = dict(options)
         self.schema = schema
         self.planner = _planner(options)
-        self.max_rows = opt_int(options, "maxRecordsPerTrigger")
+        self.max_rows = opt_int_alias(options, "maxRecordsPerTrigger", "maxOffsetsPerTrigger")
         self.max_bytes = opt_int(options, "maxBytesPerTrigger")
+        self.min_rows = opt_int_alias(options, "minRecordsPerTrigger", "minOffsetsPerTrigger")
+        self.max_delay_s = opt_duration_ms(options, "maxTriggerDelay", "15m") / 1000
+        self.last_trigger = float("-inf")  # like Kafka: the first batch is never held back
         self.reader_name = opt(options, "readerName", "spark") or None
         self.target: dict[str, int] | None = None  # set by Trigger.AvailableNow
         self._bookmarked = False
@@ -148,6 +160,8 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return ReadMaxRows(self.max_rows)
         if self.max_bytes:
             return ReadMaxBytes(self.max_bytes)
+        if self.min_rows:
+            return ReadMinRows(self.min_rows)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -159,11 +173,28 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             begin = {k: max(v, self.planner.view(k).first_id()) for k, v in begin.items()}
         end = self.target if self.target is not None else self.planner.latest()
         end = {k: max(begin[k], end.get(k, begin[k])) for k in begin}
+        if self._hold_back(begin, end, limit):
+            return encode(begin)  # end == start: Spark plans no batch this trigger
         if isinstance(limit, ReadMaxRows):
             end = self.planner.cap_rows(begin, end, limit.max_rows)
         elif isinstance(limit, ReadMaxBytes):
             end = self.planner.cap_bytes(begin, end, limit.max_bytes)
         return encode(end)
+
+    def _hold_back(self, begin: dict[str, int], end: dict[str, int], limit: ReadLimit) -> bool:
+        """Whether to wait for ``minOffsetsPerTrigger`` ids (Kafka's rule): yes while fewer wait
+        and less than ``maxTriggerDelay`` has passed since the last batch.  Never under
+        ``Trigger.AvailableNow``, which must end, nor when Spark asks for everything."""
+        if self.target is not None or isinstance(limit, ReadAllAvailable):
+            return False
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.min_rows
+        if not min_rows:
+            return False
+        now = time.monotonic()
+        if now - self.last_trigger < self.max_delay_s and sum(end[k] - begin[k] for k in end) < min_rows:
+            return True
+        self.last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any]:
         return encode(self.planner.latest())
