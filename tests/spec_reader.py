@@ -96,7 +96,7 @@ def parse_header(buf: bytes, name: str, ms: int) -> tuple[Header | None, str]:
         crc_ok = struct.unpack_from("<I", buf, 34 + nlen)[0] == crc32c(buf[: 34 + nlen]) if 34 + nlen + 4 <= len(buf) else False
         if magic == JOURNAL_MAGIC and version != 1 and crc_ok:
             raise Unsupported(f"journal version {version}")
-        if magic == JOURNAL_MAGIC and hlen == 38 + nlen and nlen <= 128 and crc_ok and buf[34 : 34 + nlen] == name.encode():
+        if magic == JOURNAL_MAGIC and hlen == 38 + nlen and nlen <= 128 and crc_ok:
             return Header(salt, first_id, created_ms, hlen), "ok"
         # [F-7]: rebuilt from the records when a PUT validates at header_len with the field's salt
         salt = struct.unpack_from("<I", buf, 12)[0]
