@@ -87,23 +87,64 @@ class Header:
     rebuilt: bool = False
 
 
+def near_magic(buf: bytes) -> bool:
+    """The magic with at most 8 of its 64 bits flipped ([F-7], [F-8])."""
+    flipped = int.from_bytes(buf[:8].ljust(8, b"\0"), "little") ^ int.from_bytes(JOURNAL_MAGIC, "little")
+    return len(buf) >= 8 and bin(flipped).count("1") <= 8
+
+
+def solve_salt(buf: bytes, off: int) -> int | None:
+    """The salt under which the record at ``off`` validates: its CRC is an affine function of
+    the seed over GF(2), so one record determines the seed ([F-7])."""
+    if len(buf) < off + 9:
+        return None
+    crc, length = struct.unpack_from("<II", buf, off)
+    if length > MAX_BODY or off + 9 + length > len(buf):
+        return None
+    data = buf[off + 4 : off + 9 + length]
+    base = crc32c(data, 0)
+    rows = [(crc32c(data, 1 << k) ^ base, 1 << k) for k in range(32)]  # (image, seed) pairs
+    want, seed = crc ^ base, 0
+    basis: list[tuple[int, int]] = []
+    for img, sd in rows:  # Gaussian elimination: reduce each image by the basis so far
+        for bimg, bsd in basis:
+            if img ^ bimg < img:
+                img, sd = img ^ bimg, sd ^ bsd
+        if img:
+            basis.append((img, sd))
+            basis.sort(reverse=True)
+    for bimg, bsd in basis:
+        if want ^ bimg < want:
+            want, seed = want ^ bimg, seed ^ bsd
+    return (seed ^ off) & 0xFFFFFFFF if want == 0 else None
+
+
 def parse_header(buf: bytes, name: str, ms: int) -> tuple[Header | None, str]:
     """(header, verdict): verdict is ``ok``, ``rebuilt``, ``unreadable`` (ours, set aside) or
     ``foreign``.  Raises :class:`Unsupported` for another format ([F-6])."""
     hl = header_len(name)
-    if len(buf) >= hl:
+    version = struct.unpack_from("<H", buf, 8)[0] if len(buf) >= 10 else 1
+    if len(buf) >= 34:
         magic, version, hlen, salt, first_id, created_ms, nlen = struct.unpack_from("<8sHHIQQH", buf)
-        crc_ok = struct.unpack_from("<I", buf, 34 + nlen)[0] == crc32c(buf[: 34 + nlen]) if 34 + nlen + 4 <= len(buf) else False
-        if magic == JOURNAL_MAGIC and version != 1 and crc_ok:
-            raise Unsupported(f"journal version {version}")
+        end = 34 + nlen
+        crc_ok = end + 4 <= len(buf) and struct.unpack_from("<I", buf, end)[0] == crc32c(buf[:end])
         if magic == JOURNAL_MAGIC and hlen == 38 + nlen and nlen <= 128 and crc_ok:
+            if version != 1:
+                raise Unsupported(f"journal version {version}")
             return Header(salt, first_id, created_ms, hlen), "ok"
-        # [F-7]: rebuilt from the records when a PUT validates at header_len with the field's salt
-        salt = struct.unpack_from("<I", buf, 12)[0]
-        recs, _ = walk(buf, salt, hl, len(buf), 0, stop_at_damage=True)
-        if recs and recs[0][1] == hl:
-            return Header(salt, recs[0][0], ms, hl, rebuilt=True), "rebuilt"
-        near = bin(int.from_bytes(buf[:8], "little") ^ int.from_bytes(JOURNAL_MAGIC, "little")).count("1") <= 8
+        # [F-7]: rebuild from the records
+        near = near_magic(buf)
+        puts, _ = walk(buf, salt, hl, len(buf), 0, stop_at_damage=not near)
+        if not puts or (not near and puts[0][1] != hl):
+            solved = solve_salt(buf, hl)
+            puts = walk(buf, solved, hl, len(buf), 0, stop_at_damage=True)[0] if solved is not None else []
+            if len(puts) < 2 or puts[1][0] != puts[0][0] + 1 or puts[0][1] != hl:
+                puts = []
+            salt = solved if solved is not None else salt
+        if puts:
+            return Header(salt, puts[0][0], ms, hl, rebuilt=True), "rebuilt"
+        if buf[:8] == JOURNAL_MAGIC and version != 1:
+            raise Unsupported(f"journal version {version} that no record explains")
         if near:
             return None, "unreadable"
     # [F-8]/[F-9]: no magic and no record -- ours only as a creation cut short

@@ -214,16 +214,22 @@ def test_another_version_under_a_valid_crc_is_refused_not_guessed(tmp_path) -> N
     assert open(files[0], "rb").read() == before
 
 
-def test_a_damaged_header_is_rebuilt_from_the_records(tmp_path) -> None:
-    """[F-7]: first_id from the first valid PUT, created_ms from the file name, bytes untouched."""
+@pytest.mark.parametrize("where, n", [("created_ms", 2), ("salt", 4), ("magic", 1), ("version", 1), ("name", 1)])
+def test_a_damaged_header_is_rebuilt_from_the_records(tmp_path, where: str, n: int) -> None:
+    """[F-7]: salt from the header field or solved from the first record's CRC, first_id from
+    the first valid PUT, created_ms from the file name; the file's bytes untouched."""
     path = str(tmp_path / "q")
     files = fill(path, 30, per_file=10)
-    flip(files[1], 24, 2)  # created_ms: the header CRC fails, the salt field is intact
+    at_ = {"created_ms": 24, "salt": 12, "magic": 3, "version": 8, "name": 34}[where]
+    salt = struct.unpack_from("<I", open(files[1], "rb").read(16), 12)[0]
+    flip(files[1], at_, n)
     before = open(files[1], "rb").read()
     got = spec.read_queue(path, "q")
     assert [p[0] for p in got.puts] == list(range(1, 31))
-    assert got.files[1][2] == "rebuilt" and got.files[1][1].first_id == 11  # type: ignore[union-attr]
-    assert got.files[1][1].created_ms == int(files[1].rsplit(".", 1)[1])  # type: ignore[union-attr]
+    header = got.files[1][1]
+    assert got.files[1][2] == "rebuilt" and header is not None and header.first_id == 11
+    assert header.created_ms == int(files[1].rsplit(".", 1)[1])
+    assert header.salt == salt
     ids, events = drain(path)
     assert ids == list(range(1, 31))
     assert [e.action for e in events] == ["recovered-header"]
@@ -522,7 +528,10 @@ def test_done_may_be_unsorted_and_ids_below_head_are_dropped(tmp_path) -> None:
     ck = spec.decode_checkpoint(raw)
     want = spec.to_deliver(spec.read_queue(path, "q").puts, ck, int(time.time() * 1000))
     assert want == [4, 5, 7, 8, 10]
-    assert drain(path)[0] == want
+    with JournaledQueue(path, name="q") as q:
+        items = list(ready_items(q.reader("r")))
+    assert [it.id for it in items] == want
+    assert {it.id: it.error_count for it in items} == {4: 0, 5: 0, 7: 0, 8: 2, 10: 0}
 
 
 def test_a_wrong_position_hint_is_ignored(tmp_path) -> None:
