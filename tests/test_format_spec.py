@@ -454,6 +454,12 @@ def test_a_scanner_treats_an_incomplete_newest_tail_as_not_yet(tmp_path) -> None
     patch(files[0], os.path.getsize(files[0]), whole[20:])
     assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3, 4, 5]
     assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3, 4, 5]
+    # a newest file whose header is still being written
+    partial = os.path.join(path, "q.1999999999999")
+    with open(partial, "wb") as f:
+        f.write(spec.encode_header(7, 6, 1999999999999, "q")[:20])
+    assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3, 4, 5]
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3, 4, 5]
 
 
 # ------------------------------------------------------------------------------ 7. checkpoints
