@@ -652,3 +652,30 @@ def test_every_reader_agrees_under_random_damage(tmp_path, seed: int) -> None:
     ids, events = drain(path)
     assert ids == mine
     assert lost(events) == sorted(read.lost)
+
+
+@pytest.mark.parametrize("seed", [*range(8), 56, 58, 82])
+def test_owner_and_spec_reader_agree_on_random_header_damage(tmp_path, seed: int) -> None:
+    """[F-7] [F-8] [F-9]: random damage to headers as well as records: the same items and lost
+    ids, the same files rebuilt, and a foreign file exactly where the owner refuses to open."""
+    rnd = random.Random(seed)
+    path = str(tmp_path / "q")
+    files = fill(path, 120, per_file=20)
+    for _ in range(rnd.randint(1, 6)):
+        f = rnd.choice(files)
+        off = rnd.randrange(0, HL) if rnd.random() < 0.5 else rnd.randrange(HL, os.path.getsize(f))
+        if rnd.random() < 0.5:
+            flip(f, off, rnd.randint(1, 4))
+        else:
+            patch(f, off, bytes(min(rnd.randint(1, 3 * REC), os.path.getsize(f) - off)))
+    read = spec.read_queue(path, "q")
+    verdicts = [v for _, _, v in read.files]
+    if "foreign" in verdicts:
+        with pytest.raises(ForeignFile):
+            JournaledQueue(path, name="q")
+        return
+    ids, events = drain(path)
+    assert ids == [p[0] for p in read.puts]
+    assert lost(events) == sorted(read.lost)
+    assert sum(e.action == "recovered-header" for e in events) == verdicts.count("rebuilt")
+    assert sum(e.action == "skipped-file" for e in events) == verdicts.count("unreadable")
