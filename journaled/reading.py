@@ -151,8 +151,8 @@ class LogReading:
         st = self.state
         if jf.size <= span.offset:
             return
-        torn = span.incomplete or not any(rest)
-        kept = None if torn else keep_aside(st, jf.path, span.offset, rest)
+        # bytes that end inside a record are worth nothing only when no valid record follows them
+        kept = None if span.torn else keep_aside(st, jf.path, span.offset, rest)
         nxt_first = st.files[i + 1].first_id
         ids = (span.expected, nxt_first - 1) if nxt_first > span.expected else None
         st.recovery_report.append(
