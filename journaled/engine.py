@@ -299,7 +299,7 @@ class Engine:
             now = time.monotonic()
             journal = self._journal
             self._attempt("directory check", journal.check_home, now)
-            if timed:
+            if timed or due is not None:
                 self._attempt("policies", self.sweep, now)
             if interval is not None and journal.dirty and not journal.gone:
                 self._attempt("flush", journal.sync, now)

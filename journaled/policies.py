@@ -213,10 +213,10 @@ def sweep_open_reads(core: ReaderCore, now_mono: float) -> int:
 
 
 def uses_time_policies(core: ReaderCore) -> bool:
-    """Does this reader need the background tick (timeouts, items that can expire, parked
-    items)?"""
+    """Does this reader need the background tick (timeouts, or items that can expire)?  Parked
+    items need no tick: the engine sleeps until the earliest is due (:func:`next_due`)."""
     cfg = core.config
-    return cfg.open_read_timeout is not None or cfg.max_age is not None or core.saw_expiry or bool(core.parked)
+    return cfg.open_read_timeout is not None or cfg.max_age is not None or core.saw_expiry
 
 
 def sweep(core: ReaderCore, now: float, now_mono: float) -> None:

@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
@@ -136,23 +137,25 @@ class JournaledQueue(closing.Closing):
             )
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
+        ignored = new = None
         with self._files.lock:
             with self._lock:
                 self._check_open()
                 existing = self._readers.get(name)
-                if existing is not None:
-                    if config is not None:
-                        seeking.warn_ignored_start(existing.core, config.start)
-                        existing.core.config = config
-                        self._engine.wake()  # its time-driven policies may start now
-                    return existing
-                cfg = config or ReaderConfig()
-                reader = self._add_reader(name, cfg, CheckpointData(seeking.start_id(self._journal, cfg.start)))
-                state = reader.core.checkpoint_state()
-                names = list(self._readers)
-            # durable before we return: the reader exists even if we crash right after
-            self._files.created(name, state, names)
-        return reader
+                if existing is not None and config is not None:
+                    ignored = seeking.ignored_start(existing.core, config.start)
+                    existing.core.config = config
+                    self._engine.wake()  # its time-driven policies may start now
+                if existing is None:
+                    cfg = config or ReaderConfig()
+                    head = seeking.start_id(self._journal, cfg.start)
+                    existing = self._add_reader(name, cfg, CheckpointData(head))
+                    new = (existing.core.checkpoint_state(), list(self._readers))
+            if new is not None:  # durable before we return: it exists even if we crash now
+                self._files.created(name, *new)
+        if ignored is not None:
+            warnings.warn(ignored, UserWarning, stacklevel=2)  # outside the locks: it may raise
+        return existing
 
     def readers(self) -> list[str]:
         """Names of the existing readers, sorted."""

@@ -9,7 +9,6 @@ Every function here must be called with the queue lock held.
 from __future__ import annotations
 
 import datetime as _dt
-import warnings
 
 from journaled import policies
 from journaled.config import ReaderConfig
@@ -29,17 +28,15 @@ def start_id(journal: LogSource, start: object) -> int:
     return journal.locate_time(epoch_ms(start))
 
 
-def warn_ignored_start(core: ReaderCore, start: object) -> None:
-    """``q.reader(name, config)`` for an existing reader ignores ``config.start``: say so when
-    it would have placed the reader elsewhere (the default ``"earliest"`` cannot be told from
-    an explicit one, so it never warns)."""
+def ignored_start(core: ReaderCore, start: object) -> str | None:
+    """``q.reader(name, config)`` for an existing reader ignores ``config.start``: what to warn
+    when it would have placed the reader elsewhere (the default ``"earliest"`` cannot be told
+    from an explicit one, so it never warns), else None."""
     if start == "earliest" or start_id(core.journal, start) == core.head:
-        return
-    warnings.warn(
+        return None
+    return (
         f"ReaderConfig(start={start!r}) ignored: reader {core.name!r} already exists (head "
-        f"{core.head}); start only places a new reader.  Use reader.seek({start!r}) to move it.",
-        UserWarning,
-        stacklevel=3,
+        f"{core.head}); start only places a new reader.  Use reader.seek({start!r}) to move it."
     )
 
 
@@ -72,4 +69,4 @@ def seek(core: ReaderCore, start: object) -> int:
     return head
 
 
-__all__ = ["seek", "start_id", "warn_ignored_start"]
+__all__ = ["ignored_start", "seek", "start_id"]

@@ -182,7 +182,9 @@ class ItemIterator(ItemLoop):
         self.close(exc)
 
 
-def failed(reader: Reader, item: Item, exc: Exception, on_error: Callable[[Item, Exception], object] | None) -> None:
+def failed(
+    reader: Reader, item: Item, exc: Exception, on_error: Callable[[Item, Exception], object] | None
+) -> None:
     """A worker loop's body raised ``exc`` for ``item``: abort it and report it."""
     settle(reader, item, exc, commit=False)
     if on_error is None:
