@@ -314,7 +314,7 @@ class ReaderCore:
         """The next deliverable item, now an open read; ``None`` when nothing waits.  Expired
         and dead items met on the way are disposed of (policies.check_delivery)."""
         if self.parked:
-            retry.release_due(self)
+            retry.release_due(self, serve=False)
         while True:
             item = self.pop_waiting()
             if item is None:

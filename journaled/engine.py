@@ -10,8 +10,8 @@
 * The **sink thread** (``journaled-<queue>-sinks``, started the first time an item is bound for
   an ``expire_to`` / ``dead_letter`` sink) hands such items to their sinks, outside the queue
   lock, then commits them: a callable gets the :class:`~journaled.envelope.DeadLetter`, a queue
-  (``put(bytes)``) its encoded envelope.  A sink may be slow, may raise, and may call back into the queue,
-  ``close()`` included.
+  (``put(bytes)``) its encoded envelope.  A sink may be slow, may raise, and may call back into
+  the queue, ``close()`` included.
 
 Faults that last: each background step (:class:`Step`) that fails is retried with a backoff,
 from ``BACKOFF_FIRST`` up to ``BACKOFF_MAX`` seconds, never in a loop; its failure is logged once,

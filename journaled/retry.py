@@ -115,9 +115,9 @@ def park(core: ReaderCore, item: Item, delay: float) -> None:
         core.wake_engine()  # its tick sleeps until the earliest due time
 
 
-def release_due(core: ReaderCore, now: float | None = None) -> int:
-    """Parked items whose time has come go back to the head, the earliest first; returns how
-    many."""
+def release_due(core: ReaderCore, now: float | None = None, serve: bool = True) -> int:
+    """Parked items whose time has come go back to the head, the earliest first, and are
+    offered to waiters unless ``serve`` is False (the caller is taking one); returns how many."""
     if now is None:
         now = time.monotonic()
     due = core.due
@@ -130,7 +130,7 @@ def release_due(core: ReaderCore, now: float | None = None) -> int:
     for item in reversed(back):
         core.mem.appendleft(item)
         core.mem_bytes += len(item.data)
-    if back and core.waiters:
+    if back and serve and core.waiters:
         core.hand_off()
     return len(back)
 

@@ -16,6 +16,7 @@ import warnings
 
 import pytest
 
+import journaled
 from journaled import (
     BlockingQueue,
     DeadLetter,
@@ -143,9 +144,10 @@ def test_max_errors_with_retry_delay_does_not_burn_its_retries_at_once(qdir, clo
 
 
 def test_a_delay_does_not_survive_a_crash_the_item_comes_back_at_once_with_its_error_count(qdir):
+    here = os.path.dirname(os.path.dirname(os.path.abspath(journaled.__file__)))
     script = f"""
 import os, sys
-sys.path.insert(0, {os.getcwd()!r})
+sys.path.insert(0, {here!r})
 from journaled import JournaledQueue, QueueConfig
 q = JournaledQueue({qdir!r}, QueueConfig(sync="always"))
 r = q.reader("r")
@@ -171,6 +173,18 @@ def test_delayed_items_are_still_uncommitted_in_the_checkpoint(qdir):
         assert r.head == a.id  # the head does not pass a delayed id
     with JournaledQueue(qdir, FAST) as q:
         assert ready(q.reader("r")) == [b"a"]
+
+
+def test_a_delayed_item_is_never_discarded_to_make_room(qdir, clock):
+    with JournaledQueue(qdir, FAST) as q:
+        r = q.reader("r", ReaderConfig(max_items=2, discard_old_when_full=True))
+        q.put(b"delayed")
+        r.abort(r.get(block=False), delay=60)
+        q.put_many([b"old"])
+        q.put_many([b"new"])  # makes room by dropping "old", not the delayed item
+        assert r.stats().discarded == 1
+        clock.advance(60)
+        assert ready(r) == [b"delayed", b"new"]
 
 
 # ----------------------------------------------------------------------------- reject
@@ -446,7 +460,5 @@ def test_blocking_queue_flush_empties_the_queue_and_sync_makes_it_durable(qdir):
 
 
 def test_the_library_logger_has_a_null_handler():
-    import journaled
-
     handlers = logging.getLogger("journaled").handlers
-    assert any(isinstance(h, logging.NullHandler) for h in handlers), journaled.__name__
+    assert any(isinstance(h, logging.NullHandler) for h in handlers)
