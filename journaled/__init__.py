@@ -3,7 +3,10 @@
 Only re-exports; see the modules for the parts (docs/design.md explains the layers).
 """
 
+import logging as _logging
+
 from journaled.config import QueueConfig, ReaderConfig
+from journaled.envelope import DeadLetter
 from journaled.errors import (
     CorruptJournal,
     ForeignFile,
@@ -35,10 +38,14 @@ from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
 
 __version__ = "0.1.0"
 
+# A library's convention: its log records go nowhere until the application configures logging.
+_logging.getLogger("journaled").addHandler(_logging.NullHandler())
+
 __all__ = [
     "BlockingQueue",
     "BytesSerializer",
     "CorruptJournal",
+    "DeadLetter",
     "ForeignFile",
     "Empty",
     "Full",

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import math
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from journaled import closing
-from journaled.errors import Empty, QueueClosed
+from journaled.errors import Empty, QueueClosed, UnknownRead
 from journaled.item import Item
-from journaled.txn import ItemLoop, check_timeout, settle
+from journaled.txn import ItemLoop, check_timeout, failed, settle
 
 if TYPE_CHECKING:
     import datetime as _dt
@@ -171,6 +172,39 @@ class AsyncItemIterator(ItemLoop):
         await self.aclose(exc)
 
 
+async def aprocess(
+    reader: Reader,
+    fn: Callable[[Item], Awaitable[object] | object],
+    timeout: float | None = None,
+    on_error: Callable[[Item, Exception], object] | None = None,
+) -> int:
+    """``await reader.aprocess(fn, timeout)``: see :meth:`journaled.Reader.aprocess`."""
+    check_timeout(timeout)
+    done = 0
+    while True:
+        try:
+            item = await aget(reader.core, timeout)
+        except (Empty, QueueClosed):
+            return done
+        try:
+            result = fn(item)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            failed(reader, item, exc, on_error)
+            continue
+        except BaseException as exc:  # a cancellation says nothing about the item
+            settle(reader, item, exc, commit=False)
+            raise
+        try:
+            reader.commit(item)
+            done += 1
+        except UnknownRead:
+            pass  # fn settled it itself
+        except QueueClosed:
+            return done
+
+
 async def aput(
     queue: JournaledQueue,
     data: bytes | bytearray | memoryview,
@@ -201,4 +235,4 @@ async def aput_many(
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-__all__ = ["AsyncItemIterator", "AsyncTransactionContext", "aget", "aput", "aput_many"]
+__all__ = ["AsyncItemIterator", "AsyncTransactionContext", "aget", "aprocess", "aput", "aput_many"]

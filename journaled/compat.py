@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from typing import Generic, TypeVar
 
 from journaled import serializers as ser
-from journaled import lifecycle
+from journaled import lifecycle, retry
 from journaled.closing import Closing, closed_error
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.errors import Full, QueueClosed, SerializationError, UnknownRead
@@ -196,6 +196,30 @@ class Queue(Closing, Generic[T]):
             self.not_full.notify()
         return self._load(raw)
 
+    def get_many(self, max_items: int, block: bool = True, timeout: float | None = None) -> list[T]:
+        """Remove and return up to ``max_items`` items at once: waits like :meth:`get` for the
+        first (``Empty`` if none comes), then takes what else is ready now.  Each one counts as
+        fetched: call :meth:`task_done` (or :meth:`nack`) once per item.  If a payload cannot
+        be loaded, ``SerializationError`` is raised (``.item`` is the first bad one) and the
+        whole batch still counts as fetched."""
+        if not block:
+            timeout = None
+        elif timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        try:
+            raws = self.reader.get_many(max_items, timeout, block=block)
+        except QueueClosed:
+            self._check_open()
+            raise
+        me = threading.get_ident()
+        with self.not_full:
+            self._count = max(0, self._count - len(raws))
+            for raw in raws:
+                self._open[raw.id] = me
+            self._by_thread.setdefault(me, deque()).extend(raw.id for raw in raws)
+            self.not_full.notify(len(raws))
+        return [self._load(raw) for raw in raws]
+
     def get_nowait(self) -> T:
         """``get(block=False)``."""
         return self.get(block=False)
@@ -223,6 +247,31 @@ class Queue(Closing, Generic[T]):
             except UnknownRead:
                 pass  # a reader policy (open_read_timeout) settled it: it will come again
             del self._open[item_id]
+            if not self._count and not self._open:
+                self.all_tasks_done.notify_all()
+
+    def nack(self, delay: float = 0) -> None:
+        """Give one fetched item back instead of :meth:`task_done` (persist-queue's ``nack``):
+        the calling thread's oldest open read (else the oldest of all) is delivered again,
+        ``error_count + 1``, after ``delay`` seconds (meanwhile later items are delivered).
+        With ``max_errors`` in ``reader_config`` it goes to ``dead_letter`` once that many
+        tries failed.  Raises ``ValueError`` if no fetched item is waiting."""
+        wait = retry.check_delay(delay)
+        me = threading.get_ident()
+        with self.all_tasks_done:
+            self._check_open()
+            item_id = self._pick_locked(me)
+            if item_id is None:
+                raise ValueError("nack() called with no fetched item")
+            del self._open[item_id]
+            core = self.reader.core
+            with core.lock:
+                if core.closed:
+                    raise closed_error(self.journal.path, self._forked)
+                if core.open.get(item_id) is not None:
+                    core.abort(item_id, wait)
+                    if item_id in core.errors and item_id not in core.disposing:
+                        self._count += 1  # waiting again (not retired by max_errors)
             if not self._count and not self._open:
                 self.all_tasks_done.notify_all()
 

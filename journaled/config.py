@@ -215,7 +215,15 @@ class ReaderConfig:
         max_errors: an item aborted this many times is not returned to the head but moved to
             ``dead_letter`` (or dropped if that is None), counted as ``dead_lettered``
             (default None: retried forever).  Error counts survive a clean close.
-        dead_letter: a sink, like ``expire_to``, for items that reached ``max_errors``.
+            ``reader.reject`` does not count towards it.
+        dead_letter: a sink, like ``expire_to``, for items that reached ``max_errors`` and for
+            items passed to ``reader.reject`` (without one, rejected items are dropped,
+            counted as ``rejected``).
+        retry_delay: seconds an aborted item waits before it is delivered again, doubled on
+            each further abort: ``retry_delay * 2 ** (error_count - 1)`` (default None: at
+            once).  A waiting item does not hold back the items behind it.  The delay is kept
+            in memory only: after a crash or reopen the item is delivered at once.
+        retry_delay_max: the longest such delay (default None: no cap).
     """
 
     start: Start = attrs.field(default="earliest", validator=_check_start)
@@ -235,10 +243,8 @@ class ReaderConfig:
     open_read_timeout: float | None = attrs.field(default=None, validator=_optional_positive)
     max_errors: int | None = attrs.field(default=None, validator=_optional_positive_int)
     dead_letter: Sink | None = attrs.field(default=None, validator=_check_sink)
-
-    def __attrs_post_init__(self) -> None:
-        if self.dead_letter is not None and self.max_errors is None:
-            raise ValueError("dead_letter needs max_errors (the abort count that sends items there)")
+    retry_delay: float | None = attrs.field(default=None, validator=_optional_positive)
+    retry_delay_max: float | None = attrs.field(default=None, validator=_optional_positive)
 
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")

@@ -19,10 +19,11 @@ The protocol the upper layers use (``reader.py``, ``policies.py``, ``stats.py``,
 ``open_read(item)``        the open read a consumer names; raises :class:`UnknownRead` unless it
                            is *this delivery* (an :class:`Item` is matched by identity).
 ``commit(item)``           an open read finished: settled for good.
-``abort(item)``            an open read failed: back to the head with ``error_count + 1`` (or to
-                           the dead letters when ``max_errors`` is reached).
+``abort(item, delay)``     an open read failed: back to the head with ``error_count + 1``, after
+                           a delay (parked, retry.py), or to the dead letters at ``max_errors``.
+``reject(item, reason)``   an open read refused for good: to the dead letters, no retry.
 ``release(item)``          an open read given back without blame (a cancelled wait).
-                           These three check the read with ``open_read`` first.
+                           These four check the read with ``open_read`` first.
 ``settle(item)``           an item leaves this reader for good (committed, expired, discarded).
 ``requeue(item)``          an item goes back to the head and is offered to waiters.
 ``join(waiter)`` / ``leave(waiter)``  the FIFO line of blocked ``get`` calls.
@@ -42,8 +43,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from journaled import policies
+from journaled import policies, retry
 from journaled.config import ReaderConfig, Sink
+from journaled.envelope import DeadLetter
 from journaled.errors import QueueClosed, UnknownRead
 from journaled.item import Item, new_item, read_id
 from journaled.journal import Cursor
@@ -70,6 +72,8 @@ class LogSource(Protocol):
     def hint(self, item_id: int) -> tuple[int, int]: ...
     def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int: ...
     def file_created_s(self, item_id: int) -> float: ...
+    def first_id(self) -> int: ...
+    def locate_time(self, ms: int) -> int: ...
 
 
 class Waiter(Protocol):
@@ -93,11 +97,6 @@ class ThreadWaiter:
         self.cond.notify()
 
 
-def _redelivery(item: Item, error_count: int) -> Item:
-    """A fresh object for an item going back to the head (a new delivery handle)."""
-    return new_item(item.id, item.data, item.add_time, item.expire_at, error_count)
-
-
 class ReaderCore:
     """The delivery state of one named reader (see the module docstring for the protocol).
 
@@ -115,6 +114,7 @@ class ReaderCore:
         opened_at: open read id -> ``time.monotonic()`` of delivery, in delivery order
             (``open_read_timeout``).
         disposing: items bound for an expiry / dead-letter sink, not yet committed.
+        parked / due: aborted items waiting out a delay, and their due times (retry.py).
         saw_expiry: some item with an ``expire_at`` reached this reader.
         backlog_bytes / backlog_exact: payload bytes of uncommitted items (see policies.py).
         dirty: state changed since the last checkpoint.
@@ -154,8 +154,11 @@ class ReaderCore:
         self.dirty = True
         self.delivered = self.committed = self.aborted = 0
         self.put_count = self.timed_out = self.expired = self.discarded = self.dead_lettered = 0
+        self.rejected = 0
         self.opened_at: dict[int, float] = {}
-        self.disposing: dict[int, tuple[Item, Sink]] = {}
+        self.disposing: dict[int, tuple[DeadLetter, Sink]] = {}
+        self.parked: dict[int, Item] = {}
+        self.due: list[tuple[float, int]] = []  # a heap of (monotonic due time, id)
         self.saw_expiry = False
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
         self.backlog_bytes = policies.estimate_backlog_bytes(
@@ -252,7 +255,7 @@ class ReaderCore:
             expected = rec.id + 1
             if rec.id in self.done or rec.id in self.open or rec.id < self.head:
                 continue
-            if rec.id in self.disposing:
+            if rec.id in self.disposing or rec.id in self.parked:
                 continue
             if rec.expire_ms:
                 self.saw_expiry = True
@@ -310,6 +313,8 @@ class ReaderCore:
     def take(self) -> Item | None:
         """The next deliverable item, now an open read; ``None`` when nothing waits.  Expired
         and dead items met on the way are disposed of (policies.check_delivery)."""
+        if self.parked:
+            retry.release_due(self, serve=False)
         while True:
             item = self.pop_waiting()
             if item is None:
@@ -394,26 +399,17 @@ class ReaderCore:
             self.done.add(item_id)
         self.dirty = True
 
-    def abort(self, item: Item | int) -> None:
-        """Close the open read ``item`` names as failed: back to the head with
-        ``error_count + 1``, or to the dead letters once ``max_errors`` is reached."""
-        item = self.open_read(item)
-        del self.open[item.id]
-        self.aborted += 1
-        failed = _redelivery(item, item.error_count + 1)
-        cfg = self.config
-        if cfg.max_errors is not None and failed.error_count >= cfg.max_errors:
-            self.errors[item.id] = failed.error_count  # until the sink has it: survives a crash
-            self.dirty = True
-            policies.dispose(self, failed, "dead")
-        else:
-            self.requeue(failed)
+    def abort(self, item: Item | int, delay: float | None = None) -> None:
+        """Close the open read ``item`` names as failed (:func:`journaled.retry.abort`)."""
+        retry.abort(self, item, delay)
+
+    def reject(self, item: Item | int, reason: str = "") -> None:
+        """Close the open read ``item`` names for good (:func:`journaled.retry.reject`)."""
+        retry.reject(self, item, reason)
 
     def release(self, item: Item | int) -> None:
         """Give the open read ``item`` names back to the head without counting an error."""
-        item = self.open_read(item)
-        del self.open[item.id]
-        self.requeue(_redelivery(item, item.error_count))
+        retry.release(self, item)
 
     def release_id(self, item_id: int) -> bool:
         """:meth:`release` by id, for hand-offs nobody received; False if not open."""
@@ -423,14 +419,13 @@ class ReaderCore:
         self.release(item)
         return True
 
+    def release_due(self, now: float | None = None) -> int:
+        """Parked items whose time has come go back to the head (:func:`retry.release_due`)."""
+        return retry.release_due(self, now)
+
     def requeue(self, item: Item) -> None:
         """Put ``item`` back at the head (it is the next one delivered) and serve waiters."""
-        self.errors[item.id] = item.error_count
-        self.mem.appendleft(item)
-        self.mem_bytes += len(item.data)
-        self.dirty = True
-        if self.waiters:
-            self.hand_off()
+        retry.requeue(self, item)
 
     # ------------------------------------------------------------------ state
     def checkpoint_state(self) -> CheckpointData:

@@ -9,8 +9,9 @@
   ``checkpoint_interval``, adopts spool batches and archives passed journal files.
 * The **sink thread** (``journaled-<queue>-sinks``, started the first time an item is bound for
   an ``expire_to`` / ``dead_letter`` sink) hands such items to their sinks, outside the queue
-  lock, then commits them.  A sink may be slow, may raise, and may call back into the queue,
-  ``close()`` included.
+  lock, then commits them: a callable gets the :class:`~journaled.envelope.DeadLetter`, a queue
+  (``put(bytes)``) its encoded envelope.  A sink may be slow, may raise, and may call back into
+  the queue, ``close()`` included.
 
 Faults that last: each background step (:class:`Step`) that fails is retried with a backoff,
 from ``BACKOFF_FIRST`` up to ``BACKOFF_MAX`` seconds, never in a loop; its failure is logged once,
@@ -168,7 +169,7 @@ def run_disposals(
             if callable(sink):
                 sink(item)
             else:
-                sink.put(item.data)
+                sink.put(item.encode())
         except QueueClosed:
             if not closing():
                 log.exception("reader %s: sink %r failed for item %d; item dropped", core.name, sink, item.id)
@@ -284,8 +285,11 @@ class Engine:
                 cores = self._cores()
                 timed = any(policies.uses_time_policies(c) for c in cores)
                 pending = any(c.disposing for c in cores)
+                due = policies.next_due(cores)
             if timed:
                 wait = min(wait, policies.POLICY_TICK)
+            if due is not None:  # a parked item's time: blocked gets get it then, not a tick later
+                wait = min(wait, max(0.001, due - time.monotonic()))
             if pending:
                 self._hand_to_sinks()
             self._kick.wait(wait)
@@ -295,7 +299,7 @@ class Engine:
             now = time.monotonic()
             journal = self._journal
             self._attempt("directory check", journal.check_home, now)
-            if timed:
+            if timed or due is not None:
                 self._attempt("policies", self.sweep, now)
             if interval is not None and journal.dirty and not journal.gone:
                 self._attempt("flush", journal.sync, now)

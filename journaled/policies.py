@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from journaled.config import Sink
+from journaled.envelope import DeadLetter
 from journaled.errors import Full
 from journaled.item import Item
 from journaled.record import PUT_OVERHEAD
@@ -50,6 +51,7 @@ def backlog_bytes(core: ReaderCore) -> int:
     elif not core.backlog_exact and core.load_id is None:
         total = core.mem_bytes + sum(len(i.data) for i in core.open.values())
         total += sum(len(i.data) for i, _s in core.disposing.values())
+        total += sum(len(i.data) for i in core.parked.values())
         core.backlog_bytes, core.backlog_exact = total, True
     return core.backlog_bytes
 
@@ -99,12 +101,14 @@ def make_room(cores: Sequence[ReaderCore], n: int, nbytes: int) -> None:
 
 
 def _can_make_room(core: ReaderCore, n: int, nbytes: int) -> bool:
-    """Could dropping every waiting item make room?  (Open reads are never discarded.)"""
+    """Could dropping every waiting item make room?  (Open reads and parked items are never
+    discarded.)"""
     cfg = core.config
-    if cfg.max_items is not None and len(core.open) + n > cfg.max_items:
+    if cfg.max_items is not None and len(core.open) + len(core.parked) + n > cfg.max_items:
         return False
     if cfg.max_size is not None:
         pinned_bytes = sum(len(i.data) for i in core.open.values())
+        pinned_bytes += sum(len(i.data) for i in core.parked.values())
         if pinned_bytes + nbytes > cfg.max_size:
             return False
     return True
@@ -128,7 +132,7 @@ def check_delivery(core: ReaderCore, item: Item) -> bool:
             dispose(core, item, "expired")
             return False
     if cfg.max_errors is not None and item.error_count >= cfg.max_errors:
-        dispose(core, item, "dead")
+        dispose(core, item, "max_errors")
         return False
     return True
 
@@ -209,17 +213,26 @@ def sweep_open_reads(core: ReaderCore, now_mono: float) -> int:
 
 
 def uses_time_policies(core: ReaderCore) -> bool:
-    """Does this reader need the background tick (timeouts, or items that can expire)?"""
+    """Does this reader need the background tick (timeouts, or items that can expire)?  Parked
+    items need no tick: the engine sleeps until the earliest is due (:func:`next_due`)."""
     cfg = core.config
     return cfg.open_read_timeout is not None or cfg.max_age is not None or core.saw_expiry
 
 
 def sweep(core: ReaderCore, now: float, now_mono: float) -> None:
     """One round of time-driven policies for one reader (the background tick)."""
+    if core.parked:
+        core.release_due(now_mono)
     if core.config.open_read_timeout is not None or core.opened_at:
         sweep_open_reads(core, now_mono)
     if core.config.max_age is not None or core.saw_expiry:
         sweep_expired(core, now)
+
+
+def next_due(cores: Sequence[ReaderCore]) -> float | None:
+    """When (``time.monotonic()``) the earliest parked item of any reader is due, or None."""
+    times = [c.due[0][0] for c in cores if c.parked and c.due]
+    return min(times) if times else None
 
 
 def tick(cores: Sequence[ReaderCore]) -> bool:
@@ -232,24 +245,29 @@ def tick(cores: Sequence[ReaderCore]) -> bool:
 
 
 # --------------------------------------------------------------------------- sinks
-def dispose(core: ReaderCore, item: Item, kind: str) -> None:
-    """Take ``item`` out of delivery for good: ``kind`` is ``"expired"`` or ``"dead"``."""
+def dispose(core: ReaderCore, item: Item, kind: str, reason: str = "") -> None:
+    """Take ``item`` out of delivery for good: ``kind`` is ``"expired"``, ``"max_errors"`` or
+    ``"rejected"`` (:data:`journaled.envelope.KINDS`); its sink gets a :class:`DeadLetter`."""
     cfg = core.config
     if kind == "expired":
         core.expired += 1
         sink: Sink | None = cfg.expire_to
+        reason = reason or "expired"
+    elif kind == "rejected":
+        core.rejected += 1
+        sink = cfg.dead_letter
     else:
         core.dead_lettered += 1
         sink = cfg.dead_letter
+        reason = f"aborted {item.error_count} times (max_errors={cfg.max_errors})"
         log.warning(
-            "reader %s: item %d aborted %d times (max_errors=%s); %s",
-            core.name, item.id, item.error_count, cfg.max_errors,
+            "reader %s: item %d %s; %s", core.name, item.id, reason,
             "moved to dead_letter" if sink is not None else "dropped",
         )
     if sink is None:
         core.settle(item)
         return
-    core.disposing[item.id] = (item, sink)
+    core.disposing[item.id] = (DeadLetter.of(item, kind, reason, core.name), sink)
     core.wake_engine()
 
 

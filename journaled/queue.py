@@ -25,17 +25,18 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from journaled import aio as _aio
-from journaled import closing, lifecycle, policies, restore
+from journaled import closing, lifecycle, policies, restore, seeking
 from journaled.config import QueueConfig, ReaderConfig, validate_name
 from journaled.delivery import ReaderCore
 from journaled.dirlock import DirLock, prepare_queue_dir
 from journaled.engine import Engine
 from journaled.errors import InvalidName, QueueClosed, UnknownReader
-from journaled.item import as_payload, epoch_ms, expire_ms, new_item, new_items
+from journaled.item import as_payload, expire_ms, new_item, new_items
 from journaled.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.reader import Reader
 from journaled.readerfiles import ReaderFiles
@@ -111,7 +112,7 @@ class JournaledQueue(closing.Closing):
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
         core = ReaderCore(rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake)
-        reader = Reader(core)
+        reader = Reader(core, self._files)
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._cores = [r.core for r in self._readers.values()]
@@ -122,7 +123,9 @@ class JournaledQueue(closing.Closing):
     def reader(self, name: str, config: ReaderConfig | None = None) -> Reader:
         """The reader called ``name``, created on first use and remembered across reopens.
 
-        ``config`` applies from now on; its ``start`` only matters when the reader is new.
+        ``config`` applies from now on; its ``start`` only places a new reader (for an existing
+        one it is ignored, with a ``UserWarning`` if it would have moved it: use
+        :meth:`Reader.seek`).
         """
         closing.check_process(self.path, self._forked)  # before a lock a vanished thread may hold
         validate_name(name, "reader name")
@@ -134,33 +137,25 @@ class JournaledQueue(closing.Closing):
             )
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
+        ignored = new = None
         with self._files.lock:
             with self._lock:
                 self._check_open()
                 existing = self._readers.get(name)
-                if existing is not None:
-                    if config is not None:
-                        existing.core.config = config
-                        self._engine.wake()  # its time-driven policies may start now
-                    return existing
-                cfg = config or ReaderConfig()
-                reader = self._add_reader(name, cfg, CheckpointData(self._start_id(cfg.start)))
-                state = reader.core.checkpoint_state()
-                names = list(self._readers)
-            # durable before we return: the reader exists even if we crash right after
-            self._files.created(name, state, names)
-        return reader
-
-    def _start_id(self, start: object) -> int:
-        journal = self._journal
-        if start == "earliest":
-            return journal.first_id()
-        if start == "latest":
-            return journal.next_id
-        if isinstance(start, int):
-            return min(max(start, journal.first_id()), journal.next_id)
-        assert isinstance(start, (float, _dt.datetime))
-        return journal.locate_time(epoch_ms(start))
+                if existing is not None and config is not None:
+                    ignored = seeking.ignored_start(existing.core, config.start)
+                    existing.core.config = config
+                    self._engine.wake()  # its time-driven policies may start now
+                if existing is None:
+                    cfg = config or ReaderConfig()
+                    head = seeking.start_id(self._journal, cfg.start)
+                    existing = self._add_reader(name, cfg, CheckpointData(head))
+                    new = (existing.core.checkpoint_state(), list(self._readers))
+            if new is not None:  # durable before we return: it exists even if we crash now
+                self._files.created(name, *new)
+        if ignored is not None:
+            warnings.warn(ignored, UserWarning, stacklevel=2)  # outside the locks: it may raise
+        return existing
 
     def readers(self) -> list[str]:
         """Names of the existing readers, sorted."""

@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Awaitable, Callable
 
 from journaled import aio as _aio
-from journaled import closing
-from journaled.config import ReaderConfig
+from journaled import closing, retry, seeking, txn
+from journaled.config import ReaderConfig, Start
 from journaled.delivery import ReaderCore, ThreadWaiter
 from journaled.errors import Empty
 from journaled.item import Item
+from journaled.readerfiles import ReaderFiles
 from journaled.stats import ReaderStats, reader_stats
 from journaled.txn import ItemIterator, TransactionContext
 
@@ -31,9 +33,10 @@ class Reader:
     and tests that need to look inside; read it only while holding ``core.lock``.
     """
 
-    def __init__(self, core: ReaderCore) -> None:
+    def __init__(self, core: ReaderCore, files: ReaderFiles | None = None) -> None:
         self.core = core
         self.name = core.name
+        self._files = files  # the queue's checkpoint files (seek lowers the archiving head)
 
     @property
     def config(self) -> ReaderConfig:
@@ -106,6 +109,41 @@ class Reader:
                 raise closing.reader_closed(core)
             raise Empty
 
+    def get_many(self, max_items: int, timeout: float | None = None, *, block: bool = True) -> list[Item]:
+        """Open up to ``max_items`` reads at once, for batch consumers: waits like :meth:`get`
+        for the first (``Empty`` if none comes), then takes what else is ready now.  Each
+        item is an open read of its own (commit or abort each)."""
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise ValueError(f"max_items must be a positive int, got {max_items!r}")
+        items = [self.get(block, timeout)]
+        core = self.core
+        with core.lock:
+            while len(items) < max_items and not core.closed:
+                item = core.take_if_first()  # blocked gets in line go first
+                if item is None:
+                    break
+                items.append(item)
+        return items
+
+    def seek(self, position: Start) -> int:
+        """Move this reader to ``position``, with the rules of ``ReaderConfig.start``:
+        ``"earliest"``, ``"latest"``, an item id, or a point in time (epoch seconds or a
+        ``datetime``).  Everything from there on is delivered again (or skipped), as for a new
+        reader placed there; open reads are taken back first (committing one raises
+        :class:`UnknownRead`), error counts and delays are forgotten.  Returns the new head;
+        durable at the next checkpoint (``q.checkpoint()``)."""
+        core = self.core
+        files = self._files
+        if files is None:
+            raise TypeError("this reader has no queue to seek in")
+        with files.lock:  # archiving must not delete what a head moved back needs
+            with core.lock:
+                if core.closed:
+                    raise closing.reader_closed(core)
+                head = seeking.seek(core, position)
+                files.heads[self.name] = min(files.heads.get(self.name, head), head)
+        return head
+
     def commit(self, item: Item | int) -> None:
         """Finish an open read: the item is never delivered to this reader again.
 
@@ -121,14 +159,33 @@ class Reader:
                 raise closing.reader_closed(core)
             core.commit(item)
 
-    def abort(self, item: Item | int) -> None:
+    def abort(self, item: Item | int, delay: float | None = None) -> None:
         """Give an open read back: it returns to the head of this reader, error_count + 1
-        (or goes to ``dead_letter`` once ``max_errors`` is reached)."""
+        (or goes to ``dead_letter`` once ``max_errors`` is reached).
+
+        ``delay``: seconds before it is delivered again (``None``: the reader's
+        ``retry_delay`` backoff, at once without one).  Meanwhile the items behind it are
+        delivered; the delay is in memory only (after a crash it is delivered at once).
+        """
+        wait = retry.check_delay(delay)
         core = self.core
         with core.lock:
             if core.closed:
                 raise closing.reader_closed(core)
-            core.abort(item)
+            core.abort(item, wait)
+
+    def reject(self, item: Item | int, reason: str = "") -> None:
+        """Give up on an open read for good, without a retry: it goes to ``dead_letter`` as a
+        :class:`~journaled.DeadLetter` with ``kind="rejected"`` and ``reason`` (dropped when
+        there is no ``dead_letter``; counted as ``rejected`` either way).  Does not count
+        towards ``max_errors``."""
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        core = self.core
+        with core.lock:
+            if core.closed:
+                raise closing.reader_closed(core)
+            core.reject(item, reason)
 
     def release(self, item: Item | int) -> None:
         """Give an open read back to the head *without* counting an error (a cancelled wait,
@@ -150,6 +207,33 @@ class Reader:
         (immediately under ``with reader.iter() as items:``).  Stops after ``timeout`` seconds
         without an item (``None``: only when the queue closes)."""
         return ItemIterator(self, timeout)
+
+    def process(
+        self,
+        fn: Callable[[Item], object],
+        timeout: float | None = None,
+        *,
+        on_error: Callable[[Item, Exception], object] | None = None,
+    ) -> int:
+        """A worker loop that keeps going: ``fn(item)`` for each item; commit when it returns,
+        abort (``retry_delay`` backoff, ``max_errors``) when it raises an ``Exception``, which
+        is logged (or passed to ``on_error``), and go on with the next item.  Returns how many
+        items it committed once no item came within ``timeout`` seconds (``None``: only when
+        the queue closes).  A ``BaseException`` (``KeyboardInterrupt``) releases the item
+        uncounted and ends the loop.  ``fn`` may settle the item itself (``reject``,
+        ``abort(item, delay=...)``)."""
+        return txn.process(self, fn, timeout, on_error)
+
+    async def aprocess(
+        self,
+        fn: Callable[[Item], Awaitable[object] | object],
+        timeout: float | None = None,
+        *,
+        on_error: Callable[[Item, Exception], object] | None = None,
+    ) -> int:
+        """``await reader.aprocess(fn)``: :meth:`process` for asyncio (``fn`` may be a coroutine
+        function); a cancellation releases the current item uncounted."""
+        return await _aio.aprocess(self, fn, timeout, on_error)
 
     async def aget(self, timeout: float | None = None) -> Item:
         """``await reader.aget(timeout)``: :meth:`get` for asyncio, woken by puts (no polling);

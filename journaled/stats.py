@@ -28,6 +28,8 @@ class ReaderStats:
         name: the reader's name.
         head: every id below it is committed.
         items_waiting: items neither committed, open nor being handed to a sink (exact).
+        items_delayed: of those, aborted items waiting out a delay (``abort(item, delay=...)``,
+            ``retry_delay``) before they are delivered again.
         items_in_memory / bytes_in_memory: the waiting items held in memory (exact).
         items_on_disk / bytes_on_disk: the waiting items only on disk, read back later
             (items exact; bytes exact within a session, an over-estimate after reopen).
@@ -47,11 +49,13 @@ class ReaderStats:
         delivered / committed / aborted: as the names say (aborted includes timed-out reads).
         timed_out: open reads aborted by ``open_read_timeout``.
         expired / discarded / dead_lettered: items removed by those policies.
+        rejected: items given up on with ``reader.reject`` (not counted in ``dead_lettered``).
     """
 
     name: str
     head: int
     items_waiting: int
+    items_delayed: int
     items_in_memory: int
     bytes_in_memory: int
     items_on_disk: int
@@ -72,6 +76,7 @@ class ReaderStats:
     expired: int
     discarded: int
     dead_lettered: int
+    rejected: int
 
 
 @attrs.frozen
@@ -138,8 +143,10 @@ def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
     waiting = max(0, backlog - in_flight)
     open_bytes = sum(len(it.data) for it in core.open.values())
     disposing_bytes = sum(len(it.data) for it, _sink in core.disposing.values())
-    waiting_bytes = max(core.mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
-    in_mem = len(core.mem)
+    parked_bytes = sum(len(it.data) for it in core.parked.values())
+    mem_bytes = core.mem_bytes + parked_bytes
+    waiting_bytes = max(mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
+    in_mem = len(core.mem) + len(core.parked)  # parked items are in memory too
     oldest: float | None = None
     if core.mem:
         oldest = max(0.0, now - core.mem[0].add_time)
@@ -149,10 +156,11 @@ def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
         name=core.name,
         head=core.head,
         items_waiting=waiting,
+        items_delayed=len(core.parked),
         items_in_memory=in_mem,
-        bytes_in_memory=core.mem_bytes,
+        bytes_in_memory=mem_bytes,
         items_on_disk=max(0, waiting - in_mem),
-        bytes_on_disk=waiting_bytes - core.mem_bytes,
+        bytes_on_disk=waiting_bytes - mem_bytes,
         bytes_waiting=waiting_bytes,
         open_reads=len(core.open),
         bytes_open=open_bytes,
@@ -169,4 +177,5 @@ def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
         expired=core.expired,
         discarded=core.discarded,
         dead_lettered=core.dead_lettered,
+        rejected=core.rejected,
     )

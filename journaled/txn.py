@@ -14,12 +14,17 @@ finished normally*; anything else gives it back to the head of the reader.
   manager (``with reader.iter(...) as items``), else when the iterator is closed or collected,
   and in any case after a restart.
 
+A third shape keeps going: :func:`process` (``reader.process(fn)``) calls ``fn(item)`` for
+each item; an :class:`Exception` aborts that item (logged) and the loop goes on with the next.
+
 If the body already committed or aborted the item itself, nothing more is done with it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -28,6 +33,8 @@ from journaled.item import Item
 
 if TYPE_CHECKING:
     from journaled.reader import Reader
+
+log = logging.getLogger("journaled")
 
 
 def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: bool) -> None:
@@ -175,4 +182,49 @@ class ItemIterator(ItemLoop):
         self.close(exc)
 
 
-__all__ = ["ItemIterator", "TransactionContext", "settle"]
+def failed(
+    reader: Reader, item: Item, exc: Exception, on_error: Callable[[Item, Exception], object] | None
+) -> None:
+    """A worker loop's body raised ``exc`` for ``item``: abort it and report it."""
+    settle(reader, item, exc, commit=False)
+    if on_error is None:
+        log.error("reader %s: processing item %d failed; aborted", reader.name, item.id, exc_info=exc)
+    else:
+        try:
+            on_error(item, exc)
+        except Exception:
+            log.exception("reader %s: on_error failed for item %d", reader.name, item.id)
+
+
+def process(
+    reader: Reader,
+    fn: Callable[[Item], object],
+    timeout: float | None = None,
+    on_error: Callable[[Item, Exception], object] | None = None,
+) -> int:
+    """``reader.process(fn, timeout)``: see :meth:`journaled.Reader.process`."""
+    check_timeout(timeout)
+    done = 0
+    while True:
+        try:
+            item = reader.get(timeout=timeout)
+        except (Empty, QueueClosed):
+            return done
+        try:
+            fn(item)
+        except Exception as exc:
+            failed(reader, item, exc, on_error)
+            continue
+        except BaseException as exc:
+            settle(reader, item, exc, commit=False)
+            raise
+        try:
+            reader.commit(item)
+            done += 1
+        except UnknownRead:
+            pass  # fn settled it itself
+        except QueueClosed:
+            return done  # not committed: delivered again on the next open
+
+
+__all__ = ["ItemIterator", "TransactionContext", "process", "settle"]

@@ -15,11 +15,13 @@ A payload the serializer cannot load is aborted (``error_count + 1``, so ``max_e
 
 from __future__ import annotations
 
+import math
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from journaled import aio
 from journaled import serializers as ser
+from journaled.closing import reader_closed
 from journaled.errors import Empty, Full, SerializationError, UnknownRead
 from journaled.item import Item
 from journaled.txn import settle
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from journaled.reader import Reader
 
 T = TypeVar("T")
+
+#: Most items one ``flush`` drops per hold of the queue lock.
+FLUSH_SLICE = 4096
 
 
 class _Base(Generic[T]):
@@ -82,9 +87,32 @@ class _Base(Generic[T]):
         """Consumers (threads or coroutines) currently blocked waiting for an item."""
         return self.reader.waiter_count
 
-    def flush(self) -> None:
+    def sync(self) -> None:
         """Make everything put so far durable (any sync policy)."""
         self.queue.sync()
+
+    def flush(self) -> int:
+        """Empty the queue, as libkestrel's and kestrel's ``flush``: every item waiting in the
+        reader (delayed ones included) is dropped unread, counted as ``discarded``; open reads
+        are left alone.  Returns how many were dropped.  (Durability is :meth:`sync`.)"""
+        core = self.reader.core
+        dropped = 0
+        while True:
+            with core.lock:  # in slices, so puts and gets are not held up for long
+                if core.closed:
+                    raise reader_closed(core)
+                core.release_due(math.inf)
+                n = 0
+                while n < FLUSH_SLICE:
+                    item = core.pop_waiting()
+                    if item is None:
+                        break
+                    core.settle(item)
+                    n += 1
+                core.discarded += n
+            dropped += n
+            if n < FLUSH_SLICE:
+                return dropped
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.queue.path!r} reader={self.reader.name!r}>"

@@ -455,7 +455,8 @@ def test_start_only_matters_when_the_reader_is_new(tmpfs_qdir):
     with open_q(tmpfs_qdir) as q:
         ids = q.put_many([b"1", b"2"])
         r = q.reader("a")
-        assert q.reader("a", ReaderConfig(start="latest")) is r
+        with pytest.warns(UserWarning, match=r"reader\.seek"):
+            assert q.reader("a", ReaderConfig(start="latest")) is r
         assert [i.id for i in drain(r)] == ids
 
 

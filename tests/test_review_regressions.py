@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
+from journaled import DeadLetter, Empty, JournaledQueue, QueueConfig, ReaderConfig
 from journaled import checkpoint as ckp
 from journaled import fileio
 
@@ -134,7 +134,7 @@ def test_dead_letter_into_the_same_queue_survives_close(qdir):
         with pytest.raises(Empty):
             r2.get(block=False)  # still poison: goes to the sink, not to the consumer
         q2.run_policies()
-        assert r2.get(block=False).data == b"poison"  # the sink's copy, put into this queue
+        assert DeadLetter.decode(r2.get(block=False).data).data == b"poison"  # the sink's copy, put here
 
 
 def test_read_error_while_handing_a_put_to_a_waiter_does_not_fail_the_put(qdir):

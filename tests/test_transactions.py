@@ -220,7 +220,7 @@ def test_blocking_queue_get_commits_at_once(qdir):
         assert bq.poll() is None
         with pytest.raises(Empty):
             bq.get(timeout=0.01)
-        bq.flush()
+        bq.sync()
     with JournaledQueue(qdir) as q:
         assert q.blocking_queue("r").poll() is None  # nothing comes back: it was committed
 
