@@ -124,7 +124,10 @@ def run_life(path: str, mode: str, seed: int, tally: Tally, kill_after: float, k
     else:
         cmd = [sys.executable, "-m", "journaled.qtest_crash_worker", path, mode, str(seed),
                str(tally.max_seq + 1), kill_at, name]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # the child imports this very package, wherever it was imported from
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (here, os.environ.get("PYTHONPATH")))))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
     buf = b""
