@@ -42,7 +42,9 @@ _COMMON: dict[str, Any] = {
 # option -> (lowest allowed, whether the lowest itself is allowed, highest or None)
 _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "writers": (1, True, None), "readers": (1, True, None), "items": (1, True, None),
-    "seconds": (0, False, None), "batch": (1, True, None), "journal_size": (0, False, None),
+    "seconds": (0, False, None), "batch": (1, True, None),
+    # below 64 KiB a journal file holds a few items and the run becomes a file-creation test
+    "journal_size": (1 / 16, True, None),
     "reader_memory": (0, False, None), "pause": (0, True, None), "get_timeout": (0, False, None),
     "abort_rate": (0, True, 1.0), "dying": (0, True, None), "cycles": (1, True, None),
 }
@@ -127,7 +129,7 @@ def add_qtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None, help="items per put_many call (default 1: put)")
     p.add_argument("--sync", type=parse_sync, default=None,
                    help="always | never | SECONDS of periodic fsync (default 0.05; crash: a mix)")
-    p.add_argument("--journal-size", type=float, default=None, help="MiB per journal file (default 16)")
+    p.add_argument("--journal-size", type=float, default=None, help="MiB per journal file, at least 0.0625 (default 16)")
     p.add_argument("--reader-memory", type=float, default=None,
                    help="MiB of items a reader keeps in memory before reading back from disk (16)")
     p.add_argument("--pause", type=float, default=None, help="timeout: writer sleep per put (0.001)")

@@ -68,6 +68,7 @@ def test_ctrl_c_stops_cleanly_with_a_partial_summary_and_exit_130(tmp_path, argv
         (["flood", "--readers", "0"], "--readers"),
         (["flood", "--seconds", "-1"], "--seconds"),
         (["put", "--journal-size", "0"], "--journal-size"),
+        (["put", "--journal-size", "0.00001"], "--journal-size"),  # a 10-byte journal file
         (["put", "--reader-memory", "0"], "--reader-memory"),
         (["put", "--batch", "0"], "--batch"),
         (["leaky-reader", "--abort-rate", "1.5"], "--abort-rate"),
