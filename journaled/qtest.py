@@ -241,7 +241,9 @@ def format_summary(r: dict[str, Any]) -> str:
             "items redelivered after reopen"
         )
     if r["leftovers_skipped"]:
-        lines.append(f"  {r['leftovers_skipped']:,} items left in the queue by earlier runs: skipped, not validated")
+        lines.append(
+            f"  {r['leftovers_skipped']:,} items left in the queue by earlier runs: skipped, not validated"
+        )
     if r["interrupted"]:
         lines.append("  interrupted: partial figures; what was delivered so far was checked")
     if r["ok"]:

@@ -129,7 +129,8 @@ def add_qtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None, help="items per put_many call (default 1: put)")
     p.add_argument("--sync", type=parse_sync, default=None,
                    help="always | never | SECONDS of periodic fsync (default 0.05; crash: a mix)")
-    p.add_argument("--journal-size", type=float, default=None, help="MiB per journal file, at least 0.0625 (default 16)")
+    p.add_argument("--journal-size", type=float, default=None,
+                   help="MiB per journal file, at least 0.0625 (default 16)")
     p.add_argument("--reader-memory", type=float, default=None,
                    help="MiB of items a reader keeps in memory before reading back from disk (16)")
     p.add_argument("--pause", type=float, default=None, help="timeout: writer sleep per put (0.001)")

@@ -165,7 +165,10 @@ def run_life(path: str, mode: str, seed: int, tally: Tally, kill_after: float, k
         if proc.returncode is None:
             proc.kill()  # interrupted: never leave a worker holding the queue
         proc.wait()
-    err = proc.stderr_text() if isinstance(proc, Forked) else (proc.stderr.read().decode() if proc.stderr else "")
+    if isinstance(proc, Forked):
+        err = proc.stderr_text()
+    else:
+        err = proc.stderr.read().decode() if proc.stderr else ""
     ready_at = life["ready_at"]
     if ready_at is None and kill_at and proc.returncode == -signal.SIGKILL:
         tally.kill_points += 1  # killed itself at a named point while opening: legitimate
@@ -290,7 +293,9 @@ def soak(plan: CrashPlan, progress: bool = False) -> dict[str, Any]:
 
 def format_crash(r: dict[str, Any]) -> str:
     """The one-screen, human summary of a crash run."""
-    modes = "fsync mixed per life (always, every 20 ms, never)" if r["mode"] == "mixed" else f"sync {r['mode']}"
+    modes = f"sync {r['mode']}"
+    if r["mode"] == "mixed":
+        modes = "fsync mixed per life (always, every 20 ms, never)"
     lines = [
         f"qtest crash: a child process putting and consuming, killed with SIGKILL {r['kill_cycles']} "
         f"times ({r['named_kill_points']} at a write, fsync or rename), {modes}",

@@ -214,4 +214,5 @@ class Forked:
 
 if __name__ == "__main__":
     _path, _mode, _seed, _start, *_rest = sys.argv[1:]
-    worker(_path, _mode, int(_seed), int(_start), _rest[0] if _rest else "", _rest[1] if len(_rest) > 1 else QUEUE)
+    _kill_at = _rest[0] if _rest else ""
+    worker(_path, _mode, int(_seed), int(_start), _kill_at, _rest[1] if len(_rest) > 1 else QUEUE)

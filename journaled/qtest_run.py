@@ -335,7 +335,11 @@ class Run:
 
     @contextmanager
     def progress(
-        self, total: int | None, desc: str = "put", unit: str = " puts", count: Callable[[], int] | None = None
+        self,
+        total: int | None,
+        desc: str = "put",
+        unit: str = " puts",
+        count: Callable[[], int] | None = None,
     ) -> Iterator[None]:
         """A tqdm bar on stderr, only when stderr is a terminal (never in pipes, CI, --json);
         it counts puts unless ``count`` says what else to count."""
