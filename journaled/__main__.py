@@ -1,5 +1,12 @@
 """``python -m journaled``: the command-line tool."""
 
-from journaled.cli import main
+import sys
 
-raise SystemExit(main())
+try:
+    from journaled.cli import main
+
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C while starting up: still no traceback
+    print("journaled: interrupted", file=sys.stderr)
+    code = 130
+raise SystemExit(code)

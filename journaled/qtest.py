@@ -1,8 +1,10 @@
 """``journaled qtest``: load tests that also validate what they measure.
 
 Five tests in the libkestrel ``qtest`` tradition (``put``, ``flood``, ``timeout``, ``fanout``,
-``leaky-reader``), run on the self-checking machinery of qtest_run.py.  A failed check makes the
-command exit with status 1.
+``leaky-reader``), run on the self-checking machinery of qtest_run.py, and ``crash``
+(qtest_crash.py), which kills a real child process over and over.  With no test named, the main
+job runs ``put`` and then a short ``crash``.  Exit status: 0 validated, 1 a check failed,
+2 usage error (qtest_args.py), 130 interrupted, with a partial summary.
 
 Throughput figures include making and checking payloads (a few microseconds per item); they
 measure the queue as an application sees it, not the bare library: see scripts/bench_peers.py.
@@ -12,15 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from journaled.config import MiB
+from journaled.cli_inspect import UsageError
 from journaled.queue import JournaledQueue
-from journaled.qtest_run import TESTS, Run, join_all, parse_size, parse_sync, percentile, start_thread
+from journaled.qtest_args import EPILOG, MAIN_JOB, add_qtest_arguments, apply_defaults, sync_words
+from journaled.qtest_crash import CrashPlan, format_crash, soak
+from journaled.qtest_run import Run, join_all, percentile
+
 def test_put(run: Run, q: JournaledQueue) -> dict[str, Any]:
     """N threads put as fast as they can; then one reader drains and validates everything."""
     args = run.args
@@ -28,7 +33,7 @@ def test_put(run: Run, q: JournaledQueue) -> dict[str, Any]:
     per = max(1, args.items // args.writers)
     with run.progress(per * args.writers):
         t0 = time.perf_counter()
-        threads = [start_thread(run.produce, q, p, per) for p in range(args.writers)]
+        threads = [run.start(run.produce, q, p, per) for p in range(args.writers)]
         if args.seconds:
             timer = threading.Timer(args.seconds, run.stop_producing.set)
             timer.start()
@@ -52,8 +57,8 @@ def _writers_against_readers(
     consume_kw: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     produce_extra = () if pause is None else (pause,)
     with run.progress(None):
-        consumers = [start_thread(run.consume, reader, seed=r, **consume_kw) for r in range(args.readers)]
-        producers = [start_thread(run.produce, q, p, None, *produce_extra) for p in range(args.writers)]
+        consumers = [run.start(run.consume, reader, seed=r, **consume_kw) for r in range(args.readers)]
+        producers = [run.start(run.produce, q, p, None, *produce_extra) for p in range(args.writers)]
         time.sleep(args.seconds)
         run.stop_producing.set()
         join_all(producers)
@@ -80,7 +85,7 @@ def test_fanout(run: Run, q: JournaledQueue) -> dict[str, Any]:
     readers = [q.reader(f"fan{k}", run.reader_config) for k in range(args.readers)]
     t0 = time.perf_counter()
     with run.progress(args.items):
-        consumers = [start_thread(run.consume, r, seed=k) for k, r in enumerate(readers)]
+        consumers = [run.start(run.consume, r, seed=k) for k, r in enumerate(readers)]
         if args.seconds:
             timer = threading.Timer(args.seconds, run.stop_producing.set)
             timer.start()
@@ -104,12 +109,12 @@ def test_leaky_reader(run: Run, q: JournaledQueue) -> dict[str, Any]:
     t0 = time.perf_counter()
     with run.progress(None):
         consumers = [
-            start_thread(run.consume, reader, abort_rate=args.abort_rate, seed=r) for r in range(args.readers)
+            run.start(run.consume, reader, abort_rate=args.abort_rate, seed=r) for r in range(args.readers)
         ]
         dying = [
-            start_thread(run.consume, reader, die_after=1 + k % 5, seed=1000 + k) for k in range(args.dying)
+            run.start(run.consume, reader, die_after=1 + k % 5, seed=1000 + k) for k in range(args.dying)
         ]
-        producers = [start_thread(run.produce, q, p, None) for p in range(args.writers)]
+        producers = [run.start(run.produce, q, p, None) for p in range(args.writers)]
         time.sleep(args.seconds)
         run.stop_producing.set()
         join_all(producers)
@@ -142,18 +147,27 @@ RUNNERS: dict[str, Callable[[Run, JournaledQueue], dict[str, Any]]] = {
 def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
     """Run the chosen test and return its result (a JSON-ready dict with ``ok``)."""
     run = Run(args)
+    interrupted = False
+    t0 = time.perf_counter()
     try:
         q = run.open()
         try:
-            extra = RUNNERS[args.test](run, q)
+            try:
+                extra = RUNNERS[args.test](run, q)
+            except KeyboardInterrupt:
+                # Ctrl-C: stop every thread, then report what was measured and delivered so far
+                interrupted = True
+                run.stop()
+                took = time.perf_counter() - t0
+                extra = {"put_seconds": took, "get_seconds": took, "gets": run.ledger.delivered()}
             fsyncs = q.fsync_count
         finally:
             q.close()
         ledger = run.ledger
         # The dying consumers of leaky-reader legitimately leave their reads uncommitted until
         # the reopen; every other test must show strict per-thread order too.
-        errors = ledger.validate(ordered_logs=args.test != "leaky-reader")
-        if args.test == "leaky-reader" and extra["open_at_close"] > extra["replayed_after_reopen"]:
+        errors = ledger.validate(ordered_logs=args.test != "leaky-reader", complete=not interrupted)
+        if "replayed_after_reopen" in extra and extra["open_at_close"] > extra["replayed_after_reopen"]:
             errors.append(
                 f"{extra['open_at_close']} reads were open at close but only "
                 f"{extra['replayed_after_reopen']} came back after reopening"
@@ -194,9 +208,12 @@ def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
         },
         "fsyncs": fsyncs,
         **extra,
+        "leftovers_skipped": ledger.leftovers,
         "validation_errors": errors,
         "ok": not errors,
-        "dir": run.directory if (args.keep or args.dir) else None,
+        "interrupted": interrupted,
+        "dir": run.directory,
+        "dir_kept": bool(args.keep or args.dir),
     }
     return result
 
@@ -209,7 +226,7 @@ def format_summary(r: dict[str, Any]) -> str:
         who = f"1 writer, {r['readers']} fan-out readers"
     batch = f", put_many x{r['batch']}" if r["batch"] > 1 else ""
     lines = [
-        f"qtest {r['test']}: {who}, items {r['size']} B{batch}, sync={r['sync']}",
+        f"qtest {r['test']}: {who}, items {r['size']} B{batch}, {sync_words(r['sync'])}",
         f"  put   {put['items']:>10,} items in {put['seconds']:.2f} s  {put['items_per_s']:>9,} items/s"
         f"  {put['mb_per_s']:>7} MB/s",
         f"        latency per put call: p50 {lat['p50']} us  p99 {lat['p99']} us  "
@@ -223,87 +240,52 @@ def format_summary(r: dict[str, Any]) -> str:
             f"  dead consumers left {r['open_at_close']} open reads; {r['replayed_after_reopen']} "
             "items redelivered after reopen"
         )
+    if r["leftovers_skipped"]:
+        lines.append(
+            f"  {r['leftovers_skipped']:,} items left in the queue by earlier runs: skipped, not validated"
+        )
+    if r["interrupted"]:
+        lines.append("  interrupted: partial figures; what was delivered so far was checked")
     if r["ok"]:
         lines.append("  validation: OK (exactly once per reader, per-producer order, payload hashes)")
     else:
         lines.append(f"  validation: FAILED ({len(r['validation_errors'])} problems)")
         lines.extend(f"    - {e}" for e in r["validation_errors"][:10])
-    if r["dir"]:
-        lines.append(f"  queue directory kept: {r['dir']}")
+    lines.append(f"  queue directory: {r['dir']} ({'kept' if r['dir_kept'] else 'removed'})")
     return "\n".join(lines)
 
 
-def cmd_qtest(args: argparse.Namespace) -> int:
-    """Run a qtest from parsed arguments; print the summary or JSON; 0 if validation passed."""
-    _apply_defaults(args)
-    result = run_qtest(args)
-    print(json.dumps(result) if args.json else format_summary(result))
+def run_crash(args: argparse.Namespace, sync_given: bool) -> dict[str, Any]:
+    """``qtest crash`` from parsed arguments (its queue is ``crash`` in ``--dir`` if given);
+    without ``--sync`` each life picks always, periodic or never at random."""
+    sync = args.sync if sync_given else "mixed"
+    mode = sync if sync in ("always", "never", "mixed") else "periodic"
+    plan = CrashPlan(cycles=args.cycles, seed=args.seed, mode=mode, directory=args.dir, keep=args.keep)
+    return soak(plan, progress=not (args.json or args.no_progress))
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    text = json.dumps(result) if args.json else (
+        format_crash(result) if result["test"] == "crash" else format_summary(result))
+    print(text, flush=True)
+    if result["interrupted"]:
+        return 130
     return 0 if result["ok"] else 1
 
 
-# Defaults differ per test so each finishes in about 10 s on a small machine.
-_DEFAULTS: dict[str, dict[str, Any]] = {
-    "put": {"writers": 4, "readers": 1, "items": 200_000, "seconds": 0.0},
-    "flood": {"writers": 2, "readers": 2, "items": 0, "seconds": 5.0},
-    "timeout": {"writers": 2, "readers": 16, "items": 0, "seconds": 5.0},
-    "fanout": {"writers": 1, "readers": 4, "items": 50_000, "seconds": 0.0},
-    "leaky-reader": {"writers": 2, "readers": 4, "items": 0, "seconds": 5.0},
-}
-
-
-def _apply_defaults(args: argparse.Namespace) -> None:
-    for key, value in _DEFAULTS[args.test].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.test == "fanout":
-        args.writers = 1
-    for key in ("writers", "readers", "items"):
-        if getattr(args, key) < (0 if key == "items" else 1):
-            raise SystemExit(f"qtest: --{key} must be positive")
-
-
-EPILOG = """tests:
-  put           N threads put as fast as they can, then one reader drains and validates
-  flood         W writers and R consumer threads (get + commit) at once for --seconds
-  timeout       slow writers (--pause) and a stampede of readers with short --get-timeout
-  fanout        one writer, K named readers each draining everything
-  leaky-reader  consumers abort --abort-rate of reads, --dying consumers die holding reads;
-                the queue is reopened and everything must be committed exactly once
-
-Exit status 1 when validation fails.  Examples:
-  journaled qtest                                  # put, 4 threads, 200k x 1 KiB, sync 50 ms
-  journaled qtest flood --writers 4 --readers 4 --size 100-4096 --seconds 10
-  journaled qtest put --sync always --threads 8 --items 20000 --json
-"""
-
-
-def add_qtest_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("test", nargs="?", default="put", choices=TESTS, help="which load test (default put)")
-    p.add_argument("--threads", "--writers", dest="writers", type=int, default=None,
-                   help="producer threads (put 4, others 2; fanout always 1)")
-    p.add_argument("--readers", type=int, default=None,
-                   help="consumer threads; for fanout, named readers (flood 2, timeout 16, fanout 4)")
-    p.add_argument("--items", type=int, default=None,
-                   help="items to put in total for put/fanout (200000 / 50000)")
-    p.add_argument("--seconds", type=float, default=None,
-                   help="how long writers run (flood/timeout/leaky-reader: 5); for put/fanout a cap")
-    p.add_argument("--size", type=parse_size, default=(1024, 1024),
-                   help="payload bytes, N or MIN-MAX (uniform); at least 20 (default 1024)")
-    p.add_argument("--batch", type=int, default=1, help="items per put_many call (default 1: put)")
-    p.add_argument("--sync", type=parse_sync, default=0.05,
-                   help="always | never | SECONDS of periodic fsync (default 0.05)")
-    p.add_argument("--journal-size", type=float, default=16.0, help="MiB per journal file (default 16)")
-    p.add_argument("--reader-memory", type=float, default=16.0,
-                   help="MiB of items a reader keeps in memory before reading back from disk (16)")
-    p.add_argument("--pause", type=float, default=0.001, help="timeout: writer sleep per put (0.001)")
-    p.add_argument("--get-timeout", type=float, default=0.005, help="timeout: get timeout (0.005)")
-    p.add_argument("--abort-rate", type=float, default=0.1, help="leaky-reader: fraction aborted (0.1)")
-    p.add_argument("--dying", type=int, default=2, help="leaky-reader: consumers that die (2)")
-    p.add_argument("--seed", type=int, default=1, help="random seed for sizes and bodies")
-    p.add_argument("--dir", default=None, help="queue directory (default: a fresh temporary one, removed)")
-    p.add_argument("--keep", action="store_true", help="keep the temporary queue directory")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+def cmd_qtest(args: argparse.Namespace) -> int:
+    """Run a qtest from parsed arguments; print the summary or JSON (one object per test run);
+    0 if validation passed, 1 if not, 130 if interrupted."""
+    sync_given = args.sync is not None
+    test = args.test or MAIN_JOB
+    apply_defaults(args, test)
+    if test == "crash":
+        return _report(args, run_crash(args, sync_given))
+    args.test = "put" if test == MAIN_JOB else test
+    status = _report(args, run_qtest(args))
+    if test != MAIN_JOB or status == 130:
+        return status
+    return max(status, _report(args, run_crash(args, sync_given)))
 
 
 def add_qtest_command(sub: Any) -> None:
@@ -328,7 +310,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_qtest_arguments(parser)
-    return cmd_qtest(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return cmd_qtest(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    except KeyboardInterrupt:
+        print("qtest: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

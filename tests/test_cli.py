@@ -67,10 +67,19 @@ def test_stat_json_shows_readers_heads_backlog_files_bytes(qpath, capsys):
     assert st["queue"] == "q" and st["files"] == 1 and st["bytes"] > 0
     assert (st["first_id"], st["next_id"], st["items"]) == (1, 11, 10)
     readers = {r["name"]: r for r in st["readers"]}
-    assert readers["a"]["head"] == 5 and readers["a"]["backlog"] == 6
-    assert readers["b"]["head"] == 1 and readers["b"]["backlog"] == 10
+    assert readers["a"]["head"] == 5 and readers["a"]["backlog_items"] == 6
+    assert readers["b"]["head"] == 1 and readers["b"]["backlog_items"] == 10
     assert st["owner_pid"] is None
     assert st["oldest_item_age_s"] is not None
+
+
+def test_stat_json_and_reader_stats_use_the_same_word_for_the_waiting_items(qpath, capsys):
+    assert main(["stat", qpath, "--json"]) == 0
+    [cli_reader] = [r for r in json.loads(capsys.readouterr().out)["readers"] if r["name"] == "a"]
+    with JournaledQueue(qpath, name="q") as q:
+        [lib_reader] = [r for r in q.stats().readers if r.name == "a"]
+    assert "backlog" not in cli_reader
+    assert cli_reader["backlog_items"] == lib_reader.backlog_items == 6
 
 
 def test_stat_text_names_the_live_owner(qpath, capsys):
@@ -78,7 +87,7 @@ def test_stat_text_names_the_live_owner(qpath, capsys):
         assert main(["stat", qpath]) == 0
     out = capsys.readouterr().out
     assert f"open by pid {os.getpid()}" in out
-    assert "reader a: head 5, backlog 6" in out
+    assert "reader a: head 5, backlog_items 6" in out
 
 
 def test_check_is_clean_and_read_only(qpath, capsys):

@@ -80,7 +80,7 @@ def test_ledger_reports_duplicates_losses_and_reordering():
 
 def test_failed_validation_gives_exit_status_one(tmp_path, monkeypatch, capsys):
     real = Ledger.validate
-    monkeypatch.setattr(Ledger, "validate", lambda self, ordered_logs: real(self, ordered_logs) + ["forced"])
+    monkeypatch.setattr(Ledger, "validate", lambda self, ordered_logs, complete=True: real(self, ordered_logs, complete) + ["forced"])
     assert qtest.main(["put", "--items", "50", "--dir", str(tmp_path)]) == 1
     assert "FAILED" in capsys.readouterr().out
 
