@@ -1,0 +1,27 @@
+"""Type stub of the compiled hot path (journaled/_speedups.c); see journaled.speedups."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+crc: str
+
+def configure(
+    put_type: type,
+    field_names: tuple[str, ...],
+    encode_puts: Callable[..., list[int]],
+    decode_many: Callable[..., Any],
+    decode_one: Callable[..., Any],
+    damage_type: type,
+    max_body: int,
+) -> None: ...
+def encode_puts(
+    salt: int, offset: int, first_id: int, add_ms: int, expire_ms: int, payloads: Sequence[bytes], out: bytearray
+) -> list[int]: ...
+def decode_many(
+    buf: bytes | bytearray | memoryview,
+    base_offset: int,
+    salt: int,
+    pos: int = 0,
+    max_body: int = ...,
+    limit: int | None = None,
+) -> tuple[list[Any], int, Any]: ...
