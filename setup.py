@@ -29,7 +29,8 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _notice(exc: BaseException) -> None:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        text = str(exc).strip()
+        reason = (text.splitlines()[-1] if text else type(exc).__name__)[:160]
         print(f"journaled: compiled speedups not built ({reason}); using the pure-Python implementation",
               file=sys.stderr)
 

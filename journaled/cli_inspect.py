@@ -27,7 +27,7 @@ from journaled.checkpoint import (
 )
 from journaled.filecodec import CheckpointData
 
-from journaled import repair
+from journaled import repair, speedups
 from journaled.dirlock import owner_pid
 from journaled.errors import JournaledError, QueueLocked
 from journaled.scan import JournalScanner
@@ -147,6 +147,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
               + (f"{r['checkpoint_age_s']:.1f} s old" if r["checkpoint_ok"] else "missing or damaged"))
     for d in st["damaged_files_kept"]:
         print(f"  kept aside by recovery: {d}")
+    print(f"  hot path (this process): {speedups.describe()}")
     return 0
 
 

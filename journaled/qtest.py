@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from journaled import speedups
 from journaled.config import MiB
 from journaled.queue import JournaledQueue
 from journaled.qtest_run import TESTS, Run, join_all, parse_size, parse_sync, percentile, start_thread
@@ -209,7 +210,7 @@ def format_summary(r: dict[str, Any]) -> str:
         who = f"1 writer, {r['readers']} fan-out readers"
     batch = f", put_many x{r['batch']}" if r["batch"] > 1 else ""
     lines = [
-        f"qtest {r['test']}: {who}, items {r['size']} B{batch}, sync={r['sync']}",
+        f"qtest {r['test']}: {who}, items {r['size']} B{batch}, sync={r['sync']}, hot path {speedups.implementation}",
         f"  put   {put['items']:>10,} items in {put['seconds']:.2f} s  {put['items_per_s']:>9,} items/s"
         f"  {put['mb_per_s']:>7} MB/s",
         f"        latency per put call: p50 {lat['p50']} us  p99 {lat['p99']} us  "
