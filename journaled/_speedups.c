@@ -444,12 +444,111 @@ reference:
     return PyObject_Vectorcall(py_decode_many, args, (size_t)nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------------------ new_items */
+
+static PyTypeObject *item_type = NULL;
+static PyObject *item_fields[5];  /* slot descriptors of Item: id, data, add_time, expire_at, error_count */
+static PyObject *py_new_items = NULL;
+
+static PyObject *
+configure_items(PyObject *self, PyObject *args)
+{
+    PyObject *type, *names, *fallback;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &type, &PyTuple_Type, &names, &fallback))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 5) {
+        PyErr_SetString(PyExc_ValueError, "Item must have five fields");
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++) {
+        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
+        if (d == NULL)
+            return NULL;
+        if (Py_TYPE(d)->tp_descr_set == NULL) {
+            Py_DECREF(d);
+            PyErr_SetString(PyExc_TypeError, "Item's fields must be slots");
+            return NULL;
+        }
+        Py_XSETREF(item_fields[i], d);
+    }
+    Py_INCREF(type);
+    Py_XSETREF(item_type, (PyTypeObject *)type);
+    Py_INCREF(fallback);
+    Py_XSETREF(py_new_items, fallback);
+    Py_RETURN_NONE;
+}
+
+/* new_items(first_id, payloads, add_time, expire_at): fresh items with consecutive ids. */
+static PyObject *
+new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_new_items == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled._speedups is not configured");
+        return NULL;
+    }
+    if (kwnames != NULL || nargs != 4 || !PyLong_CheckExact(args[0]) || !PyList_CheckExact(args[1]))
+        goto reference;
+    long long first_id = PyLong_AsLongLong(args[0]);
+    if (first_id == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    if (first_id < 0 || first_id > (1LL << 62))
+        goto reference;
+    {
+        PyObject *payloads = args[1];
+        Py_ssize_t n = PyList_GET_SIZE(payloads);
+        PyObject *out = PyList_New(n);
+        if (out == NULL)
+            return NULL;
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *vals[5];
+            vals[0] = PyLong_FromLongLong(first_id + i);
+            if (vals[0] == NULL)
+                goto fail;
+            vals[1] = PyList_GET_ITEM(payloads, i);
+            vals[2] = args[2];
+            vals[3] = args[3];
+            vals[4] = zero;
+            PyObject *obj = item_type->tp_alloc(item_type, 0);
+            if (obj == NULL) {
+                Py_DECREF(vals[0]);
+                goto fail;
+            }
+            PyList_SET_ITEM(out, i, obj);
+            for (int k = 0; k < 5; k++) {
+                if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
+                    Py_DECREF(vals[0]);
+                    goto fail;
+                }
+            }
+            Py_DECREF(vals[0]);
+        }
+        Py_DECREF(zero);
+        return out;
+    fail:
+        Py_DECREF(zero);
+        Py_DECREF(out);
+        return NULL;
+    }
+reference:
+    return PyObject_Vectorcall(py_new_items, args, (size_t)nargs, kwnames);
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(put_type, field_names, encode_puts, decode_many, decode_one, damage_type, max_body)"},
     {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.record.encode_puts."},
     {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.record.decode_many."},
+    {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items)"},
+    {"new_items", (PyCFunction)(void (*)(void))new_items, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.item.new_items."},
     {NULL, NULL, 0, NULL},
 };
 

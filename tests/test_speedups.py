@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journaled import record, speedups
+from journaled import item, record, speedups
 from journaled.record import MAX_BODY, PUT_OVERHEAD, py_decode_many, py_encode_puts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +32,7 @@ else:  # compared even when JOURNALED_PURE_PYTHON=1 left it unconfigured (config
         record.Put, ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
         py_encode_puts, py_decode_many, record.decode_one, record.Damage, MAX_BODY,
     )
+    native.configure_items(item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items)
 
 needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
 
@@ -208,12 +209,41 @@ def test_decoded_records_are_ordinary_puts():
     assert hash(recs[0]) == hash(record.Put(100, PUT_OVERHEAD + 5, 42, 1_700_000_000_000, 0, b"hello"))
 
 
+# ------------------------------------------------------------------------------------ items
+
+
+def item_fields(items: Any) -> Any:
+    if items[0] != "ok":
+        return items
+    return "ok", [(type(i), i.id, i.data, i.add_time, i.expire_at, i.error_count) for i in items[1]]
+
+
+@needs_native
+@settings(max_examples=200)
+@given(st.integers(0, 2**62), st.lists(st.binary(max_size=50), max_size=20), st.floats(allow_nan=False),
+       st.none() | st.floats(allow_nan=False))
+def test_new_items_builds_the_same_items(first_id, batch, add_time, expire_at):
+    got = native.new_items(first_id, batch, add_time, expire_at)
+    want = item.py_new_items(first_id, batch, add_time, expire_at)
+    assert item_fields(("ok", got)) == item_fields(("ok", want))
+    assert got == want and all(a.data is b.data for a, b in zip(got, want))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args", [(2**64, [b"a"], 1.0, None), (-5, [b"a"], 1.0, None), (0, (b"a", b"b"), 1.0, 2.0), (0, 5, 1.0, None),
+             (1.5, [b"a"], 1.0, None), (0, [b"a", "not bytes"], 1.0, None)],
+)
+def test_new_items_odd_arguments_behave_as_the_reference(args):
+    assert item_fields(outcome(native.new_items, *args)) == item_fields(outcome(item.py_new_items, *args))
+
+
 # ------------------------------------------------------------------------------------ selection
 
 
 def _selected(env: dict[str, str]) -> str:
     code = (
-        "from journaled import record, speedups; "
+        "from journaled import item, record, speedups; "
         "print(speedups.implementation, type(record.decode_many).__name__, type(record.encode_puts).__name__)"
     )
     full = {**os.environ, **env, "PYTHONPATH": ROOT}
