@@ -449,12 +449,13 @@ reference:
 static PyTypeObject *item_type = NULL;
 static PyObject *item_fields[5];  /* slot descriptors of Item: id, data, add_time, expire_at, error_count */
 static PyObject *py_new_items = NULL;
+static PyObject *py_new_item = NULL;
 
 static PyObject *
 configure_items(PyObject *self, PyObject *args)
 {
-    PyObject *type, *names, *fallback;
-    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &type, &PyTuple_Type, &names, &fallback))
+    PyObject *type, *names, *fallback, *fallback_one;
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyType_Type, &type, &PyTuple_Type, &names, &fallback, &fallback_one))
         return NULL;
     if (PyTuple_GET_SIZE(names) != 5) {
         PyErr_SetString(PyExc_ValueError, "Item must have five fields");
@@ -475,7 +476,36 @@ configure_items(PyObject *self, PyObject *args)
     Py_XSETREF(item_type, (PyTypeObject *)type);
     Py_INCREF(fallback);
     Py_XSETREF(py_new_items, fallback);
+    Py_INCREF(fallback_one);
+    Py_XSETREF(py_new_item, fallback_one);
     Py_RETURN_NONE;
+}
+
+/* new_item(id, data, add_time, expire_at=None, error_count=0), positional arguments only. */
+static PyObject *
+new_item(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_new_item == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled._speedups is not configured");
+        return NULL;
+    }
+    if (kwnames != NULL || nargs < 3 || nargs > 5)
+        return PyObject_Vectorcall(py_new_item, args, (size_t)nargs, kwnames);
+    PyObject *zero = NULL;
+    if (nargs < 5 && (zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    PyObject *vals[5] = {args[0], args[1], args[2], nargs > 3 ? args[3] : Py_None, nargs > 4 ? args[4] : zero};
+    PyObject *obj = item_type->tp_alloc(item_type, 0);
+    if (obj != NULL) {
+        for (int k = 0; k < 5; k++) {
+            if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
+                Py_CLEAR(obj);
+                break;
+            }
+        }
+    }
+    Py_XDECREF(zero);
+    return obj;
 }
 
 /* new_items(first_id, payloads, add_time, expire_at): fresh items with consecutive ids. */
@@ -546,7 +576,9 @@ static PyMethodDef methods[] = {
      "Compiled twin of journaled.record.encode_puts."},
     {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.record.decode_many."},
-    {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items)"},
+    {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items, new_item)"},
+    {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.item.new_item."},
     {"new_items", (PyCFunction)(void (*)(void))new_items, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.item.new_items."},
     {NULL, NULL, 0, NULL},

@@ -32,7 +32,7 @@ else:  # compared even when JOURNALED_PURE_PYTHON=1 left it unconfigured (config
         record.Put, ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
         py_encode_puts, py_decode_many, record.decode_one, record.Damage, MAX_BODY,
     )
-    native.configure_items(item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items)
+    native.configure_items(item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items, item.py_new_item)
 
 needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
 
@@ -236,6 +236,19 @@ def test_new_items_builds_the_same_items(first_id, batch, add_time, expire_at):
 )
 def test_new_items_odd_arguments_behave_as_the_reference(args):
     assert item_fields(outcome(native.new_items, *args)) == item_fields(outcome(item.py_new_items, *args))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((1, b"a", 2.0), {}), ((1, b"a", 2.0, 3.0), {}), ((1, b"a", 2.0, None, 4), {}), ((1, b"a"), {}),
+     ((1, b"a", 2.0), {"error_count": 2}), ((1, b"a", 2.0, None, 0, 9), {}), ((), {"id": 1, "data": b"", "add_time": 0.0})],
+)
+def test_new_item_builds_the_same_item_or_error(args, kwargs):
+    got, want = outcome(native.new_item, *args, **kwargs), outcome(item.py_new_item, *args, **kwargs)
+    if got[0] == "ok":
+        got, want = ("ok", [got[1]]), ("ok", [want[1]])
+    assert item_fields(got) == item_fields(want)
 
 
 # ------------------------------------------------------------------------------------ selection
