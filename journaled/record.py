@@ -19,7 +19,6 @@ from typing import Final
 import attrs
 from crc32c import crc32c
 
-from journaled import speedups
 from journaled.errors import CorruptJournal, UnsupportedVersion
 
 # ---------------------------------------------------------------------------------------------
@@ -381,17 +380,3 @@ def find_next_record(
             return pos
         pos += 1
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The compiled twin (journaled.speedups says which runs): the functions above stay the reference.
-# ---------------------------------------------------------------------------------------------
-
-py_encode_puts: Final = encode_puts
-py_decode_many: Final = decode_many
-if speedups.native is not None:
-    speedups.native.configure(
-        Put, tuple(a.name for a in attrs.fields(Put)), py_encode_puts, py_decode_many, decode_one, Damage, MAX_BODY
-    )
-    encode_puts = speedups.native.encode_puts  # noqa: F811
-    decode_many = speedups.native.decode_many  # noqa: F811

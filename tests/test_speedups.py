@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled import item, record, speedups
-from journaled.record import MAX_BODY, PUT_OVERHEAD, py_decode_many, py_encode_puts
+from journaled.record import MAX_BODY, PUT_OVERHEAD
+from journaled.record import decode_many as py_decode_many
+from journaled.record import encode_puts as py_encode_puts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -257,29 +259,32 @@ def test_new_item_builds_the_same_item_or_error(args, kwargs):
 def _selected(env: dict[str, str]) -> str:
     code = (
         "from journaled import item, record, speedups; "
-        "print(speedups.implementation, type(record.decode_many).__name__, type(record.encode_puts).__name__)"
+        "print(speedups.implementation, type(speedups.decode_many).__name__, type(speedups.encode_puts).__name__, "
+        "type(item.new_item).__name__)"
     )
     full = {**os.environ, **env, "PYTHONPATH": ROOT}
     return subprocess.run([sys.executable, "-c", code], env=full, check=True, capture_output=True, text=True).stdout
 
 
 def test_journaled_pure_python_forces_the_reference():
-    assert _selected({"JOURNALED_PURE_PYTHON": "1"}).split() == ["pure-python", "function", "function"]
+    assert _selected({"JOURNALED_PURE_PYTHON": "1"}).split() == ["pure-python", "function", "function", "function"]
     assert "JOURNALED_PURE_PYTHON=1" in speedups.describe() or speedups.implementation == "compiled" or native is None
 
 
 @needs_native
 def test_the_compiled_path_is_used_when_built_and_not_forced_off():
     env = {"JOURNALED_PURE_PYTHON": "0"}
-    assert _selected(env).split() == ["compiled", "builtin_function_or_method", "builtin_function_or_method"]
+    assert _selected(env).split() == ["compiled"] + ["builtin_function_or_method"] * 3
 
 
 def test_speedups_says_which_implementation_runs_in_this_process():
     if speedups.implementation == "compiled":
-        assert record.encode_puts is speedups.native.encode_puts  # type: ignore[union-attr]
+        assert speedups.encode_puts is speedups.native.encode_puts  # type: ignore[union-attr]
+        assert item.new_items is speedups.native.new_items  # type: ignore[union-attr]
         assert speedups.describe().startswith("compiled")
     else:
-        assert record.encode_puts is py_encode_puts and record.decode_many is py_decode_many
+        assert speedups.encode_puts is record.encode_puts and speedups.decode_many is record.decode_many
+        assert item.new_items is item.py_new_items
         assert speedups.describe().startswith("pure Python")
 
 
