@@ -33,7 +33,7 @@ from journaled.checkpoint import (
 from journaled.bookmarks import BOOKMARK_DIR, read_bookmarks
 from journaled.filecodec import CheckpointData
 
-from journaled import repair
+from journaled import repair, speedups
 from journaled.config import validate_name
 from journaled.dirlock import owner_pid
 from journaled.errors import InvalidName, JournaledError, QueueLocked
@@ -245,6 +245,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
         print(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
     for d in st["damaged_files_kept"]:
         print(f"  kept aside by recovery: {d}")
+    print(f"  hot path (this process): {speedups.describe()}")
     return 0
 
 

@@ -32,9 +32,9 @@ from journaled.record import (
     RECORD_HEADER_SIZE,
     Damage,
     Put,
-    decode_many,
     find_next_record,
 )
+from journaled.speedups import decode_many
 
 #: Bytes read per chunk (at most; a small budget reads a small window).
 READ_CHUNK = 1024 * 1024

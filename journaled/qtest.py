@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from journaled.cli_inspect import UsageError
+from journaled import speedups
 from journaled.queue import JournaledQueue
 from journaled.qtest_args import EPILOG, MAIN_JOB, add_qtest_arguments, apply_defaults, sync_words
 from journaled.qtest_crash import CrashPlan, format_crash, soak
@@ -226,7 +227,7 @@ def format_summary(r: dict[str, Any]) -> str:
         who = f"1 writer, {r['readers']} fan-out readers"
     batch = f", put_many x{r['batch']}" if r["batch"] > 1 else ""
     lines = [
-        f"qtest {r['test']}: {who}, items {r['size']} B{batch}, {sync_words(r['sync'])}",
+        f"qtest {r['test']}: {who}, items {r['size']} B{batch}, {sync_words(r['sync'])}, hot path {speedups.implementation}",
         f"  put   {put['items']:>10,} items in {put['seconds']:.2f} s  {put['items_per_s']:>9,} items/s"
         f"  {put['mb_per_s']:>7} MB/s",
         f"        latency per put call: p50 {lat['p50']} us  p99 {lat['p99']} us  "

@@ -29,7 +29,8 @@ from journaled import fileio
 from journaled.errors import QueueDirectoryGone
 from journaled.layout import journal_path
 from journaled.logstate import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
-from journaled.record import PUT_OVERHEAD, FileHeader, encode_header, encode_puts
+from journaled.record import PUT_OVERHEAD, FileHeader, encode_header
+from journaled.speedups import encode_puts
 from journaled.sync import GroupCommit
 
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.

@@ -1,0 +1,312 @@
+"""The compiled hot path and the pure-Python reference are interchangeable.
+
+``journaled._speedups`` (C) is the twin of ``record.encode_puts`` and ``record.decode_many``:
+the same bytes out of an encode, the same records, end position and damage out of a decode,
+the same exception for the same bad input -- checked here with hypothesis on random batches,
+random bytes and damaged journals.  ``JOURNALED_PURE_PYTHON=1`` selects the reference, and
+``journaled.speedups`` says which one runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from journaled import item, record, speedups
+from journaled.record import MAX_BODY, PUT_OVERHEAD
+from journaled.record import decode_many as py_decode_many
+from journaled.record import encode_puts as py_encode_puts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    from journaled import _speedups as native
+except ImportError:  # not built here: only the selection tests can run
+    native = None  # type: ignore[assignment]
+else:  # compared even when JOURNALED_PURE_PYTHON=1 left it unconfigured (configuring is idempotent)
+    native.configure(
+        record.Put, ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+        py_encode_puts, py_decode_many, record.decode_one, record.Damage, MAX_BODY,
+    )
+    native.configure_items(item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items, item.py_new_item)
+
+needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
+
+u32 = st.integers(0, 2**32 - 1)
+u64 = st.integers(0, 2**64 - 1)
+payloads = st.lists(st.binary(max_size=300), max_size=12)
+
+
+def outcome(fn: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
+    """What a call returned, or which exception (type and message) it raised."""
+    try:
+        return "ok", fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the exception itself is what is compared
+        return "raised", (type(exc), str(exc))
+
+
+def journal(salt: int, base: int, first_id: int, batch: list[bytes], expire_ms: int = 0) -> bytes:
+    out = bytearray()
+    py_encode_puts(salt, base, first_id, 1_700_000_000_000, expire_ms, batch, out)
+    return bytes(out)
+
+
+# ------------------------------------------------------------------------------------ encoding
+
+
+@needs_native
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(u32, st.integers(0, 2**40), u64, u64, u64, payloads, st.binary(max_size=20))
+def test_encode_puts_writes_the_same_bytes_and_offsets(salt, offset, first_id, add_ms, expire_ms, batch, prefix):
+    """Byte-identical journals, also appended after bytes already in the buffer and for ids and
+    times at the edges of their fields (where the reference raises part-way, so must the twin)."""
+    a, b = bytearray(prefix), bytearray(prefix)
+    assert outcome(native.encode_puts, salt, offset, first_id, add_ms, expire_ms, batch, a) == outcome(
+        py_encode_puts, salt, offset, first_id, add_ms, expire_ms, batch, b
+    )
+    assert a == b
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args",
+    [
+        (1, 0, 2**64 - 1, 0, 0, [b"a", b"b"]),  # the second id does not fit: raises after one record
+        (1, 0, -1, 0, 0, [b"a"]),
+        (1, 0, 0, 2**64, 0, [b"a"]),
+        (1, 0, 0, 0, -5, [b"a"]),
+        (1, 0, 0, 0, 0, [b"ok", "text"]),  # not bytes
+        (1, 0, 0, 0, 0, [b"ok", None]),
+        (1, 0, 0, 0, 0, [bytearray(b"ba"), memoryview(b"mv")]),  # other buffers: as the reference does
+        (-3, 2**70, 5, 0, 0, (b"x",)),  # numbers the reference masks
+        (1.5, 0, 0, 0, 0, [b"a"]),
+        (1, 0, 0, 0, 0, 5),
+    ],
+)
+def test_encode_puts_fails_or_succeeds_exactly_as_the_reference(args):
+    a, b = bytearray(b"head"), bytearray(b"head")
+    assert outcome(native.encode_puts, *args, a) == outcome(py_encode_puts, *args, b)
+    assert a == b
+
+
+@needs_native
+def test_encode_puts_refuses_an_output_that_is_not_a_bytearray_as_the_reference_does():
+    assert outcome(native.encode_puts, 1, 0, 0, 0, 0, [b"a"], b"") == outcome(
+        py_encode_puts, 1, 0, 0, 0, 0, [b"a"], b""
+    )
+
+
+@needs_native
+@settings(max_examples=200)
+@given(st.binary(max_size=5000), st.integers(0, 2**32 - 1))
+def test_the_twins_crc32c_is_the_crc32c_packages(data, seed):
+    """The CRC is the C code's own (hardware or table): each record's stored CRC must equal the
+    crc32c package's over the same bytes and seed."""
+    from crc32c import crc32c
+
+    out = bytearray()
+    native.encode_puts(seed, 0, 1, 2, 3, [data], out)
+    assert int.from_bytes(out[:4], "little") == crc32c(bytes(out[4:]), seed)
+
+
+# ------------------------------------------------------------------------------------ decoding
+
+
+def assert_same_decode(buf: Any, *args: Any, **kwargs: Any) -> None:
+    got = outcome(native.decode_many, buf, *args, **kwargs)
+    want = outcome(py_decode_many, buf, *args, **kwargs)
+    assert got == want
+    if got[0] == "ok":
+        assert [type(r) for r in got[1][0]] == [type(r) for r in want[1][0]]
+        assert all(type(r.payload) is bytes for r in got[1][0] if isinstance(r, record.Put))
+
+
+@st.composite
+def damaged_journals(draw: Any) -> tuple[bytes, int, int]:
+    """A valid run of records, then cut, flipped, zeroed, overwritten or extended."""
+    salt = draw(u32)
+    base = draw(st.integers(0, 2**33))
+    buf = bytearray(journal(salt, base, draw(st.integers(0, 2**40)), draw(payloads), draw(u64)))
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["cut", "flip", "zero", "garbage", "append", "skippable", "unknown"]))
+        at = draw(st.integers(0, len(buf)))
+        if kind == "cut":
+            del buf[at:]
+        elif kind == "flip" and at < len(buf):
+            buf[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "zero":
+            buf[at : at + draw(st.integers(1, 40))] = bytes(draw(st.integers(1, 40)))
+        elif kind == "garbage":
+            buf[at:at] = draw(st.binary(min_size=1, max_size=40))
+        elif kind == "append":
+            buf += journal(salt, base + len(buf), draw(st.integers(0, 2**63)), draw(payloads))
+        elif kind in ("skippable", "unknown"):
+            rtype = draw(st.integers(0x80, 0xFF) if kind == "skippable" else st.integers(2, 0x7F))
+            buf += record.encode_record(salt, base + len(buf), rtype, draw(st.binary(max_size=30)))
+    return bytes(buf), base, salt
+
+
+@needs_native
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(damaged_journals(), st.integers(0, 40), st.none() | st.integers(-1, 15), st.sampled_from([bytes, bytearray, memoryview]))
+def test_decode_many_returns_the_same_records_end_and_damage(case, pos, limit, kind):
+    """Item for item and error for error (UnsupportedVersion on an unknown type included),
+    whatever the buffer type, start position and limit."""
+    buf, base, salt = case
+    assert_same_decode(kind(buf), base, salt, pos, MAX_BODY, limit=limit)
+    assert_same_decode(kind(buf), base, salt)
+
+
+@needs_native
+@settings(max_examples=300)
+@given(st.binary(max_size=200), st.integers(0, 2**40), u32, st.integers(0, 300))
+def test_decode_many_agrees_on_random_bytes(buf, base, salt, max_body):
+    assert_same_decode(buf, base, salt, 0, max_body)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((0, 1, -1), {}),  # negative start: the reference's semantics, whatever they are
+        ((2**70, 1), {}),
+        ((0, -7), {}),
+        ((0, None), {}),
+        ((0, 1, 0, 2**80), {}),
+        ((0, 1, 0, MAX_BODY, 2**80), {}),
+        ((0, 1), {"pos": 3}),
+        ((0, 1), {"limit": "many"}),
+        ((0, 1, 0, MAX_BODY, 2), {}),
+        ((0,), {}),
+    ],
+)
+def test_decode_many_odd_arguments_behave_as_the_reference(args, kwargs):
+    buf = journal(1, 0, 10, [b"a" * 40, b"b", b"c" * 7])
+    assert_same_decode(buf, *args, **kwargs)
+    assert_same_decode(memoryview(buf).cast("B", (len(buf),)), *args, **kwargs)
+
+
+@needs_native
+def test_decode_many_handles_multibyte_memoryviews_as_the_reference():
+    buf = journal(1, 0, 10, [b"a" * 3, b"b"])
+    buf += bytes(-len(buf) % 4)
+    assert_same_decode(memoryview(buf).cast("I"), 0, 1)
+
+
+@needs_native
+def test_decoded_records_are_ordinary_puts():
+    buf = journal(7, 100, 42, [b"hello", b""])
+    recs, end, damage = native.decode_many(buf, 100, 7)
+    assert damage is None and end == len(buf)
+    assert recs == [
+        record.Put(100, PUT_OVERHEAD + 5, 42, 1_700_000_000_000, 0, b"hello"),
+        record.Put(100 + PUT_OVERHEAD + 5, PUT_OVERHEAD, 43, 1_700_000_000_000, 0, b""),
+    ]
+    assert hash(recs[0]) == hash(record.Put(100, PUT_OVERHEAD + 5, 42, 1_700_000_000_000, 0, b"hello"))
+
+
+# ------------------------------------------------------------------------------------ items
+
+
+def item_fields(items: Any) -> Any:
+    if items[0] != "ok":
+        return items
+    return "ok", [(type(i), i.id, i.data, i.add_time, i.expire_at, i.error_count) for i in items[1]]
+
+
+@needs_native
+@settings(max_examples=200)
+@given(st.integers(0, 2**62), st.lists(st.binary(max_size=50), max_size=20), st.floats(allow_nan=False),
+       st.none() | st.floats(allow_nan=False))
+def test_new_items_builds_the_same_items(first_id, batch, add_time, expire_at):
+    got = native.new_items(first_id, batch, add_time, expire_at)
+    want = item.py_new_items(first_id, batch, add_time, expire_at)
+    assert item_fields(("ok", got)) == item_fields(("ok", want))
+    assert got == want and all(a.data is b.data for a, b in zip(got, want))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args", [(2**64, [b"a"], 1.0, None), (-5, [b"a"], 1.0, None), (0, (b"a", b"b"), 1.0, 2.0), (0, 5, 1.0, None),
+             (1.5, [b"a"], 1.0, None), (0, [b"a", "not bytes"], 1.0, None)],
+)
+def test_new_items_odd_arguments_behave_as_the_reference(args):
+    assert item_fields(outcome(native.new_items, *args)) == item_fields(outcome(item.py_new_items, *args))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((1, b"a", 2.0), {}), ((1, b"a", 2.0, 3.0), {}), ((1, b"a", 2.0, None, 4), {}), ((1, b"a"), {}),
+     ((1, b"a", 2.0), {"error_count": 2}), ((1, b"a", 2.0, None, 0, 9), {}), ((), {"id": 1, "data": b"", "add_time": 0.0})],
+)
+def test_new_item_builds_the_same_item_or_error(args, kwargs):
+    got, want = outcome(native.new_item, *args, **kwargs), outcome(item.py_new_item, *args, **kwargs)
+    if got[0] == "ok":
+        got, want = ("ok", [got[1]]), ("ok", [want[1]])
+    assert item_fields(got) == item_fields(want)
+
+
+# ------------------------------------------------------------------------------------ selection
+
+
+def _selected(env: dict[str, str]) -> str:
+    code = (
+        "from journaled import item, record, speedups; "
+        "print(speedups.implementation, type(speedups.decode_many).__name__, type(speedups.encode_puts).__name__, "
+        "type(item.new_item).__name__)"
+    )
+    full = {**os.environ, **env, "PYTHONPATH": ROOT}
+    return subprocess.run([sys.executable, "-c", code], env=full, check=True, capture_output=True, text=True).stdout
+
+
+def test_journaled_pure_python_forces_the_reference():
+    assert _selected({"JOURNALED_PURE_PYTHON": "1"}).split() == ["pure-python", "function", "function", "function"]
+    assert "JOURNALED_PURE_PYTHON=1" in speedups.describe() or speedups.implementation == "compiled" or native is None
+
+
+@needs_native
+def test_the_compiled_path_is_used_when_built_and_not_forced_off():
+    env = {"JOURNALED_PURE_PYTHON": "0"}
+    assert _selected(env).split() == ["compiled"] + ["builtin_function_or_method"] * 3
+
+
+def test_speedups_says_which_implementation_runs_in_this_process():
+    if speedups.implementation == "compiled":
+        assert speedups.encode_puts is speedups.native.encode_puts  # type: ignore[union-attr]
+        assert item.new_items is speedups.native.new_items  # type: ignore[union-attr]
+        assert speedups.describe().startswith("compiled")
+    else:
+        assert speedups.encode_puts is record.encode_puts and speedups.decode_many is record.decode_many
+        assert item.new_items is item.py_new_items
+        assert speedups.describe().startswith("pure Python")
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> str:
+    full = {**os.environ, **(env or {}), "PYTHONPATH": ROOT}
+    return subprocess.run(
+        [sys.executable, "-m", "journaled", *args], env=full, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def test_journaled_stat_prints_which_hot_path_runs(tmp_path):
+    from journaled import JournaledQueue
+
+    with JournaledQueue(str(tmp_path / "q")) as q:
+        q.put(b"x")
+    assert "hot path (this process): pure Python (JOURNALED_PURE_PYTHON=1)" in _cli(
+        "stat", str(tmp_path / "q"), env={"JOURNALED_PURE_PYTHON": "1"}
+    )
+    if native is not None:
+        assert "hot path (this process): compiled" in _cli("stat", str(tmp_path / "q"), env={"JOURNALED_PURE_PYTHON": ""})
+
+
+def test_qtest_summary_names_the_hot_path(tmp_path):
+    out = _cli("qtest", "--items", "200", "--dir", str(tmp_path / "qt"), env={"JOURNALED_PURE_PYTHON": "1"})
+    assert "hot path pure-python" in out.splitlines()[0]
