@@ -179,8 +179,15 @@ def test_a_removed_directory_is_noticed_under_sync_always(tmp_path):
 def _plant_checkpoint_blocker(qpath: str) -> str:
     """Make every checkpoint of reader ``r`` fail for real: its temporary name is a directory."""
     blocker = os.path.join(qpath, ".q.read.r.tmp")
-    os.mkdir(blocker)
-    return blocker
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.mkdir(blocker)
+            return blocker
+        except FileExistsError:  # the background is writing that checkpoint right now
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
 
 
 def test_a_failing_checkpoint_is_logged_once_retried_with_backoff_and_recovers(tmp_path, caplog_journaled):
