@@ -47,6 +47,7 @@ GET_SLICE = 0.25
 #: seconds a reply may take to be accepted by a client that does not read (then it is dropped)
 SEND_TIMEOUT = 30.0
 _CRED = struct.Struct("3i")
+_TIMEVAL = struct.Struct("ll")
 
 
 def socket_address(dir_fd: int, directory: str) -> str:
@@ -149,12 +150,7 @@ class Server:
     def _recv_exact(self, conn: socket.socket, n: int) -> bytes | None:
         chunks, need = [], n
         while need:
-            try:
-                chunk = conn.recv(min(need, 1 << 20))
-            except socket.timeout:
-                if self._stopping:
-                    return None
-                continue
+            chunk = conn.recv(min(need, 1 << 20))  # stop() wakes it with shutdown()
             if not chunk:
                 return None
             chunks.append(chunk)
@@ -165,7 +161,8 @@ class Server:
         lifecycle.mark_background()
         session: Session | None = None
         try:
-            conn.settimeout(1.0)
+            # blocking, with a send timeout: a client that never reads its replies is dropped
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(SEND_TIMEOUT), 0))
             while not self._stopping:
                 prefix = self._recv_exact(conn, proto.HEAD.size)
                 if prefix is None:
@@ -209,11 +206,7 @@ class Server:
         return session
 
     def _send(self, conn: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
-        conn.settimeout(SEND_TIMEOUT)
-        try:
-            conn.sendall(proto.encode(header, payload))
-        finally:
-            conn.settimeout(1.0)
+        conn.sendall(proto.encode(header, payload))
 
     def _request(self, conn: socket.socket, session: Session, op: str, header: dict[str, Any], payload: bytes) -> bool:
         """Carry out one request and reply; False when the connection must close."""
