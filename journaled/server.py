@@ -229,6 +229,10 @@ class Server:
             ttl = proto.field(header, "ttl", (int, float, type(None)), None)
             expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
             ids = q.put_many(items, ttl=ttl, expire_at=expire_at)
+            if q.config.sync != "always":
+                # the client cannot see our buffer: acknowledged means at least handed to the OS,
+                # so its put survives this process being killed (docs/design.md, "Many processes")
+                q.journal.write_out()
             return {"ok": True, "first": ids[0] if ids else -1, "count": len(ids)}, b""
         if op in ("commit", "abort", "release"):
             name, key = proto.field(header, "reader", str), proto.field(header, "id", int)
@@ -298,7 +302,8 @@ class Server:
                 session.connections -= 1
                 if session.connections == 0:
                     self._sessions = {k: s for k, s in self._sessions.items() if s is not session}
-                    reads = [(key[0], item) for key, item in session.reads.items()]
+                    # each abort goes to the head: the newest first keeps them in id order
+                    reads = sorted(((k[0], it) for k, it in session.reads.items()), key=lambda r: -r[1].id)
                     session.reads.clear()
         for name, item in reads:  # the process closed or died with these open: deliver them again
             try:
