@@ -13,6 +13,7 @@ from journaled.errors import (
     ItemTooLarge,
     JournaledError,
     JournalIOError,
+    OwnerLost,
     QueueClosed,
     QueueDirectoryGone,
     QueueForked,
@@ -27,7 +28,7 @@ from journaled.item import Item
 from journaled.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
-from journaled.stats import Health, QueueStats, ReaderStats
+from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
 from journaled.compat import Queue
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
 from journaled.spoolfile import spool_put
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BlockingQueue",
     "BytesSerializer",
+    "ClientStats",
     "CorruptJournal",
     "ForeignFile",
     "Empty",
@@ -50,6 +52,7 @@ __all__ = [
     "JournaledError",
     "JournaledQueue",
     "JsonSerializer",
+    "OwnerLost",
     "PickleSerializer",
     "Queue",
     "QueueClosed",

@@ -46,9 +46,11 @@ class Link:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(socket_address(fd, self.directory))
-            _pid, uid = peer_ids(sock)
+            pid, uid = peer_ids(sock)
             if uid != os.geteuid():  # a socket another user planted: never talk to it
                 raise PermissionError(f"the queue's socket in {self.directory} belongs to uid {uid}")
+            if pid == os.getpid():  # the owner is this process (a lock file without its pid)
+                raise PermissionError("the queue is owned by this very process")
             reply, _ = _exchange(sock, {"op": "hello", "version": proto.VERSION, "session": self.session,
                                         "pid": os.getpid()})
             if not reply.get("ok"):

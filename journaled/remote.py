@@ -59,14 +59,14 @@ class OpenOrConnect(type):
                     raise  # the owner is in this very process: use that object
                 try:
                     link = Link(os.path.abspath(os.fspath(path)))
-                except (FileNotFoundError, ConnectionRefusedError):
-                    # a starting owner recovering, or one that just died: try again
+                except PermissionError:
+                    raise exc from None
+                except (OSError, proto.ProtocolError):
+                    # an owner still recovering (no socket yet), or one that just died: again
                     if time.monotonic() >= deadline:
                         raise exc from None
                     time.sleep(_RETRY_PAUSE)
                     continue
-                except OSError:
-                    raise exc from None
                 return RemoteQueue(link, config, open_owner)
 
 
@@ -117,7 +117,7 @@ class RemoteQueue(closing.Closing):
                     link = Link(self.path)
                     self._link = link
                     break
-                except OSError:
+                except (OSError, proto.ProtocolError):
                     if time.monotonic() >= deadline:
                         raise OwnerLost(f"no owner of {self.path} could be reached or become") from None
                     time.sleep(_RETRY_PAUSE)

@@ -26,15 +26,16 @@ import stat
 import struct
 import threading
 import time
+import weakref
 from typing import Any
 
 import attrs
 
-from journaled import lifecycle
+from journaled import fileio, lifecycle
 from journaled import remote_protocol as proto
 from journaled.config import ReaderConfig
 from journaled.dirlock import DirLock
-from journaled.errors import Empty, UnknownRead
+from journaled.errors import Empty, QueueClosed, UnknownRead
 from journaled.item import Item
 from journaled.stats import ClientStats
 
@@ -77,7 +78,8 @@ class Server:
     """Serves ``queue`` (an open :class:`~journaled.JournaledQueue`) on its directory's socket."""
 
     def __init__(self, queue: Any, dirlock: DirLock) -> None:
-        self.queue = queue
+        self._queue = weakref.ref(queue)  # an abandoned queue must still be collected and closed
+        self.name = queue.name
         self._lock = threading.Lock()  # a leaf: guards the sessions and connection set only
         self._sessions: dict[str, Session] = {}
         self._conns: set[socket.socket] = set()
@@ -86,14 +88,23 @@ class Server:
         self._dir_fd = os.open(queue.path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
         try:
             self._address = socket_address(self._dir_fd, queue.path)
+            self._socket_path = os.path.join(queue.path, proto.SOCKET_NAME)
             self._listener = self._bind()
         except BaseException:
             os.close(self._dir_fd)
             raise
         dirlock.before_release.append(self.stop)
         lifecycle.track(self, None, Server.forget_in_child)
-        self._acceptor = threading.Thread(target=self._accept_loop, name=f"journaled-{queue.name}-serve", daemon=True)
+        self._acceptor = threading.Thread(target=self._accept_loop, name=f"journaled-{self.name}-serve", daemon=True)
         self._acceptor.start()
+
+    @property
+    def queue(self) -> Any:
+        """The queue served (``QueueClosed`` once it was collected)."""
+        queue = self._queue()
+        if queue is None:
+            raise QueueClosed("the queue was closed")
+        return queue
 
     def _bind(self) -> socket.socket:
         try:
@@ -103,7 +114,7 @@ class Server:
         else:
             if not stat.S_ISSOCK(st.st_mode):
                 raise FileExistsError(f"{proto.SOCKET_NAME} in {self.queue.path} is not a socket: not serving")
-            os.unlink(proto.SOCKET_NAME, dir_fd=self._dir_fd)  # a dead owner's: we hold the lock
+            fileio.ops.unlink(self._socket_path)  # a dead owner's: we hold the lock
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # the socket is born 0600: nobody else can even connect
         try:
@@ -134,7 +145,7 @@ class Server:
                     self._conns.add(conn)
             if refused:
                 why = "peer uid is not the queue owner's" if uid != os.geteuid() else "too many connections"
-                log.warning("journaled %s: refused a connection from pid %d: %s", self.queue.name, pid, why)
+                log.warning("journaled %s: refused a connection from pid %d: %s", self.name, pid, why)
                 try:
                     conn.settimeout(0.5)
                     conn.sendall(proto.encode({"ok": False, "error": "JournaledError", "message": why}))
@@ -178,7 +189,7 @@ class Server:
                         if op != "hello":
                             raise proto.ProtocolError("the first message must be 'hello'")
                         session = self._hello(header, pid)
-                        self._send(conn, {"ok": True, "name": self.queue.name, "owner": os.getpid()})
+                        self._send(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
                         continue
                 except proto.ProtocolError as exc:
                     self._send(conn, proto.error_reply(exc))
@@ -188,7 +199,7 @@ class Server:
         except OSError:
             return  # the client went away mid-reply
         except Exception as exc:  # never let a client take the owner down
-            log.error("journaled %s: connection from pid %d failed: %r", self.queue.name, pid, exc)
+            log.error("journaled %s: connection from pid %d failed: %r", self.name, pid, exc)
         finally:
             self._closed(conn, session)
 
@@ -338,7 +349,7 @@ class Server:
             pass
         self._listener.close()
         try:
-            os.unlink(proto.SOCKET_NAME, dir_fd=self._dir_fd)
+            fileio.ops.unlink(self._socket_path)
         except OSError:
             pass
         for conn in conns:
@@ -348,7 +359,7 @@ class Server:
                 pass
         me = threading.current_thread()
         for thread in threads + [self._acceptor]:
-            if thread is not me:
+            if thread is not me and thread.ident is not None:  # (an unstarted one is about to see _stopping)
                 thread.join(2.0)
         os.close(self._dir_fd)
 
