@@ -161,7 +161,10 @@ class RemoteQueue(closing.Closing):
         try:
             reply, _, _ = self._call(header, b"".join(payloads), is_put=True)
         except _Local as here:
-            return cast("list[int]", here.local.put_many(payloads, expire_at=expire_at, ttl=ttl))
+            ids = cast("list[int]", here.local.put_many(payloads, expire_at=expire_at, ttl=ttl))
+            if here.local.config.sync != "always":
+                here.local.journal.write_out()  # the same promise as the owner's server makes
+            return ids
         first, count = int(reply["first"]), int(reply["count"])
         return list(range(first, first + count))
 
