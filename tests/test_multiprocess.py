@@ -249,3 +249,26 @@ def test_items_put_by_a_client_under_the_default_policy_survive_the_owner_being_
     with JournaledQueue(d) as q:
         r = q.reader("r")
         assert [r.get(timeout=5).data for _ in range(50)] == [b"%d" % i for i in range(50)]
+
+
+# ----------------------------------------------------------------------------- a dedicated owner
+def test_journaled_serve_holds_the_queue_for_others_and_hands_it_over_on_sigterm(tmp_path):
+    d = str(tmp_path / "q")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "journaled", "serve", d], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == f"serving {d} (pid {server.pid})"
+        q = JournaledQueue(d)
+        assert not q.is_owner and q.owner_pid == server.pid
+        r = q.reader("r")
+        q.put(b"kept")
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=TIMEOUT) == 0
+        assert r.get(timeout=TIMEOUT).data == b"kept"  # this process took the queue over
+        assert q.is_owner
+        q.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
