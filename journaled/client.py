@@ -95,7 +95,7 @@ class Link:
             else:
                 self._idle.append(sock)
         if not reply.get("ok"):
-            if reply.get("error") == "QueueClosed":
+            if reply.get("closing"):
                 # the owner is closing: the call was refused before it did anything
                 self.kill()
                 raise OwnerLost(f"the owner of {self.directory} is closing: {reply.get('message')}")

@@ -35,7 +35,7 @@ from journaled import fileio, lifecycle
 from journaled import remote_protocol as proto
 from journaled.config import ReaderConfig
 from journaled.dirlock import DirLock
-from journaled.errors import Empty, QueueClosed, UnknownRead
+from journaled.errors import Empty, QueueClosed, UnknownRead, UnknownReader
 from journaled.item import Item
 from journaled.stats import ClientStats
 
@@ -138,7 +138,11 @@ class Server:
                     return
                 time.sleep(0.05)  # EMFILE and the like: do not spin
                 continue
-            pid, uid = peer_ids(conn)
+            try:
+                pid, uid = peer_ids(conn)
+            except OSError:
+                conn.close()
+                continue
             with self._lock:
                 refused = uid != os.geteuid() or len(self._conns) >= MAX_CONNECTIONS or self._stopping
                 if not refused:
@@ -230,6 +234,8 @@ class Server:
             return False
         except Exception as exc:
             reply, out = proto.error_reply(exc), b""
+            if isinstance(exc, QueueClosed) and (self._stopping or self.queue.closed):
+                reply["closing"] = True  # the owner is going: the client should find the next one
         self._send(conn, reply, out)
         return True
 
@@ -247,7 +253,7 @@ class Server:
             return {"ok": True, "first": ids[0] if ids else -1, "count": len(ids)}, b""
         if op in ("commit", "abort", "release"):
             name, key = proto.field(header, "reader", str), proto.field(header, "id", int)
-            reader = q.reader(name)
+            reader = self._existing(name)
             with self._lock:
                 item = session.reads.pop((name, key), None)
             if item is None:
@@ -270,13 +276,19 @@ class Server:
             return {"ok": True}, b""
         raise proto.ProtocolError(f"unknown op {op!r}")
 
+    def _existing(self, name: str) -> Any:
+        """The reader ``name``; never created here (a removed reader stays removed)."""
+        if name not in self.queue.readers():
+            raise UnknownReader(f"no reader named {name!r}")
+        return self.queue.reader(name)
+
     def _get(self, conn: socket.socket, session: Session, header: dict[str, Any]) -> bool:
         name = proto.field(header, "reader", str)
         timeout = proto.field(header, "timeout", (int, float, type(None)), None)
         block = proto.field(header, "block", bool, True)
         if timeout is not None and not timeout >= 0:
             raise ValueError("'timeout' must be a non-negative number")
-        reader = self.queue.reader(name)
+        reader = self._existing(name)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             # in slices: a client that goes away while waiting must not keep a waiter in line

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -272,3 +273,37 @@ def test_journaled_serve_holds_the_queue_for_others_and_hands_it_over_on_sigterm
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_removing_a_reader_a_client_waits_on_leaves_its_other_reads_open(tmp_path):
+    d = str(tmp_path / "q")
+    with JournaledQueue(d) as q:
+        q.reader("a")
+        q.reader("b")
+        q.put(b"held")
+        child = spawn(
+            """
+            import sys
+            from journaled import JournaledQueue, JournaledError
+            q = JournaledQueue(sys.argv[1])
+            a, b = q.reader("a"), q.reader("b")
+            held = a.get(timeout=60)
+            b.get(timeout=60)  # takes "held" on b too
+            print("waiting", flush=True)
+            try:
+                b.get(timeout=60)
+            except JournaledError as exc:
+                print(type(exc).__name__, flush=True)
+            a.commit(held)  # the read on "a" was not disturbed
+            print("committed", flush=True)
+            q.close()
+            """,
+            d,
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "waiting"
+        while q.reader("b").waiter_count == 0:  # until its get is in line at the owner
+            time.sleep(0.001)
+        q.remove_reader("b")
+        lines = finish(child)
+        assert lines[0] in ("QueueClosed", "UnknownReader") and lines[1] == "committed"
+        assert q.reader("a").stats().committed == 1
