@@ -307,3 +307,31 @@ def test_removing_a_reader_a_client_waits_on_leaves_its_other_reads_open(tmp_pat
         lines = finish(child)
         assert lines[0] in ("QueueClosed", "UnknownReader") and lines[1] == "committed"
         assert q.reader("a").stats().committed == 1
+
+
+def test_a_client_transaction_commits_or_aborts_at_the_owner(tmp_path):
+    d = str(tmp_path / "q")
+    with JournaledQueue(d) as q:
+        r = q.reader("r")
+        q.put_many([b"fails", b"works"])
+        child = spawn(
+            """
+            import sys
+            from journaled import JournaledQueue
+            q = JournaledQueue(sys.argv[1])
+            r = q.reader("r")
+            try:
+                with r.transaction(timeout=60) as item:
+                    raise RuntimeError(item.data)
+            except RuntimeError:
+                pass
+            for _ in range(2):
+                with r.transaction(timeout=60) as item:
+                    print(item.data.decode(), item.error_count, flush=True)
+            q.close()
+            """,
+            d,
+        )
+        assert finish(child) == ["fails 1", "works 0"]
+        s = r.stats()
+        assert (s.committed, s.aborted, s.items_waiting) == (2, 1, 0)
