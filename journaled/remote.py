@@ -320,6 +320,10 @@ class RemoteReader:
         """This reader's snapshot, from the owner."""
         return next(r for r in self.queue.stats().readers if r.name == self.name)
 
+    def __len__(self) -> int:
+        """Items waiting for delivery (not counting open reads), at the owner."""
+        return self.stats().items_waiting
+
     def __repr__(self) -> str:
         return f"<RemoteReader {self.name!r}>"
 

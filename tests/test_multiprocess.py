@@ -335,3 +335,23 @@ def test_a_client_transaction_commits_or_aborts_at_the_owner(tmp_path):
         assert finish(child) == ["fails 1", "works 0"]
         s = r.stats()
         assert (s.committed, s.aborted, s.items_waiting) == (2, 1, 0)
+
+
+def test_journaled_queue_objects_pass_between_processes(tmp_path):
+    import journaled
+
+    d = str(tmp_path / "q")
+    q = journaled.Queue(d)
+    q.put({"job": 1})
+    child = spawn(
+        """
+        import sys, journaled
+        q = journaled.Queue(sys.argv[1])
+        print(q.get(timeout=60)); q.task_done(); q.put(["from the child"]); q.close()
+        """,
+        d,
+    )
+    assert finish(child) == ["{'job': 1}"]
+    assert q.get(timeout=5) == ["from the child"]
+    q.task_done()
+    q.close()
