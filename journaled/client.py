@@ -19,7 +19,7 @@ from typing import Any
 from journaled import lifecycle
 from journaled import remote_protocol as proto
 from journaled.errors import OwnerLost, QueueClosed
-from journaled.server import peer_ids, socket_address
+from journaled.server import FrameReader, peer_ids, socket_address
 
 #: idle connections kept per process (more may be open while more threads call at once)
 POOL_SIZE = 8
@@ -135,22 +135,13 @@ def _lost(directory: str, exc: BaseException, unknown: bool) -> OwnerLost:
     return lost
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionResetError("the owner closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def _exchange(sock: socket.socket, header: dict[str, Any] | None) -> tuple[dict[str, Any], bytes]:
     if header is not None:
         sock.sendall(proto.encode(header))
-    hlen, plen = proto.lengths(_recv_exact(sock, proto.HEAD.size))
-    raw = _recv_exact(sock, hlen + plen)
-    return proto.decode_header(raw[:hlen]), raw[hlen:]
+    frame = FrameReader(sock).read()  # the owner sends nothing but the one reply
+    if frame is None:
+        raise ConnectionResetError("the owner closed the connection")
+    return frame
 
 
 def closed_error(directory: str) -> QueueClosed:

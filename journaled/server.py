@@ -65,6 +65,36 @@ def peer_ids(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
+class FrameReader:
+    """Reads whole frames from a socket, several bytes at a time (one ``recv`` per small frame)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def _fill(self, n: int) -> bool:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(min(max(n - len(self.buf), 65536), 1 << 20))
+            if not chunk:
+                if self.buf:
+                    raise ConnectionResetError("the peer closed the connection mid-frame")
+                return False
+            self.buf += chunk
+        return True
+
+    def read(self) -> tuple[dict[str, Any], bytes] | None:
+        """The next frame's header and payload; ``None`` if the peer closed between frames."""
+        if not self._fill(proto.HEAD.size):
+            return None
+        hlen, plen = proto.lengths(bytes(self.buf[: proto.HEAD.size]))
+        end = proto.HEAD.size + hlen + plen
+        self._fill(end)
+        header = proto.decode_header(bytes(self.buf[proto.HEAD.size: proto.HEAD.size + hlen]))
+        payload = bytes(self.buf[proto.HEAD.size + hlen: end])
+        del self.buf[:end]
+        return header, payload
+
+
 class Session:
     """One client process: its connections and its open reads (``(reader, id) -> Item``)."""
 
@@ -162,32 +192,19 @@ class Server:
                 self._threads.add(thread)
             thread.start()
 
-    def _recv_exact(self, conn: socket.socket, n: int) -> bytes | None:
-        chunks, need = [], n
-        while need:
-            chunk = conn.recv(min(need, 1 << 20))  # stop() wakes it with shutdown()
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            need -= len(chunk)
-        return b"".join(chunks)
-
     def _serve(self, conn: socket.socket, pid: int) -> None:
         lifecycle.mark_background()
         session: Session | None = None
         try:
             # blocking, with a send timeout: a client that never reads its replies is dropped
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(SEND_TIMEOUT), 0))
+            frames = FrameReader(conn)
             while not self._stopping:
-                prefix = self._recv_exact(conn, proto.HEAD.size)
-                if prefix is None:
-                    return
                 try:
-                    hlen, plen = proto.lengths(prefix)
-                    raw = self._recv_exact(conn, hlen + plen)
-                    if raw is None:
+                    frame = frames.read()  # stop() wakes it with shutdown()
+                    if frame is None:
                         return
-                    header = proto.decode_header(raw[:hlen])
+                    header, payload = frame
                     op = proto.field(header, "op", str)
                     if session is None:
                         if op != "hello":
@@ -198,7 +215,7 @@ class Server:
                 except proto.ProtocolError as exc:
                     self._send(conn, proto.error_reply(exc))
                     return
-                if not self._request(conn, session, op, header, raw[hlen:]):
+                if not self._request(conn, session, op, header, payload):
                     return
         except OSError:
             return  # the client went away mid-reply
