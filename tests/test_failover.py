@@ -159,8 +159,8 @@ def test_kill_9_of_the_owner_during_puts_and_gets_loses_no_acknowledged_put(tmp_
         seen = sum(len(c.lines) for c in consumers)
         consumers[-1].wait_for(lambda lines, seen=seen: sum(len(c.lines) for c in consumers) >= seen + 100)
         old = victim.proc.pid
-        victim.kill()
         start = time.monotonic()
+        victim.kill()
         while owner_pid(d) in (None, old, -1):
             assert time.monotonic() - start < 30, "nobody took the queue over"
             time.sleep(0.005)
@@ -171,7 +171,8 @@ def test_kill_9_of_the_owner_during_puts_and_gets_loses_no_acknowledged_put(tmp_
         victim = everyone[new]
         if victim in consumers:
             consumers.append(Child(CONSUMER, d))  # the next round kills this consumer
-    assert max(moves) < 5.0, moves  # typically well under a second (docs/benchmarks.md)
+    print("ownership moved after", moves)
+    assert max(moves) < 5.0, moves  # typically milliseconds: the lock is free once the owner is dead
     for p in producers.values():
         p.wait_for(lambda lines: lines[-1:] in (["done"], ["<eof>"]))
     alive = [c for c in consumers if c.proc.poll() is None]
