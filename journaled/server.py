@@ -113,6 +113,7 @@ class Server:
         self._lock = threading.Lock()  # a leaf: guards the sessions and connection set only
         self._sessions: dict[str, Session] = {}
         self._conns: set[socket.socket] = set()
+        self._busy: set[socket.socket] = set()  # carrying out a request: answered before stop closes it
         self._threads: set[threading.Thread] = set()
         self._stopping = False
         self._dir_fd = os.open(queue.path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
@@ -215,8 +216,14 @@ class Server:
                 except proto.ProtocolError as exc:
                     self._send(conn, proto.error_reply(exc))
                     return
-                if not self._request(conn, session, op, header, payload):
-                    return
+                with self._lock:
+                    self._busy.add(conn)
+                try:
+                    if not self._request(conn, session, op, header, payload):
+                        return
+                finally:
+                    with self._lock:
+                        self._busy.discard(conn)
         except OSError:
             return  # the client went away mid-reply
         except Exception as exc:  # never let a client take the owner down
@@ -381,15 +388,24 @@ class Server:
             fileio.ops.unlink(self._socket_path)
         except OSError:
             pass
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+
+        def shut(socks: list[socket.socket]) -> None:
+            for conn in socks:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        with self._lock:
+            busy = set(self._busy)
+        shut([c for c in conns if c not in busy])  # idle ones wake from recv and end
         me = threading.current_thread()
+        deadline = time.monotonic() + 2.0
         for thread in threads + [self._acceptor]:
-            if thread is not me and thread.ident is not None:  # (an unstarted one is about to see _stopping)
-                thread.join(2.0)
+            # a busy one answers its request (the queue refuses new work now), then sees _stopping
+            if thread is not me and thread.ident is not None:  # (an unstarted one sees _stopping)
+                thread.join(max(0.0, deadline - time.monotonic()))
+        shut(list(busy))
         os.close(self._dir_fd)
 
     def forget_in_child(self) -> None:
