@@ -209,3 +209,38 @@ def test_kill_9_of_the_owner_during_puts_and_gets_loses_no_acknowledged_put(tmp_
         assert all(len(s) == 1 for s in order), "an acknowledged item was delivered under two ids"
         flat = [min(s) for s in order]
         assert flat == sorted(flat)  # and stored in put order, so delivered in put order
+
+
+def test_a_get_waiting_when_the_owner_closes_continues_on_the_next_owner(tmp_path):
+    d = str(tmp_path / "q")
+    q = JournaledQueue(d)
+    q.reader("r")
+    child = Child(
+        """
+        import sys
+        from journaled import JournaledQueue
+        q = JournaledQueue(sys.argv[1])
+        r = q.reader("r")
+        print("waiting", flush=True)
+        item = r.get(timeout=120)  # in flight at the first owner, answered by this very process
+        r.commit(item)
+        print(q.is_owner, item.data.decode(), flush=True)
+        sys.stdin.readline()
+        q.close()
+        """,
+        d,
+    )
+    child.wait_for(lambda lines: lines == ["waiting"])
+    while q.reader("r").waiter_count == 0:  # until its get is in line at the owner
+        time.sleep(0.001)
+    q.close()
+    start = time.monotonic()
+    while owner_pid(d) != child.proc.pid:  # it noticed, and took the directory over
+        assert time.monotonic() - start < TIMEOUT
+        time.sleep(0.005)
+    with JournaledQueue(d) as client:
+        assert not client.is_owner
+        client.put(b"for the waiting get")
+        child.wait_for(lambda lines: len(lines) == 2)
+        assert child.lines[1] == "True for the waiting get"
+        child.finish()
