@@ -16,6 +16,7 @@ from journaled.errors import (
     ItemTooLarge,
     JournaledError,
     JournalIOError,
+    OwnerLost,
     QueueClosed,
     QueueDirectoryGone,
     QueueForked,
@@ -30,7 +31,7 @@ from journaled.item import Item
 from journaled.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
-from journaled.stats import Health, QueueStats, ReaderStats
+from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
 from journaled.compat import Queue
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
 from journaled.spoolfile import spool_put
@@ -44,6 +45,7 @@ _logging.getLogger("journaled").addHandler(_logging.NullHandler())
 __all__ = [
     "BlockingQueue",
     "BytesSerializer",
+    "ClientStats",
     "CorruptJournal",
     "DeadLetter",
     "ForeignFile",
@@ -57,6 +59,7 @@ __all__ = [
     "JournaledError",
     "JournaledQueue",
     "JsonSerializer",
+    "OwnerLost",
     "PickleSerializer",
     "Queue",
     "QueueClosed",

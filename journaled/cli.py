@@ -16,6 +16,7 @@ from journaled import __version__
 from journaled.cli_inspect import UsageError, add_inspect_commands
 from journaled.errors import JournaledError
 from journaled.qtest import add_qtest_command
+from journaled.cli_serve import add_serve_command
 
 EXIT_STATUS = """exit status:
   0    success: the queue is clean, the load test validated
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_qtest_command(sub)
     add_inspect_commands(sub)
+    add_serve_command(sub)
     return parser
 
 

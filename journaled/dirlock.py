@@ -22,6 +22,7 @@ import fcntl
 import os
 import stat
 import time
+from collections.abc import Callable
 
 from journaled import fileio, lifecycle
 from journaled.errors import QueueLocked, UnsafeDirectory
@@ -80,7 +81,10 @@ class DirLock:
         st = os.fstat(fd)
         self._key = (st.st_dev, st.st_ino)
         _held.add(self._key)
-        lifecycle.track(self, None, DirLock.release)  # in a forked child: drop the copy
+        #: called (in order) by :meth:`release` just before the directory is given up, while
+        #: this process still owns it (the socket server stops there); not in a forked child
+        self.before_release: list[Callable[[], None]] = []
+        lifecycle.track(self, None, DirLock.drop)  # in a forked child: drop the copy
 
     @classmethod
     def acquire(cls, directory: str) -> DirLock:
@@ -105,6 +109,15 @@ class DirLock:
 
     def release(self) -> None:
         """Give the directory up (closing the file releases the lock).  Idempotent."""
+        hooks, self.before_release = self.before_release, []
+        try:
+            for hook in hooks:
+                hook()
+        finally:
+            self.drop()
+
+    def drop(self) -> None:
+        """Close the lock file without the ``before_release`` hooks (a forked child's copy)."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
             lifecycle.untrack(self)

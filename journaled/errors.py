@@ -152,6 +152,16 @@ class SerializationError(JournaledError, ValueError):
     item: Item | None = None
 
 
+class OwnerLost(JournaledError):
+    """The process owning the queue closed or died while this call was in flight (a client of
+    another process's queue only).  The client reconnects by itself (to the next owner, or
+    becomes the owner); calling again is safe, except that a ``put``/``put_many`` whose
+    ``outcome_unknown`` is True may or may not have been stored: retrying it can store it twice.
+    A read opened before the loss is not open any more (it is delivered again)."""
+
+    outcome_unknown: bool = False
+
+
 __all__ = [
     "CorruptJournal",
     "Empty",
@@ -164,6 +174,7 @@ __all__ = [
     "QueueDirectoryGone",
     "QueueForked",
     "QueueLocked",
+    "OwnerLost",
     "SerializationError",
     "UnknownRead",
     "UnknownReader",

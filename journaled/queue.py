@@ -1,8 +1,7 @@
 """JournaledQueue: owns a queue directory, its journal, its named readers and its background work.
 
-Data flows one way: ``put`` -> the journal (files) -> every reader's core (delivery.py) -> ``get``
-/ ``commit`` -> checkpoints.  This module is where those meet: the one append path, reader
-creation and removal, checkpoints, archiving, and closing.
+Data flows one way: ``put`` -> the journal -> every reader's core (delivery.py) -> ``get`` /
+``commit`` -> checkpoints.  Here those meet: the one append path, readers, checkpoints, closing.
 
 Locks, and the only order in which they nest (docs/design.md, "Locks")::
 
@@ -13,15 +12,13 @@ Locks, and the only order in which they nest (docs/design.md, "Locks")::
 * ``_lock``, *the queue lock*, guards the order of appends, ``_readers``/``_cores``, the put
   counters and every reader core's state (it is each core's ``lock``).  Never held across an
   fsync or user code; its only I/O is the journal's write-out and read-behind's preads.
-* The journal's own lock (journal.py) guards its buffer, files and descriptors.
-* Taken before the queue lock, never inside it: ``Engine.disposal_lock`` (one sink hand-over
-  pass at a time) and the spool adopter's pass lock (one adoption pass at a time).
+* The journal's own lock (journal.py) guards its buffer, files and descriptors.  Taken before the
+  queue lock, never inside it: ``Engine.disposal_lock`` and the spool adopter's pass lock.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 import os
 import threading
 import time
@@ -40,28 +37,29 @@ from journaled.item import as_payload, expire_ms, new_item, new_items
 from journaled.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.reader import Reader
 from journaled.readerfiles import ReaderFiles
+from journaled.remote import OpenOrConnect
+from journaled.server import serve
 from journaled.filecodec import CheckpointData
 from journaled.serializers import Serializer
 from journaled.spool import Adopter, QueueAppender
 from journaled.stats import QueueStats, reader_stats
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
-log = logging.getLogger("journaled")
-
 _JUST_BYTES = {bytes}
-
-#: ``(payloads, expire_ms)``: items appended together with one expiry (0 = never).
-Run = tuple[Sequence[bytes], int]
+Run = tuple[Sequence[bytes], int]  #: ``(payloads, expire_ms)``: items appended with one expiry (0 = never)
 
 
-class JournaledQueue(closing.Closing):
+class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
     """A durable, fan-out, transactional queue stored in one directory.
 
     ``JournaledQueue(path, config=QueueConfig(...))`` creates the directory if needed (refusing one
     others can write: :class:`UnsafeDirectory`), locks it (a second owner gets :class:`QueueLocked`),
     recovers the journal and the readers' checkpoints, and starts its background work (flushing,
     checkpoints, archiving, reader policies).  Use it as a context manager or call :meth:`close`.
+    In another process, while this one owns the directory, it is a client of it (remote.py).
     """
+
+    is_owner = True  #: this process owns the directory (a client's is a RemoteQueue's property)
 
     def __init__(
         self,
@@ -108,6 +106,7 @@ class JournaledQueue(closing.Closing):
             closing.undo_open(self.__dict__.get("_journal"), self._dirlock)
             raise
         self._engine.start()
+        self.server = serve(self, self._dirlock)  # other processes' calls (server.py)
         lifecycle.track(self, lambda q: q._close(wake=False), JournaledQueue._forget_in_child)
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
@@ -358,6 +357,7 @@ class JournaledQueue(closing.Closing):
                 journal_bytes=nbytes,
                 readers=readers,
                 health=self._engine.health(),
+                clients=self.server.clients() if self.server is not None else (),
             )
 
     def checkpoint(self) -> None:

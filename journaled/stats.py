@@ -108,6 +108,21 @@ class Health:
 
 
 @attrs.frozen
+class ClientStats:
+    """One other process using this queue through its owner (docs/design.md, "Many processes").
+
+    Attributes:
+        pid: the client's process id (from the socket's peer credentials).
+        connections: its open connections (one per thread calling at once).
+        open_reads: reader name -> reads it holds open now; aborted if it disconnects.
+    """
+
+    pid: int
+    connections: int
+    open_reads: dict[str, int] = attrs.field(factory=dict)
+
+
+@attrs.frozen
 class QueueStats:
     """A snapshot of a queue and all its readers.
 
@@ -120,6 +135,7 @@ class QueueStats:
         readers: one :class:`ReaderStats` per reader, sorted by name.
         health: whether the queue accepts writes and its background work succeeds
             (:class:`Health`).
+        clients: the other processes using the queue through this owner (:class:`ClientStats`).
     """
 
     name: str
@@ -131,6 +147,7 @@ class QueueStats:
     journal_bytes: int
     readers: tuple[ReaderStats, ...]
     health: Health = Health()
+    clients: tuple[ClientStats, ...] = ()
 
 
 def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:

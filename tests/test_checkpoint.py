@@ -66,7 +66,7 @@ def take(reader, n: int) -> list:
 
 def crash_copy(q: JournaledQueue, dst: str) -> str:
     """The directory as a crash would leave it now; the original object is then dropped."""
-    shutil.copytree(q.path, dst)
+    shutil.copytree(q.path, dst, ignore=shutil.ignore_patterns(".journaled.sock"))  # the live socket
     q.close()  # only to release threads and fds: the copy never saw this close
     return dst
 

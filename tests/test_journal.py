@@ -298,7 +298,8 @@ def test_second_owner_in_the_same_process_is_refused_with_our_pid(qdir):
         pass
 
 
-def test_second_owner_in_another_process_is_refused_naming_the_holder(qdir):
+def test_second_process_becomes_a_client_of_the_holder(qdir):
+    # another process does not get QueueLocked any more: it uses the queue through its owner
     code = textwrap.dedent(
         f"""
         import os, sys
@@ -314,9 +315,8 @@ def test_second_owner_in_another_process_is_refused_naming_the_holder(qdir):
     )
     try:
         pid = int(child.stdout.readline())
-        with pytest.raises(QueueLocked) as err:
-            JournaledQueue(qdir, config=NEVER)
-        assert err.value.pid == pid == child.pid
+        with JournaledQueue(qdir, config=NEVER) as client:
+            assert not client.is_owner and client.owner_pid == pid == child.pid
     finally:
         child.communicate("", timeout=60)
     assert child.returncode == 0

@@ -146,7 +146,7 @@ print("COUNTS", c["write"], c["fsync"] + 0, c["fsync_dir"], c["rename"], c["unli
     fsyncs = n(("fsync", "fdatasync"), on_file)
     dir_fsyncs = n(("fsync",), on_dir)
     renames = n(("rename", "renameat", "renameat2"), lambda ln: q in ln)
-    unlinks = n(("unlink", "unlinkat"), lambda ln: q in ln)
+    unlinks = n(("unlink", "unlinkat"), lambda ln: q in ln and ".journaled.sock" not in ln)  # the socket holds no data
     assert min(counts[:5]) > 0, counts
     assert writes == counts[0]
     assert fsyncs == counts[1]
