@@ -21,19 +21,24 @@ import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from journaled import closing
 from journaled.errors import Empty, QueueClosed, UnknownRead
 from journaled.item import Item
-from journaled.txn import ItemLoop, check_timeout, failed, settle
+from journaled.txn import Consumer, ItemLoop, check_timeout, failed, settle
 
 if TYPE_CHECKING:
     import datetime as _dt
 
     from journaled.delivery import ReaderCore
     from journaled.queue import JournaledQueue
-    from journaled.reader import Reader
+
+
+class AsyncConsumer(Consumer, Protocol):
+    """What async scoped reads and loops need of a reader: :class:`Consumer` plus ``aget``."""
+
+    async def aget(self, timeout: float | None = None) -> Item: ...
 
 
 class AsyncWaiter:
@@ -116,7 +121,7 @@ class AsyncTransactionContext:
 
     __slots__ = ("_reader", "_timeout", "item")
 
-    def __init__(self, reader: Reader, timeout: float | None = None) -> None:
+    def __init__(self, reader: AsyncConsumer, timeout: float | None = None) -> None:
         check_timeout(timeout)
         self._reader = reader
         self._timeout = timeout
@@ -125,7 +130,7 @@ class AsyncTransactionContext:
     async def __aenter__(self) -> Item:
         if self.item is not None:
             raise RuntimeError("a transaction context can be entered only once")
-        self.item = await aget(self._reader.core, self._timeout)
+        self.item = await self._reader.aget(self._timeout)
         return self.item
 
     async def __aexit__(
@@ -152,7 +157,7 @@ class AsyncItemIterator(ItemLoop):
         if not self._advance():
             raise StopAsyncIteration
         try:
-            self._current = await aget(self._reader.core, self._timeout)
+            self._current = await cast(AsyncConsumer, self._reader).aget(self._timeout)
         except (Empty, QueueClosed):
             self._finished = True
             raise StopAsyncIteration from None
@@ -173,7 +178,7 @@ class AsyncItemIterator(ItemLoop):
 
 
 async def aprocess(
-    reader: Reader,
+    reader: AsyncConsumer,
     fn: Callable[[Item], Awaitable[object] | object],
     timeout: float | None = None,
     on_error: Callable[[Item, Exception], object] | None = None,
@@ -183,7 +188,7 @@ async def aprocess(
     done = 0
     while True:
         try:
-            item = await aget(reader.core, timeout)
+            item = await reader.aget(timeout)
         except (Empty, QueueClosed):
             return done
         try:
@@ -235,4 +240,4 @@ async def aput_many(
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-__all__ = ["AsyncItemIterator", "AsyncTransactionContext", "aget", "aprocess", "aput", "aput_many"]
+__all__ = ["AsyncConsumer", "AsyncItemIterator", "AsyncTransactionContext", "aget", "aprocess", "aput", "aput_many"]

@@ -37,7 +37,9 @@ def closed_error(path: str, forked: bool) -> QueueClosed:
     """What a call on a closed queue raises; :class:`QueueForked` in a forked child."""
     if forked:
         return QueueForked(
-            f"queue {path!r} belongs to the process this one was forked from; open it in this process"
+            f"queue {path!r} belongs to the process this one was forked from; open it in this process "
+            f"(JournaledQueue(path) or journaled.Queue(path) then uses it through its owner), or pass "
+            f"it to a multiprocessing child started with 'spawn' or 'forkserver', which does that"
         )
     return QueueClosed(f"queue {path!r} is closed")
 

@@ -15,12 +15,14 @@ worker was still processing, and hand-offs between threads still balance.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import threading
 import time
+import types
 from collections import OrderedDict, deque
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from journaled import serializers as ser
 from journaled import lifecycle, retry
@@ -74,6 +76,7 @@ class Queue(Closing, Generic[T]):
     ) -> None:
         self._maxsize = maxsize
         self.serializer = serializer
+        self._args = (os.fspath(path), config, reader, reader_config)  # for __reduce__
         self.journal = JournaledQueue(path, config)
         try:
             self.reader: Reader = self.journal.reader(reader, reader_config)
@@ -264,14 +267,21 @@ class Queue(Closing, Generic[T]):
             if item_id is None:
                 raise ValueError("nack() called with no fetched item")
             del self._open[item_id]
-            core = self.reader.core
-            with core.lock:
-                if core.closed:
-                    raise closed_error(self.journal.path, self._forked)
-                if core.open.get(item_id) is not None:
-                    core.abort(item_id, wait)
-                    if item_id in core.errors and item_id not in core.disposing:
-                        self._count += 1  # waiting again (not retired by max_errors)
+            core = getattr(self.reader, "core", None)
+            if core is None:  # a client process: the owner applies max_errors
+                try:
+                    self.reader.abort(item_id, wait)
+                    self._count += 1
+                except UnknownRead:
+                    pass
+            else:
+                with core.lock:
+                    if core.closed:
+                        raise closed_error(self.journal.path, self._forked)
+                    if core.open.get(item_id) is not None:
+                        core.abort(item_id, wait)
+                        if item_id in core.errors and item_id not in core.disposing:
+                            self._count += 1  # waiting again (not retired by max_errors)
             if not self._count and not self._open:
                 self.all_tasks_done.notify_all()
 
@@ -329,8 +339,31 @@ class Queue(Closing, Generic[T]):
         """True once :meth:`close` was called, or the queue was closed at the program's end."""
         return self._closed or self.journal.closed
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Sent to another process (a ``multiprocessing`` child started by spawn or forkserver,
+        or through a ``multiprocessing.Queue``), the queue is opened there by path and works
+        through this directory's owner; a serializer that is a module (``pickle``, ``json``)
+        travels by name."""
+        path, config, reader, reader_config = self._args
+        serializer: Any = self.serializer
+        if isinstance(serializer, types.ModuleType):
+            serializer = ModuleRef(serializer.__name__)
+        return reopen_queue, (path, self._maxsize, serializer, config, reader, reader_config)
+
     def __repr__(self) -> str:
         return f"<journaled.Queue {self.journal.path!r} maxsize={self._maxsize}>"
+
+
+class ModuleRef(str):
+    """A serializer module named in a pickle (modules themselves do not pickle)."""
+
+
+def reopen_queue(path: str, maxsize: int, serializer: Any, config: QueueConfig | None, reader: str,
+                 reader_config: ReaderConfig | None) -> Queue[Any]:
+    """Unpickle a :class:`Queue`: open it in this process (a client of the owner, or the owner)."""
+    if isinstance(serializer, ModuleRef):
+        serializer = importlib.import_module(serializer)
+    return Queue(path, maxsize, serializer, config=config, reader=reader, reader_config=reader_config)
 
 
 __all__ = ["BytesSerializer", "JsonSerializer", "PickleSerializer", "Queue", "Serializer"]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from journaled import aio as _aio
-from journaled import closing, lifecycle, policies, restore, seeking
+from journaled import closing, lifecycle, policies, remote, restore, seeking
 from journaled.config import QueueConfig, ReaderConfig, validate_name
 from journaled.delivery import ReaderCore
 from journaled.dirlock import DirLock, prepare_queue_dir
@@ -60,6 +60,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
     """
 
     is_owner = True  #: this process owns the directory (a client's is a RemoteQueue's property)
+    __reduce__ = remote.reduce_owner  # pickled, it is opened by path in the other process
 
     def __init__(
         self,

@@ -3,8 +3,8 @@
 :class:`OpenOrConnect`, the metaclass of :class:`~journaled.JournaledQueue`, first tries to own
 the directory (as before).  If another live process owns it and serves it (server.py), it
 returns a :class:`RemoteQueue` instead, with the same calls (put, put_many, reader, readers,
-stats, sync, close, and on each reader get/commit/abort/release/transaction) carried out by the
-owner (client.py).  A second open *in the owning process* still raises ``QueueLocked``.
+stats, sync, close, and on each reader the :class:`~journaled.Reader` calls: remote_reader.py)
+carried out by the owner (client.py, serve_ops.py).  A second open *in the owning process* still raises ``QueueLocked``.
 
 **Failover.**  When the owner closes or dies, the first call that notices (any thread) makes this
 process try to own the directory, with this object's ``config``: whoever wins the lock recovers
@@ -22,6 +22,7 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import threading
 import time
@@ -32,10 +33,10 @@ from journaled import closing
 from journaled import remote_protocol as proto
 from journaled.client import Link, closed_error
 from journaled.config import QueueConfig, ReaderConfig
-from journaled.errors import OwnerLost, QueueLocked, UnknownRead
-from journaled.item import Item, as_payload, epoch_ms, new_item, read_id
+from journaled.errors import OwnerLost, QueueLocked, UnknownReader
+from journaled.item import as_payload, epoch_ms
+from journaled.remote_reader import OwnedHere, RemoteReader
 from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
-from journaled.txn import TransactionContext
 
 #: seconds an open, or a call after the owner went away, keeps trying to reach or become the owner
 CONNECT_TIMEOUT = 10.0
@@ -67,7 +68,7 @@ class OpenOrConnect(type):
                         raise exc from None
                     time.sleep(_RETRY_PAUSE)
                     continue
-                return RemoteQueue(link, config, open_owner)
+                return RemoteQueue(link, config, open_owner, functools.partial(cls, path, config, name=name))
 
 
 class RemoteQueue(closing.Closing):
@@ -76,13 +77,15 @@ class RemoteQueue(closing.Closing):
     ``is_owner`` turns True if this process took the directory over after the owner left.
     """
 
-    def __init__(self, link: Link, config: QueueConfig | None, open_owner: Callable[[], Any]) -> None:
+    def __init__(self, link: Link, config: QueueConfig | None, open_owner: Callable[[], Any],
+                 opener: Callable[[], Any] | None = None) -> None:
         self.path = link.directory
         self.name = link.name
         self.config = config if config is not None else QueueConfig()
         self._link: Link | None = link
         self._local: Any = None  # the JournaledQueue this process owns after a failover
         self._open_owner = open_owner
+        self._opener = opener  # picklable: how another process opens this queue
         self._switch = threading.Lock()
         self._generation = 0
         self._closed = False
@@ -98,6 +101,11 @@ class RemoteQueue(closing.Closing):
     def owner_pid(self) -> int:
         """The pid of the process serving this queue now."""
         return os.getpid() if self._local is not None else cast(Link, self._link).owner_pid
+
+    @property
+    def generation(self) -> int:
+        """How many times this object changed owner: a read opened under another is gone."""
+        return self._generation
 
     def _reconnect(self, generation: int) -> None:
         """The owner of ``generation`` is gone: own the directory, or connect to who does."""
@@ -123,20 +131,22 @@ class RemoteQueue(closing.Closing):
                     time.sleep(_RETRY_PAUSE)
             self._generation += 1
 
-    def _call(self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False) -> tuple[dict[str, Any], bytes, int]:
-        """One request to the owner; after a loss that left nothing done, again on the next owner."""
+    def call(self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False) -> tuple[dict[str, Any], bytes, int]:
+        """One request to the owner: its reply, payload and this object's generation.  After a
+        loss that left nothing done, again on the next owner; :class:`OwnedHere` once that owner
+        is this process."""
         while True:
             if self._closed:
                 raise closed_error(self.path)
             generation, link, local = self._generation, self._link, self._local
             if local is not None:
-                raise _Local(local, generation)
+                raise OwnedHere(local, generation)
             try:
                 reply, data = cast(Link, link).call(header, payload, is_put=is_put)
                 return reply, data, generation
             except OwnerLost as exc:
                 self._reconnect(generation)
-                if exc.outcome_unknown or header["op"] in ("commit", "abort", "release"):
+                if exc.outcome_unknown or header["op"] in ("commit", "abort", "release", "reject"):
                     raise
 
     # ------------------------------------------------------------------ putting
@@ -159,8 +169,8 @@ class RemoteQueue(closing.Closing):
             raise ValueError(f"a put_many of {total} bytes is more than one request carries ({proto.MAX_PAYLOAD})")
         header = {"op": "put_many", "lens": list(map(len, payloads)), "ttl": ttl, "expire_at": when}
         try:
-            reply, _, _ = self._call(header, b"".join(payloads), is_put=True)
-        except _Local as here:
+            reply, _, _ = self.call(header, b"".join(payloads), is_put=True)
+        except OwnedHere as here:
             ids = cast("list[int]", here.local.put_many(payloads, expire_at=expire_at, ttl=ttl))
             if here.local.config.sync != "always":
                 here.local.journal.write_out()  # the same promise as the owner's server makes
@@ -187,8 +197,8 @@ class RemoteQueue(closing.Closing):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
         header = {"op": "reader", "reader": name, "config": _config_dict(config)}
         try:
-            self._call(header)
-        except _Local as here:
+            self.call(header)
+        except OwnedHere as here:
             here.local.reader(name, config)
         existing = self._readers.get(name)
         if existing is None:
@@ -198,35 +208,42 @@ class RemoteQueue(closing.Closing):
     def readers(self) -> list[str]:
         """Names of the existing readers, sorted."""
         try:
-            return list(self._call({"op": "readers"})[0]["readers"])
-        except _Local as here:
+            return list(self.call({"op": "readers"})[0]["readers"])
+        except OwnedHere as here:
             return cast("list[str]", here.local.readers())
 
     def remove_reader(self, name: str) -> None:
         """Delete a reader and its checkpoint (at the owner)."""
         try:
-            self._call({"op": "remove_reader", "reader": name})
-        except _Local as here:
+            self.call({"op": "remove_reader", "reader": name})
+        except OwnedHere as here:
             here.local.remove_reader(name)
 
     def sync(self) -> None:
         """Return once everything put so far is on stable storage."""
         try:
-            self._call({"op": "sync"})
-        except _Local as here:
+            self.call({"op": "sync"})
+        except OwnedHere as here:
             here.local.sync()
 
     def stats(self) -> QueueStats:
         """The owner's :class:`QueueStats` (``clients`` lists the processes it serves)."""
         try:
-            raw = self._call({"op": "stats"})[0]["stats"]
-        except _Local as here:
+            raw = self.call({"op": "stats"})[0]["stats"]
+        except OwnedHere as here:
             return cast(QueueStats, here.local.stats())
         health = dict(raw["health"], failing=tuple(raw["health"]["failing"]))
         return QueueStats(**dict(
             raw, readers=tuple(ReaderStats(**r) for r in raw["readers"]), health=Health(**health),
             clients=tuple(ClientStats(**c) for c in raw["clients"]),
         ))
+
+    def reader_stats(self, name: str) -> ReaderStats:
+        """The owner's snapshot of reader ``name`` (``UnknownReader`` if there is none)."""
+        for r in self.stats().readers:
+            if r.name == name:
+                return r
+        raise UnknownReader(f"no reader named {name!r}")
 
     # ------------------------------------------------------------------ end
     @property
@@ -245,87 +262,30 @@ class RemoteQueue(closing.Closing):
         if local is not None:
             local.close()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Sent to another process, the queue is opened there by path (see :func:`reopen`)."""
+        if self._opener is None:
+            raise TypeError("this queue object cannot be sent to another process")
+        return reopen, (self._opener,)
+
     def __repr__(self) -> str:
         return f"<JournaledQueue {self.path!r} served by pid {self.owner_pid}>"
 
 
-class _Local(Exception):
-    """Internal signal: this process owns the queue now; carry the call out on ``local``."""
+def reopen(opener: Callable[[], Any]) -> Any:
+    """Unpickling a queue: open it in this process, as ``JournaledQueue(path, config)`` does --
+    as a client of its owner, or as the owner if the directory is free.  This is how a queue
+    passed to a ``multiprocessing`` child (spawn or forkserver start methods) or sent through a
+    ``multiprocessing.Queue`` works there."""
+    return opener()
 
-    def __init__(self, local: Any, generation: int) -> None:
-        super().__init__()
-        self.local, self.generation = local, generation
 
-
-class RemoteReader:
-    """A reader of a :class:`RemoteQueue`: the :class:`~journaled.Reader` calls, carried out by
-    the owner.  The :class:`Item` ``get`` returns is this delivery's handle, as in-process."""
-
-    def __init__(self, queue: RemoteQueue, name: str) -> None:
-        self.queue = queue
-        self.name = name
-        self._lock = threading.Lock()
-        self._open: dict[int, tuple[int, Item, Any]] = {}  # id -> (generation, handle, owner's item)
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Item:
-        """Open a read of the next item (blocks as :meth:`journaled.Reader.get` does)."""
-        if timeout is not None and not timeout >= 0:
-            raise ValueError("'timeout' must be a non-negative number")
-        header = {"op": "get", "reader": self.name, "block": bool(block),
-                  "timeout": None if timeout is None or timeout == float("inf") else float(timeout)}
-        try:
-            reply, data, generation = self.queue._call(header)
-            item = new_item(int(reply["id"]), data, float(reply["add_time"]), reply["expire_at"],
-                            int(reply["error_count"]))
-            held: Any = None
-        except _Local as here:
-            item = held = here.local.reader(self.name).get(block, timeout)
-            generation = here.generation
-        with self._lock:
-            self._open[item.id] = (generation, item, held)
-        return item
-
-    def _settle(self, op: str, item: Item | int) -> None:
-        key = item.id if isinstance(item, Item) else read_id(item)
-        with self._lock:
-            entry = self._open.get(key)
-            if entry is None or (isinstance(item, Item) and entry[1] is not item):
-                raise UnknownRead(f"no open read of {key} on reader {self.name!r} in this process")
-            del self._open[key]
-        generation, _handle, held = entry
-        if generation != self.queue._generation:
-            raise OwnerLost(f"read {key} was opened under an owner that is gone; it is delivered again")
-        try:
-            self.queue._call({"op": op, "reader": self.name, "id": key})
-        except _Local as here:
-            getattr(here.local.reader(self.name), op)(held)
-
-    def commit(self, item: Item | int) -> None:
-        """Finish an open read: the item is never delivered to this reader again."""
-        self._settle("commit", item)
-
-    def abort(self, item: Item | int) -> None:
-        """Give an open read back (its error count goes up)."""
-        self._settle("abort", item)
-
-    def release(self, item: Item | int) -> None:
-        """Give an open read back without counting an error."""
-        self._settle("release", item)
-
-    def transaction(self, timeout: float | None = None, *, block: bool = True) -> TransactionContext:
-        """``with reader.transaction(timeout) as item:`` as for :meth:`journaled.Reader.transaction`."""
-        return TransactionContext(cast(Any, self), timeout, block=block)
-
-    def stats(self) -> ReaderStats:
-        """This reader's snapshot, from the owner."""
-        return next(r for r in self.queue.stats().readers if r.name == self.name)
-
-    def __len__(self) -> int:
-        """Items waiting for delivery (not counting open reads), at the owner."""
-        return self.stats().items_waiting
-
-    def __repr__(self) -> str:
-        return f"<RemoteReader {self.name!r}>"
+def reduce_owner(queue: object) -> tuple[Any, ...]:
+    """``JournaledQueue.__reduce__``: what :func:`reopen` needs to open ``queue`` elsewhere."""
+    q: Any = queue
+    cls: Callable[..., Any] = type(queue)
+    opener: Callable[[], Any] = functools.partial(cls, q.path, q.config, name=q.name)
+    return reopen, (opener,)
 
 
 def _config_dict(config: ReaderConfig | None) -> dict[str, Any] | None:

@@ -29,14 +29,12 @@ import time
 import weakref
 from typing import Any
 
-import attrs
-
-from journaled import fileio, lifecycle
+from journaled import fileio, lifecycle, serve_ops
 from journaled import remote_protocol as proto
-from journaled.config import ReaderConfig
 from journaled.dirlock import DirLock
-from journaled.errors import Empty, QueueClosed, UnknownRead, UnknownReader
+from journaled.errors import Empty, QueueClosed
 from journaled.item import Item
+from journaled.serve_ops import Session
 from journaled.stats import ClientStats
 
 log = logging.getLogger("journaled")
@@ -93,15 +91,6 @@ class FrameReader:
         payload = bytes(self.buf[proto.HEAD.size + hlen: end])
         del self.buf[:end]
         return header, payload
-
-
-class Session:
-    """One client process: its connections and its open reads (``(reader, id) -> Item``)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.connections = 0
-        self.reads: dict[tuple[str, int], Item] = {}
 
 
 class Server:
@@ -250,9 +239,9 @@ class Server:
     def _request(self, conn: socket.socket, session: Session, op: str, header: dict[str, Any], payload: bytes) -> bool:
         """Carry out one request and reply; False when the connection must close."""
         try:
-            if op == "get":
-                return self._get(conn, session, header)
-            reply, out = self._call(session, op, header, payload)
+            if op in ("get", "get_many"):
+                return self._get(conn, session, header, many=op == "get_many")
+            reply, out = serve_ops.carry_out(self.queue, session, self._sessions, self._lock, op, header, payload)
         except proto.ProtocolError as exc:
             self._send(conn, proto.error_reply(exc))
             return False
@@ -263,79 +252,45 @@ class Server:
         self._send(conn, reply, out)
         return True
 
-    def _call(self, session: Session, op: str, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
-        q = self.queue
-        if op in ("put", "put_many"):
-            items = [payload] if op == "put" else proto.split(payload, header.get("lens"))
-            ttl = proto.field(header, "ttl", (int, float, type(None)), None)
-            expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
-            ids = q.put_many(items, ttl=ttl, expire_at=expire_at)
-            if q.config.sync != "always":
-                # the client cannot see our buffer: acknowledged means at least handed to the OS,
-                # so its put survives this process being killed (docs/design.md, "Many processes")
-                q.journal.write_out()
-            return {"ok": True, "first": ids[0] if ids else -1, "count": len(ids)}, b""
-        if op in ("commit", "abort", "release"):
-            name, key = proto.field(header, "reader", str), proto.field(header, "id", int)
-            reader = self._existing(name)
-            with self._lock:
-                item = session.reads.pop((name, key), None)
-            if item is None:
-                raise UnknownRead(f"no open read of id {key} on reader {name!r} by this process")
-            getattr(reader, op)(item)
-            return {"ok": True}, b""
-        if op == "reader":
-            name, config = proto.field(header, "reader", str), proto.field(header, "config", (dict, type(None)), None)
-            q.reader(name, None if config is None else ReaderConfig(**config))
-            return {"ok": True}, b""
-        if op == "remove_reader":
-            q.remove_reader(proto.field(header, "reader", str))
-            return {"ok": True}, b""
-        if op == "readers":
-            return {"ok": True, "readers": q.readers()}, b""
-        if op == "stats":
-            return {"ok": True, "stats": attrs.asdict(q.stats(), recurse=True)}, b""
-        if op == "sync":
-            q.sync()
-            return {"ok": True}, b""
-        raise proto.ProtocolError(f"unknown op {op!r}")
-
-    def _existing(self, name: str) -> Any:
-        """The reader ``name``; never created here (a removed reader stays removed)."""
-        if name not in self.queue.readers():
-            raise UnknownReader(f"no reader named {name!r}")
-        return self.queue.reader(name)
-
-    def _get(self, conn: socket.socket, session: Session, header: dict[str, Any]) -> bool:
+    def _get(self, conn: socket.socket, session: Session, header: dict[str, Any], *, many: bool) -> bool:
         name = proto.field(header, "reader", str)
         timeout = proto.field(header, "timeout", (int, float, type(None)), None)
         block = proto.field(header, "block", bool, True)
+        most = proto.field(header, "max_items", int) if many else 1
         if timeout is not None and not timeout >= 0:
             raise ValueError("'timeout' must be a non-negative number")
-        reader = self._existing(name)
+        reader = serve_ops.existing_reader(self.queue, name)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             # in slices: a client that goes away while waiting must not keep a waiter in line
             left = GET_SLICE if deadline is None else min(GET_SLICE, deadline - time.monotonic())
             try:
-                item: Item = reader.get(block and left > 0, max(left, 0.0)) if block else reader.get(False)
+                items: list[Item] = reader.get_many(most, max(left, 0.0), block=block and left > 0)
                 break
             except Empty:
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     raise
                 if self._stopping or _peer_gone(conn):
                     return False
+        items, excess = serve_ops.fit_reply(items)
+        for item in reversed(excess):  # more than one reply carries: back to the head, newest first
+            reader.release(item)
         with self._lock:
-            session.reads[(name, item.id)] = item
-        meta = {"ok": True, "id": item.id, "add_time": item.add_time, "expire_at": item.expire_at,
-                "error_count": item.error_count}
+            for item in items:
+                session.reads[(name, item.id)] = item
         try:
-            self._send(conn, meta, item.data)
+            if many:
+                metas = [serve_ops.item_meta(item) for item in items]
+                self._send(conn, {"ok": True, "items": metas, "lens": [len(it.data) for it in items]},
+                           b"".join(it.data for it in items))
+            else:
+                self._send(conn, dict(serve_ops.item_meta(items[0]), ok=True), items[0].data)
         except OSError:
-            with self._lock:
-                mine = session.reads.pop((name, item.id), None) is item
-            if mine:
-                reader.release(item)  # it never reached the client: no error to count
+            for item in reversed(items):  # each goes back to the head: the newest first
+                with self._lock:
+                    mine = session.reads.pop((name, item.id), None) is item
+                if mine:
+                    reader.release(item)  # it never reached the client: no error to count
             return False
         return True
 

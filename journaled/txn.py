@@ -26,18 +26,27 @@ import logging
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from journaled.errors import Empty, QueueClosed, UnknownRead
+from journaled.errors import Empty, OwnerLost, QueueClosed, UnknownRead
 from journaled.item import Item
-
-if TYPE_CHECKING:
-    from journaled.reader import Reader
 
 log = logging.getLogger("journaled")
 
 
-def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: bool) -> None:
+class Consumer(Protocol):
+    """What scoped reads and loops need of a reader: a :class:`~journaled.Reader`, or a
+    reader of a queue owned by another process (remote_reader.py)."""
+
+    name: str
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Item: ...
+    def commit(self, item: Item | int) -> None: ...
+    def abort(self, item: Item | int, delay: float | None = None) -> None: ...
+    def release(self, item: Item | int) -> None: ...
+
+
+def settle(reader: Consumer, item: Item, exc: BaseException | None, *, commit: bool) -> None:
     """Finish ``item`` if it is still an open read: commit it (``commit=True`` and no ``exc``),
     abort it (``exc`` is an :class:`Exception`) or release it (anything else)."""
     try:
@@ -49,18 +58,19 @@ def settle(reader: Reader, item: Item, exc: BaseException | None, *, commit: boo
             reader.release(item)
     except UnknownRead:
         pass  # the consumer settled it already
-    except QueueClosed:
-        # The item stays uncommitted and is delivered again on the next open.  A failed commit
-        # is reported; a failed give-back is not (it would mask the exception in flight).
+    except (QueueClosed, OwnerLost):
+        # The item stays uncommitted and is delivered again on the next open (or by the next
+        # owner).  A failed commit is reported; a failed give-back is not (it would mask the
+        # exception in flight).
         if exc is None and commit:
             raise
 
 
-def release_later(reader: Reader, item: Item) -> None:
+def release_later(reader: Consumer, item: Item) -> None:
     """Release ``item`` from a finalizer, which may run while this very thread holds the
     queue lock (it is not reentrant): never block on that lock here."""
-    core = reader.core
-    if core.lock.acquire(blocking=False):
+    core = getattr(reader, "core", None)
+    if core is not None and core.lock.acquire(blocking=False):
         try:
             if core.open.get(item.id) is item:
                 core.release(item)
@@ -88,7 +98,7 @@ class TransactionContext:
 
     __slots__ = ("_reader", "_block", "_timeout", "item")
 
-    def __init__(self, reader: Reader, timeout: float | None = None, *, block: bool = True) -> None:
+    def __init__(self, reader: Consumer, timeout: float | None = None, *, block: bool = True) -> None:
         check_timeout(timeout)
         self._reader = reader
         self._block = block
@@ -112,7 +122,7 @@ class ItemLoop:
     """What :class:`ItemIterator` and :class:`journaled.aio.AsyncItemIterator` share: the item
     handed out last, its commit when the next one is asked for, and its give-back on a stop."""
 
-    def __init__(self, reader: Reader, timeout: float | None = None) -> None:
+    def __init__(self, reader: Consumer, timeout: float | None = None) -> None:
         check_timeout(timeout)
         self._reader = reader
         self._timeout = timeout
@@ -183,7 +193,7 @@ class ItemIterator(ItemLoop):
 
 
 def failed(
-    reader: Reader, item: Item, exc: Exception, on_error: Callable[[Item, Exception], object] | None
+    reader: Consumer, item: Item, exc: Exception, on_error: Callable[[Item, Exception], object] | None
 ) -> None:
     """A worker loop's body raised ``exc`` for ``item``: abort it and report it."""
     settle(reader, item, exc, commit=False)
@@ -197,7 +207,7 @@ def failed(
 
 
 def process(
-    reader: Reader,
+    reader: Consumer,
     fn: Callable[[Item], object],
     timeout: float | None = None,
     on_error: Callable[[Item, Exception], object] | None = None,
@@ -227,4 +237,4 @@ def process(
             return done  # not committed: delivered again on the next open
 
 
-__all__ = ["ItemIterator", "TransactionContext", "process", "settle"]
+__all__ = ["Consumer", "ItemIterator", "TransactionContext", "process", "settle"]
