@@ -31,6 +31,7 @@ from journaled.checkpoint import (
     registry_path,
 )
 from journaled.bookmarks import BOOKMARK_DIR, read_bookmarks
+from journaled.client import Link
 from journaled.filecodec import CheckpointData
 
 from journaled import repair, speedups
@@ -207,7 +208,25 @@ def collect_stat(path: str, name: str | None = None) -> dict[str, Any]:
         "readers": readers,
         "external_readers": _external_readers(path, first_id, next_id, now),
         "damaged_files_kept": sorted(e for e in os.listdir(path) if e.endswith(".damaged")),
+        "owner": ask_owner(path) if owner_pid(path) else None,
     }
+
+
+def ask_owner(path: str) -> dict[str, Any]:
+    """What only the live owner knows, asked through its socket: its health and the processes
+    it serves with their open reads (``{"error": ...}`` if it does not answer within 5 s)."""
+    try:
+        link = Link(os.path.abspath(path), timeout=5.0)
+    except (OSError, JournaledError) as exc:
+        return {"error": f"the owner does not answer: {exc}"}
+    try:
+        stats = link.call({"op": "stats"})[0]["stats"]
+    except (OSError, JournaledError) as exc:
+        return {"error": f"the owner does not answer: {exc}"}
+    finally:
+        link.kill()
+    me = os.getpid()
+    return {"health": stats["health"], "clients": [c for c in stats["clients"] if c["pid"] != me]}
 
 
 def _external_readers(path: str, first_id: int, next_id: int, now: float) -> list[dict[str, Any]]:
@@ -245,6 +264,23 @@ def cmd_stat(args: argparse.Namespace) -> int:
         print(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
     for d in st["damaged_files_kept"]:
         print(f"  kept aside by recovery: {d}")
+    live = st["owner"]
+    if live is not None and "error" in live:
+        print(f"  owner: {live['error']}")
+    elif live is not None:
+        health = live["health"]
+        if health["ok"]:
+            print("  health: ok")
+        else:
+            print(f"  health: poisoned: {health['poisoned']}" if health["poisoned"] else
+                  f"  health: failing: {', '.join(health['failing'])} ({health['errors']} errors)")
+            if health["last_error"]:
+                print(f"    last error: {health['last_error']}")
+        for c in live["clients"]:
+            reads = ", ".join(f"{n} {k}" for n, k in sorted(c["open_reads"].items())) or "none"
+            print(f"  client pid {c['pid']}: {c['connections']} connection(s), open reads: {reads}")
+        if not live["clients"]:
+            print("  no other process is using it")
     print(f"  hot path (this process): {speedups.describe()}")
     return 0
 

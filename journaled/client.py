@@ -28,8 +28,9 @@ POOL_SIZE = 8
 class Link:
     """Connections to the owner of ``directory`` (raises ``OSError`` if nobody serves it)."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, timeout: float | None = None) -> None:
         self.directory = directory
+        self.timeout = timeout  # seconds any one socket operation may take (None: no limit)
         self.session = secrets.token_hex(8)
         self._lock = threading.Lock()
         self._idle: list[socket.socket] = []
@@ -44,6 +45,7 @@ class Link:
     def _connect(self) -> socket.socket:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
         try:
             sock.connect(socket_address(fd, self.directory))
             pid, uid = peer_ids(sock)

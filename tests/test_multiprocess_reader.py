@@ -259,3 +259,42 @@ def test_a_get_many_reply_never_exceeds_what_one_frame_carries(tmp_path, monkeyp
     assert [i.id for i in kept] == [1, 2] and [i.id for i in rest] == [3, 4, 5]
     big = [new_item(1, b"x" * 50, time.time(), None, 0)]
     assert serve_ops.fit_reply(big) == (big, [])  # one item always goes, whatever its size
+
+
+def test_journaled_stat_shows_the_owners_health_and_each_connected_process_with_its_open_reads(tmp_path):
+    import json
+    import os
+
+    d = str(tmp_path / "q")
+    with JournaledQueue(d) as q:
+        q.reader("r")
+        q.put_many([b"a", b"b"])
+        holder = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent("""
+                import sys
+                from journaled import JournaledQueue
+                q = JournaledQueue(sys.argv[1])
+                q.reader("r").get(timeout=60)
+                print("holding", flush=True)
+                sys.stdin.read()
+                """), d],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+            stat = subprocess.run([sys.executable, "-m", "journaled", "stat", "--json", d],
+                                  capture_output=True, text=True, timeout=TIMEOUT)
+            assert stat.returncode == 0, stat.stderr
+            live = json.loads(stat.stdout)["owner"]
+            assert live["health"]["ok"] is True
+            assert live["clients"] == [{"pid": holder.pid, "connections": 1, "open_reads": {"r": 1}}]
+            text = subprocess.run([sys.executable, "-m", "journaled", "stat", d],
+                                  capture_output=True, text=True, timeout=TIMEOUT).stdout
+            assert "health: ok" in text
+            assert f"client pid {holder.pid}: 1 connection(s), open reads: r 1" in text
+        finally:
+            holder.communicate("", timeout=TIMEOUT)
+        assert q.reader("r").stats().open_reads == 0  # its read went back when it left
+    closed = subprocess.run([sys.executable, "-m", "journaled", "stat", "--json", d],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert json.loads(closed.stdout)["owner"] is None and os.path.isdir(d)
