@@ -17,7 +17,7 @@ MAIN_JOB = "put+crash"
 _THREADED = ("size", "batch", "sync", "journal_size", "reader_memory")
 #: The options each test reads; any other test-specific option given is a usage error.
 USES: dict[str, frozenset[str]] = {
-    "put": frozenset(("writers", "items", "seconds", *_THREADED)),
+    "put": frozenset(("writers", "items", "seconds", "processes", "kill_owner", *_THREADED)),
     "flood": frozenset(("writers", "readers", "seconds", *_THREADED)),
     "timeout": frozenset(("writers", "readers", "seconds", "pause", "get_timeout", *_THREADED)),
     "fanout": frozenset(("readers", "items", "seconds", *_THREADED)),
@@ -38,7 +38,10 @@ _PER_TEST: dict[str, dict[str, Any]] = {
 _COMMON: dict[str, Any] = {
     "size": (1024, 1024), "batch": 1, "sync": 0.05, "journal_size": 16.0, "reader_memory": 16.0,
     "pause": 0.001, "get_timeout": 0.005, "abort_rate": 0.1, "dying": 2, "cycles": 10,
+    "processes": 0, "kill_owner": False,  # 0: every thread in this process
 }
+#: put with --processes: producer threads per process, and fewer items (each put is a round trip)
+_PROCESSES = {"writers": 1, "items": 20_000}
 # option -> (lowest allowed, whether the lowest itself is allowed, highest or None)
 _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "writers": (1, True, None), "readers": (1, True, None), "items": (1, True, None),
@@ -47,6 +50,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "journal_size": (1 / 16, True, None),
     "reader_memory": (0, False, None), "pause": (0, True, None), "get_timeout": (0, False, None),
     "abort_rate": (0, True, 1.0), "dying": (0, True, None), "cycles": (1, True, None),
+    "processes": (1, True, 64),
 }
 
 
@@ -70,6 +74,12 @@ def apply_defaults(args: argparse.Namespace, test: str) -> None:
                 if high is not None:
                     bound += f" and at most {high:g}"
                 raise UsageError(f"{_flag(key)} must be {bound}, got {value:g}")
+    if args.kill_owner and not args.processes:
+        raise UsageError("--kill-owner needs --processes N (the owner is then a process of its own)")
+    if args.processes:
+        for key, value in _PROCESSES.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
     base = "put" if test == MAIN_JOB else test
     for key, value in {**_COMMON, **_PER_TEST[base]}.items():
         if getattr(args, key) is None:
@@ -92,7 +102,10 @@ def sync_words(sync: Any) -> str:
 
 EPILOG = """tests:
   (none)        the main job: put, then crash --cycles 10 (about half a minute)
-  put           N threads put as fast as they can, then one reader drains and validates
+  put           N threads put as fast as they can, then one reader drains and validates;
+                with --processes N, N client processes (--writers producer threads and a
+                consumer each) use a queue an owner process serves; --kill-owner kills that
+                owner with SIGKILL midway and the workers take the queue over
   flood         W writers and R consumer threads (get + commit) at once for --seconds
   timeout       slow writers (--pause) and a stampede of readers with short --get-timeout
   fanout        one writer, K named readers each draining everything
@@ -108,6 +121,7 @@ Examples:
   journaled qtest                                  # put (200k x 1 KiB), then crash --cycles 10
   journaled qtest flood --writers 4 --readers 4 --size 100-4096 --seconds 10
   journaled qtest put --sync always --threads 8 --items 20000 --json
+  journaled qtest put --processes 4 --kill-owner   # 4 client processes, owner killed midway
   journaled qtest crash --cycles 200
 """
 
@@ -117,11 +131,11 @@ def add_qtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("test", nargs="?", default=None, choices=TESTS,
                    help="which test (default: the main job, put then crash)")
     p.add_argument("--threads", "--writers", dest="writers", type=int, default=None,
-                   help="producer threads (put 4, others 2; fanout always 1)")
+                   help="producer threads (put 4, others 2; fanout always 1; put --processes: 1 per process)")
     p.add_argument("--readers", type=int, default=None,
                    help="consumer threads; for fanout, named readers (flood 2, timeout 16, fanout 4)")
     p.add_argument("--items", type=int, default=None,
-                   help="items to put in total for put/fanout (200000 / 50000)")
+                   help="items to put in total for put/fanout (200000 / 50000; put --processes 20000)")
     p.add_argument("--seconds", type=float, default=None,
                    help="how long writers run (flood/timeout/leaky-reader: 5); for put/fanout a cap")
     p.add_argument("--size", type=parse_size, default=None,
@@ -138,6 +152,11 @@ def add_qtest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--abort-rate", type=float, default=None, help="leaky-reader: fraction aborted (0.1)")
     p.add_argument("--dying", type=int, default=None, help="leaky-reader: consumers that die (2)")
     p.add_argument("--cycles", type=int, default=None, help="crash: kill/restart cycles (10)")
+    p.add_argument("--processes", type=int, default=None,
+                   help="put: producers and consumers in N client processes of an owner process "
+                   "(1-64; then --writers is per process, default 1, and --items 20000)")
+    p.add_argument("--kill-owner", action="store_true", default=None,
+                   help="put --processes: SIGKILL the owner process midway; the workers take over")
     p.add_argument("--seed", type=int, default=1, help="random seed for sizes, bodies and kill times")
     p.add_argument("--dir", default=None,
                    help="queue directory (default: a fresh temporary one, removed); items already "

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from journaled.config import MiB, QueueConfig, ReaderConfig
-from journaled.errors import Empty, QueueClosed
+from journaled.errors import Empty, OwnerLost, QueueClosed
 from journaled.item import Item
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
@@ -114,17 +114,23 @@ class Ledger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.produced: dict[int, int] = {}  # producer -> items put
+        self.produced: dict[int, int] = {}  # producer -> items put (sequences 0..n-1 tried)
+        # producer -> sequences whose put raised OwnerLost(outcome_unknown): may or may not be stored
+        self.unknown: dict[int, set[int]] = {}
         self.put_bytes = 0
         self.latencies: list[list[float]] = []
         # reader name -> per-thread logs of (item id, producer, seq, error_count)
         self.logs: dict[str, list[list[tuple[int, int, int, int]]]] = {}
         self.bad_payloads: list[str] = []
+        self.failures: list[str] = []  # a worker that could not go on (reported as errors)
         self.aborts = 0
         self.timeouts = 0
         # items already in a reused --dir queue are not this run's: counted, never validated
         self.first_id = 1
         self.leftovers = 0
+        # figures of the last validate(): acknowledged puts never delivered, tolerated
+        # redeliveries, outcome-unknown puts delivered (and of those, lost with the owner)
+        self.missing = self.redelivered = self.unknown_delivered = 0
 
     def new_log(self, reader: str) -> list[tuple[int, int, int, int]]:
         log: list[tuple[int, int, int, int]] = []
@@ -154,37 +160,66 @@ class Ledger:
         names = [reader] if reader is not None else list(self.logs)
         return sum(len(log) for n in names for log in self.logs.get(n, []))
 
-    def validate(self, ordered_logs: bool, complete: bool = True) -> list[str]:
-        """Every reader: each (producer, seq) exactly once, per-producer order kept by item
-        ids (and, if ``ordered_logs``, within each consumer thread's log), intact payloads.
+    def add_produced(self, producer: int, count: int, nbytes: int, unknown: set[int] | None = None) -> None:
+        """Producer ``producer`` tried sequences ``0..count-1`` (``unknown`` of them with an
+        unknown outcome) and put ``nbytes`` acknowledged bytes."""
+        with self._lock:
+            self.produced[producer] = count
+            self.put_bytes += nbytes
+            if unknown:
+                self.unknown.setdefault(producer, set()).update(unknown)
+
+    def validate(
+        self, ordered_logs: bool, complete: bool = True,
+        may_redeliver: Callable[[tuple[int, int]], bool] | None = None,
+    ) -> list[str]:
+        """Every reader: each acknowledged (producer, seq) exactly once, per-producer order kept by
+        item ids (and, if ``ordered_logs``, within each consumer thread's log), intact payloads.
+        A put with an unknown outcome may be missing.  ``may_redeliver(key)``: that item may be
+        delivered one extra time (its read was open, or not yet checkpointed, when the owner was
+        killed): counted in ``redelivered``, not an error.  An item id that names two payloads
+        is always an error: an item handed to another process survives its owner's kill.
         ``complete=False`` (an interrupted run) checks only what was delivered."""
-        errors = list(self.bad_payloads)
-        total = sum(self.produced.values())
+        errors = list(self.bad_payloads) + self.failures
+        maybe = {(p, s) for p, seqs in self.unknown.items() for s in seqs}
+        acked = sum(self.produced.values()) - len(maybe)
+        self.missing = self.redelivered = self.unknown_delivered = 0
         for name, logs in sorted(self.logs.items()):
             entries = [e for log in logs for e in log]
             counts = Counter((p, s) for _i, p, s, _e in entries)
             unknown = [k for k in counts if not k[1] < self.produced.get(k[0], 0)]
-            dups = sum(c - 1 for c in counts.values() if c > 1)
-            missing = total - (len(counts) - len(unknown))
+            extra = {k: c - 1 for k, c in counts.items() if c > 1}
+            allowed_first = {k for k in counts if may_redeliver is not None and may_redeliver(k)}
+            allowed = allowed_first & extra.keys()
+            self.redelivered += sum(min(1, extra[k]) for k in allowed)
+            dups = sum(extra.values()) - len(allowed)
+            maybe_got = sum(1 for k in counts if k in maybe)
+            self.unknown_delivered += maybe_got
+            missing = acked - (len(counts) - len(unknown) - maybe_got)
             if unknown:
                 errors.append(f"reader {name}: {len(unknown)} items never put, e.g. {unknown[:3]}")
             if dups:
                 errors.append(f"reader {name}: {dups} duplicate deliveries")
             if missing and complete:
+                self.missing += missing
                 errors.append(f"reader {name}: {missing} items never delivered")
-            ids = Counter(i for i, _p, _s, _e in entries)
-            if any(c > 1 for c in ids.values()) and not dups:
+            by_id: dict[int, set[tuple[int, int]]] = {}
+            for i, p, s, _e in entries:
+                by_id.setdefault(i, set()).add((p, s))
+            if any(len(keys) > 1 for keys in by_id.values()):
                 errors.append(f"reader {name}: one item id delivered with two payloads")
             last: dict[int, int] = {}
-            for _i, p, s, _e in sorted(entries):
+            for i, (p, s) in sorted((i, k) for i, keys in by_id.items() for k in keys):
                 if s <= last.get(p, -1):
                     errors.append(f"reader {name}: producer {p} seq {s} has a later id than seq {last[p]}")
                     break
                 last[p] = s
-            if ordered_logs:
+            if ordered_logs:  # a redelivered item comes back out of order: only the others count
                 for log in logs:
                     seen: dict[int, int] = {}
                     for _i, p, s, _e in log:
+                        if (p, s) in allowed:
+                            continue
                         if s <= seen.get(p, -1):
                             errors.append(f"reader {name}: one consumer got producer {p} seq {s} after {seen[p]}")
                             break
@@ -250,6 +285,7 @@ class Run:
         counter = self.put_count
         seq = 0
         nbytes = 0
+        unknown: set[int] = set()
         while (count is None or seq < count) and not stop.is_set():
             n = batch if count is None else min(batch, count - seq)
             payloads = [
@@ -263,15 +299,22 @@ class Run:
                     q.put_many(payloads)
             except QueueClosed:
                 break  # interrupted: the queue was closed under us; these were never put
+            except OwnerLost as exc:  # a client of another process's queue (qtest_procs.py)
+                if not exc.outcome_unknown:
+                    with ledger._lock:
+                        ledger.failures.append(f"producer {p}: {exc}")
+                    break
+                unknown.update(range(seq, seq + n))  # stored or not: never retried (twice?)
+                seq += n
+                counter[p] = seq
+                continue
             lat.append(clock() - t0)
             seq += n
             nbytes += sum(map(len, payloads))
             counter[p] = seq
             if pause:
                 time.sleep(pause)
-        with ledger._lock:
-            ledger.produced[p] = seq
-            ledger.put_bytes += nbytes
+        ledger.add_produced(p, seq, nbytes, unknown)
 
     def consume(
         self,

@@ -275,6 +275,15 @@ class Server:
         items, excess = serve_ops.fit_reply(items)
         for item in reversed(excess):  # more than one reply carries: back to the head, newest first
             reader.release(item)
+        try:
+            # An item leaves this process only once its record is in the OS: a kill -9 of this
+            # process must not unmake an item another process already holds (its id would be
+            # given to a later put).  In-process readers need no such step: they die with us.
+            self.queue.journal.write_out()
+        except BaseException:
+            for item in reversed(items):
+                reader.release(item)
+            raise
         with self._lock:
             for item in items:
                 session.reads[(name, item.id)] = item

@@ -298,3 +298,37 @@ def test_journaled_stat_shows_the_owners_health_and_each_connected_process_with_
     closed = subprocess.run([sys.executable, "-m", "journaled", "stat", "--json", d],
                             capture_output=True, text=True, timeout=TIMEOUT)
     assert json.loads(closed.stdout)["owner"] is None and os.path.isdir(d)
+
+
+def test_an_item_handed_to_a_client_survives_a_kill_9_of_the_owner_that_had_not_synced_it(tmp_path):
+    import os
+    import signal
+
+    d = str(tmp_path / "q")
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import sys
+            from journaled import JournaledQueue, QueueConfig
+            q = JournaledQueue(sys.argv[1], QueueConfig(sync=3600))  # puts stay in its buffer
+            q.reader("r")
+            q.put(b"held by a client")
+            print("ready", flush=True)
+            sys.stdin.read()
+            """), d],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready"
+        q = JournaledQueue(d)
+        assert not q.is_owner
+        item = q.reader("r").get(timeout=30)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(TIMEOUT)
+        assert q.put(b"after the kill") == 2  # this process took over: id 1 is not given again
+        r = q.reader("r")
+        again = r.get(timeout=5)
+        assert (again.id, again.data) == (item.id, item.data) == (1, b"held by a client")
+        q.close()
+    finally:
+        owner.kill()
+        owner.wait(TIMEOUT)
