@@ -444,6 +444,163 @@ reference:
     return PyObject_Vectorcall(py_decode_many, args, (size_t)nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------------------ decode_columns */
+
+/* decode_columns(buf, base_offset, salt, pos, lo, hi, end_offset, max_rows, max_bytes, out):
+ * the columnar twin of journaled.columns.decode_columns (see there for what it does).  ``out``
+ * is [ids, add_ms, expire_ms, offsets, data], five bytearrays: ids and times as little-endian
+ * u64, the payloads' end offsets in ``data`` as little-endian int32, the payloads back to back.
+ * Arguments off the fast path (other types, numbers outside their range) go to the reference. */
+
+static PyObject *py_decode_columns = NULL;
+static long long columns_max_bytes = 0;
+
+static PyObject *
+configure_columns(PyObject *self, PyObject *args)
+{
+    PyObject *fallback;
+    long long cap;
+    if (!PyArg_ParseTuple(args, "OL", &fallback, &cap))
+        return NULL;
+    Py_INCREF(fallback);
+    Py_XSETREF(py_decode_columns, fallback);
+    columns_max_bytes = cap;
+    Py_RETURN_NONE;
+}
+
+/* An exact int in [0, 2**62] into *out; 0 (no error set) otherwise. */
+static int
+as_index(PyObject *o, long long *out)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v < 0 || v > (1LL << 62))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static PyObject *
+decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_decode_columns == NULL || default_max_body == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled._speedups is not configured");
+        return NULL;
+    }
+    long long base_offset, pos, lo, hi, end_offset, max_rows, max_bytes, max_body;
+    uint64_t salt;
+    if (kwnames != NULL || nargs != 10 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[2]))
+        goto reference;
+    if (!as_index(args[1], &base_offset) || !as_index(args[3], &pos) || !as_index(args[4], &lo) ||
+        !as_index(args[5], &hi) || !as_index(args[6], &end_offset) || !as_index(args[7], &max_rows) ||
+        !as_index(args[8], &max_bytes) || max_bytes > columns_max_bytes)
+        goto reference;
+    salt = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (salt == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    PyObject *out = args[9];
+    if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) != 5)
+        goto reference;
+    PyObject *col[5];
+    for (int i = 0; i < 5; i++) {
+        col[i] = PyList_GET_ITEM(out, i);
+        if (!PyByteArray_CheckExact(col[i]))
+            goto reference;
+        for (int j = 0; j < i; j++)
+            if (col[j] == col[i])
+                goto reference;  /* one bytearray for two columns: the reference's appends interleave */
+    }
+    /* as the reference: the row count is len(ids) // 8, offsets continue from len(data) */
+    Py_ssize_t ids0 = PyByteArray_GET_SIZE(col[0]), data0 = PyByteArray_GET_SIZE(col[4]);
+    max_body = PyLong_AsLongLong(default_max_body);
+    if (max_body == -1 && PyErr_Occurred())
+        return NULL;
+    {
+        Py_INCREF(args[0]);  /* the bytes stay alive (and unchanged) while we read them */
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+        long long n = PyBytes_GET_SIZE(args[0]);
+        long long rows = ids0 / 8;
+        /* room for every record the buffer can hold (at most one per PUT_OVERHEAD bytes) */
+        long long room = pos < n ? (n - pos) / PUT_OVERHEAD : 0;
+        if (room > max_rows - rows)
+            room = max_rows - rows > 0 ? max_rows - rows : 0;
+        long long bytes_room = pos < n ? n - pos : 0;
+        Py_ssize_t size0[5];
+        long long grow[5] = {8 * room, 8 * room, 8 * room, 4 * room, bytes_room};
+        for (int i = 0; i < 5; i++) {
+            size0[i] = PyByteArray_GET_SIZE(col[i]);
+            if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)grow[i]) < 0) {
+                for (int j = 0; j < i; j++)
+                    PyByteArray_Resize(col[j], size0[j]);
+                Py_DECREF(args[0]);
+                return NULL;
+            }
+        }
+        unsigned char *w_ids = (unsigned char *)PyByteArray_AS_STRING(col[0]) + size0[0];
+        unsigned char *w_add = (unsigned char *)PyByteArray_AS_STRING(col[1]) + size0[1];
+        unsigned char *w_exp = (unsigned char *)PyByteArray_AS_STRING(col[2]) + size0[2];
+        unsigned char *w_off = (unsigned char *)PyByteArray_AS_STRING(col[3]) + size0[3];
+        unsigned char *w_data = (unsigned char *)PyByteArray_AS_STRING(col[4]) + size0[4];
+        long long dlen = data0, added = 0;
+        uint64_t last_id = 0;
+        int have_last = 0, status = 0;
+        while (1) {
+            if (rows >= max_rows || dlen >= max_bytes) {
+                status = 2;
+                break;
+            }
+            if (pos + PUT_OVERHEAD > n)
+                break;
+            const unsigned char *p = data + pos;
+            uint32_t crc = get_u32(p), length = get_u32(p + 4);
+            long long end = pos + RECORD_HEADER_SIZE + (long long)length;
+            if (p[8] != TYPE_PUT || length < 24 || (long long)length > max_body || end > n)
+                break;
+            long long offset = base_offset + pos;
+            if (crc32c((uint32_t)(salt ^ (uint64_t)offset), p + 4, (size_t)(end - pos - 4)) != crc)
+                break;
+            uint64_t id = get_u64(p + 9);
+            if (id >= (uint64_t)hi || offset >= end_offset) {
+                status = 1;
+                break;
+            }
+            last_id = id;
+            have_last = 1;
+            if (id >= (uint64_t)lo) {
+                long long len = end - pos - PUT_OVERHEAD;
+                memcpy(w_ids + 8 * added, p + 9, 8);
+                memcpy(w_add + 8 * added, p + 17, 8);
+                memcpy(w_exp + 8 * added, p + 25, 8);
+                memcpy(w_data, p + PUT_OVERHEAD, (size_t)len);
+                w_data += len;
+                dlen += len;
+                put_u32(w_off + 4 * added, (uint32_t)dlen);
+                added++;
+                rows++;
+            }
+            pos = end;
+        }
+        Py_DECREF(args[0]);
+        long long used[5] = {8 * added, 8 * added, 8 * added, 4 * added, dlen - data0};
+        for (int i = 0; i < 5; i++)
+            if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)used[i]) < 0)
+                return NULL;
+        PyObject *last = have_last ? PyLong_FromUnsignedLongLong(last_id) : Py_NewRef(Py_None);
+        if (last == NULL)
+            return NULL;
+        return Py_BuildValue("(LNi)", pos, last, status);
+    }
+reference:
+    return PyObject_Vectorcall(py_decode_columns, args, (size_t)nargs, kwnames);
+}
+
 /* ------------------------------------------------------------------------------ new_items */
 
 static PyTypeObject *item_type = NULL;
@@ -576,6 +733,9 @@ static PyMethodDef methods[] = {
      "Compiled twin of journaled.record.encode_puts."},
     {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.record.decode_many."},
+    {"configure_columns", configure_columns, METH_VARARGS, "configure_columns(decode_columns, max_batch_bytes)"},
+    {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.columns.decode_columns."},
     {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items, new_item)"},
     {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.item.new_item."},

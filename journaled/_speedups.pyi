@@ -25,6 +25,19 @@ def decode_many(
     max_body: int = ...,
     limit: int | None = None,
 ) -> tuple[list[Any], int, Any]: ...
+def configure_columns(decode_columns: Callable[..., tuple[int, int | None, int]], max_batch_bytes: int) -> None: ...
+def decode_columns(
+    buf: bytes,
+    base_offset: int,
+    salt: int,
+    pos: int,
+    lo: int,
+    hi: int,
+    end_offset: int,
+    max_rows: int,
+    max_bytes: int,
+    out: list[bytearray],
+) -> tuple[int, int | None, int]: ...
 def configure_items(
     item_type: type, field_names: tuple[str, ...], new_items: Callable[..., list[Any]], new_item: Callable[..., Any]
 ) -> None: ...

@@ -4,7 +4,8 @@ The compiled extension ``journaled._speedups`` (built from ``journaled/_speedups
 ``pip install``, where a C compiler exists) is the twin of record.py's two per-record loops,
 ``encode_puts`` and ``decode_many`` (and of item.py's ``new_item``/``new_items``); those stay the
 pure-Python reference and the fallback.  Both write byte-identical journals and decode
-identically, error for error.  The writer and the record walker call :data:`encode_puts` and
+identically, error for error.  ``decode_columns`` is the twin of columns.py's columnar decoder
+(the Spark source's hot loop).  The writer and the record walker call :data:`encode_puts` and
 :data:`decode_many` from here: the compiled twin when it runs, else record.py's functions.
 Setting ``JOURNALED_PURE_PYTHON=1`` in the environment before journaled is imported forces the
 fallback.
@@ -17,7 +18,7 @@ from types import ModuleType
 
 import attrs
 
-from journaled import record
+from journaled import columns, record
 
 #: The environment variable that, set to anything but ``""`` or ``"0"``, forces pure Python.
 ENV_VAR = "JOURNALED_PURE_PYTHON"
@@ -56,3 +57,9 @@ if native is not None:
     )
     encode_puts = native.encode_puts
     decode_many = native.decode_many
+#: ``columns.decode_columns`` or its compiled twin (the same rows, bytes and stop reason); an
+#: extension built before the twin existed leaves the reference in place.
+decode_columns = columns.decode_columns
+if native is not None and hasattr(native, "decode_columns"):
+    native.configure_columns(columns.decode_columns, columns.MAX_BATCH_BYTES)
+    decode_columns = native.decode_columns

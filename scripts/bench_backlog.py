@@ -20,6 +20,15 @@ Examples::
     python scripts/bench_backlog.py --size 5G --dir /big/disk/tmp
 
 Figures go to stdout; nothing is asserted except the RSS bound (exit status 1 if exceeded).
+
+``--flat N`` instead measures issue 14's "flat with backlog" target: two queues, one holding a
+1,000-item backlog and one an N-item backlog (``--item-size`` bytes each) for one reader; single
+``put`` and ``get``+``commit`` rates are measured alternately on the two (best of ``--rounds``,
+``--ops`` operations each), then each queue is closed and the time to reopen it (open, attach
+the reader, first ``get``) is taken.  Target: both rates within 10 % of the 1,000-item ones,
+reopen under 1 s::
+
+    python scripts/bench_backlog.py --flat 10000000 --item-size 100
 """
 
 from __future__ import annotations
@@ -85,7 +94,12 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="parent directory for the queue (default: system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the queue directory afterwards")
     ap.add_argument("--rss-limit-mb", type=float, default=100.0, help="fail if peak RSS exceeds this")
+    ap.add_argument("--flat", type=int, default=0, help="measure put/get+commit at this backlog vs 1,000 items")
+    ap.add_argument("--ops", type=int, default=50_000, help="--flat: operations per measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="--flat: measurements per case (best kept)")
     args = ap.parse_args()
+    if args.flat:
+        return flat(args)
 
     size = parse_size(args.size)
     n_items = max(args.batch, size // args.item_size)
@@ -204,6 +218,64 @@ def main() -> int:
     ok = peak < args.rss_limit_mb
     print(f"RESULT peak RSS {peak:.1f} MB {'<' if ok else '>='} {args.rss_limit_mb:.0f} MB")
     return 0 if ok else 1
+
+
+def flat(args: argparse.Namespace) -> int:
+    base = tempfile.mkdtemp(prefix="bench-flat-", dir=args.dir)
+    payload = os.urandom(args.item_size)
+    sizes = [1000, args.flat]
+    queues = {}
+    try:
+        for n in sizes:
+            q = JournaledQueue(os.path.join(base, f"q{n}"), QueueConfig())
+            r = q.reader("r")
+            t0 = time.perf_counter()
+            for k in range(0, n, 10_000):
+                q.put_many([payload] * min(10_000, n - k))
+            q.sync()
+            st = q.stats()
+            print(f"backlog {n:,} items x {args.item_size} B written in {time.perf_counter() - t0:.1f} s "
+                  f"({st.journal_files} files, {st.journal_bytes / MiB:,.0f} MiB)", flush=True)
+            queues[n] = (q, r)
+        rates: dict[int, tuple[list[float], list[float]]] = {n: ([], []) for n in sizes}
+        for _ in range(args.rounds):
+            for n in sizes:  # alternately, so drift on a shared machine hits both alike
+                q, r = queues[n]
+                t0 = time.perf_counter()
+                for _ in range(args.ops):
+                    q.put(payload)
+                rates[n][0].append(args.ops / (time.perf_counter() - t0))
+                t0 = time.perf_counter()
+                for _ in range(args.ops):
+                    r.commit(r.get(block=False))
+                rates[n][1].append(args.ops / (time.perf_counter() - t0))
+        for n in sizes:
+            queues[n][0].close()
+        reopen = {}
+        for n in sizes:
+            t0 = time.perf_counter()
+            q = JournaledQueue(os.path.join(base, f"q{n}"), QueueConfig())
+            t_open = time.perf_counter() - t0
+            r = q.reader("r")
+            first = r.get(block=False)
+            reopen[n] = (t_open, time.perf_counter() - t0)
+            r.abort(first)
+            q.close()
+        small, big = sizes
+        put_ratio = max(rates[big][0]) / max(rates[small][0])
+        get_ratio = max(rates[big][1]) / max(rates[small][1])
+        for n in sizes:
+            print(f"backlog {n:>12,}: put {max(rates[n][0]):10,.0f}/s  get+commit {max(rates[n][1]):10,.0f}/s  "
+                  f"reopen {reopen[n][0] * 1000:6.0f} ms (first item after {reopen[n][1] * 1000:.0f} ms)")
+        ok = put_ratio >= 0.9 and get_ratio >= 0.9 and reopen[big][1] < 1.0
+        print(f"RESULT {big:,} vs {small:,}: put {put_ratio:.2f}x, get+commit {get_ratio:.2f}x (target >= 0.90); "
+              f"reopen to first item {reopen[big][1]:.2f} s (target < 1 s): {'met' if ok else 'not met'}")
+        return 0
+    finally:
+        for q, _ in queues.values():
+            q.close()
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from journaled import item, record, speedups
 from journaled.record import MAX_BODY, PUT_OVERHEAD
+from journaled.columns import MAX_BATCH_BYTES
+from journaled.columns import decode_columns as py_decode_columns
 from journaled.record import decode_many as py_decode_many
 from journaled.record import encode_puts as py_encode_puts
 
@@ -34,6 +36,7 @@ else:  # compared even when JOURNALED_PURE_PYTHON=1 left it unconfigured (config
         record.Put, ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
         py_encode_puts, py_decode_many, record.decode_one, record.Damage, MAX_BODY,
     )
+    native.configure_columns(py_decode_columns, MAX_BATCH_BYTES)
     native.configure_items(item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items, item.py_new_item)
 
 needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
@@ -253,6 +256,104 @@ def test_new_item_builds_the_same_item_or_error(args, kwargs):
     assert item_fields(got) == item_fields(want)
 
 
+# ------------------------------------------------------------------------------------ columnar decoding
+
+
+def same_columns(buf: Any, *args: Any, prefill: list[bytes] | None = None) -> tuple[str, Any]:
+    """Both twins of decode_columns on copies of the same output columns: the same return value
+    (or exception) and the same bytes appended."""
+    start = prefill if prefill is not None else [b"", b"", b"", bytes(4), b""]
+    outs = [[bytearray(c) for c in start] for _ in range(2)]
+    got = outcome(native.decode_columns, buf, *args, outs[0])
+    want = outcome(py_decode_columns, buf, *args, outs[1])
+    assert got == want
+    assert outs[0] == outs[1]
+    return got
+
+
+@needs_native
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    damaged_journals(), st.integers(0, 60), st.integers(0, 2**41), st.integers(0, 2**41), st.integers(0, 2**34),
+    st.integers(0, 20), st.integers(0, 400), st.lists(st.binary(max_size=24), min_size=5, max_size=5),
+)
+def test_decode_columns_appends_the_same_rows_and_stops_alike(case, pos, lo, hi, end_offset, max_rows, max_bytes, prefill):
+    """Random records, damaged (flipped, cut, zeroed, garbage, other record types) or not, with
+    random id range, segment end, row and byte budgets, and columns that already hold bytes."""
+    buf, base, salt = case
+    same_columns(buf, base, salt, pos, lo, hi, end_offset, max_rows, max_bytes, prefill=prefill)
+    same_columns(buf, base, salt, 0, 0, 2**62, 2**62, 1 << 20, 1 << 30)
+
+
+@needs_native
+@settings(max_examples=300)
+@given(st.binary(max_size=300), st.integers(0, 2**40), u32)
+def test_decode_columns_agrees_on_random_bytes(buf, base, salt):
+    same_columns(buf, base, salt, 0, 0, 2**62, 2**62, 100, 1000)
+
+
+@needs_native
+@settings(max_examples=200)
+@given(st.integers(0, 2**32), u32, st.integers(0, 2**40), payloads, u64)
+def test_decode_columns_rows_are_the_records_decode_many_returns(base, salt, first_id, batch, expire_ms):
+    """Undamaged records: the columns hold exactly decode_many's PUTs, as Arrow's buffers."""
+    import struct
+
+    buf = journal(salt, base, first_id, batch, expire_ms)
+    out = [bytearray(), bytearray(), bytearray(), bytearray(4), bytearray()]
+    end, last, status = native.decode_columns(buf, base, salt, 0, 0, 2**62, 2**62, 1 << 20, 1 << 30, out)
+    recs = py_decode_many(buf, base, salt)[0]
+    assert (end, status) == (len(buf), 0)
+    assert last == (recs[-1].id if recs else None)
+    n = len(recs)
+    assert list(struct.unpack(f"<{n}Q", out[0])) == [r.id for r in recs]
+    assert list(struct.unpack(f"<{n}Q", out[1])) == [r.add_ms for r in recs]
+    assert list(struct.unpack(f"<{n}Q", out[2])) == [r.expire_ms for r in recs]
+    ends = struct.unpack(f"<{n + 1}i", out[3])
+    assert [bytes(out[4][a:b]) for a, b in zip(ends, ends[1:])] == [r.payload for r in recs]
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, 1, -1, 0, 2**62, 2**62, 10, 100),  # negative start: as the reference does
+        (0, 1, 0, 0, 2**64, 2**62, 10, 100),  # an id bound beyond the fast path's range
+        (0, 1, 0, 0, 2**62, 2**62, 10, 2**31),  # a byte budget Arrow's int32 offsets cannot hold
+        (0, 1, 0, 0, 2**62, 2**62, -1, 100),
+        (0, 1.5, 0, 0, 2**62, 2**62, 10, 100),
+        (0, -3, 0, 0, 2**62, 2**62, 10, 100),  # a salt the reference masks
+        (0, 1, 0, 11, 12, 2**62, 10, 100),  # only the second record
+        (0, 1, 0, 0, 2**62, 44, 10, 100),  # the segment ends after the first record
+        (0, 1, 0, 0, 2**62, 2**62, 2, 100),
+        (0, 1, 0, 0, 2**62, 2**62, 10, 1),
+    ],
+)
+def test_decode_columns_odd_arguments_behave_as_the_reference(args):
+    buf = journal(1, 0, 10, [b"a" * 40, b"b", b"c" * 7])
+    same_columns(buf, *args)
+    same_columns(bytearray(buf), *args)
+    same_columns(memoryview(buf), *args)
+
+
+@needs_native
+def test_decode_columns_with_one_bytearray_for_several_columns_appends_as_the_reference():
+    buf = journal(1, 0, 10, [b"a", b"bc"])
+    a, b = bytearray(b"x"), bytearray(b"x")
+    assert outcome(native.decode_columns, buf, 0, 1, 0, 0, 2**62, 2**62, 10, 100, [a] * 5) == outcome(
+        py_decode_columns, buf, 0, 1, 0, 0, 2**62, 2**62, 10, 100, [b] * 5
+    )
+    assert a == b
+
+
+@needs_native
+@pytest.mark.parametrize("out", [[bytearray()] * 4, (bytearray(),) * 5, [b""] * 5, None])
+def test_decode_columns_refuses_odd_outputs_as_the_reference_does(out):
+    buf = journal(1, 0, 10, [b"a", b"b"])
+    args = (buf, 0, 1, 0, 0, 2**62, 2**62, 10, 100, out)
+    assert outcome(native.decode_columns, *args) == outcome(py_decode_columns, *args)
+
+
 # ------------------------------------------------------------------------------------ selection
 
 
@@ -281,9 +382,11 @@ def test_speedups_says_which_implementation_runs_in_this_process():
     if speedups.implementation == "compiled":
         assert speedups.encode_puts is speedups.native.encode_puts  # type: ignore[union-attr]
         assert item.new_items is speedups.native.new_items  # type: ignore[union-attr]
+        assert speedups.decode_columns is speedups.native.decode_columns  # type: ignore[union-attr]
         assert speedups.describe().startswith("compiled")
     else:
         assert speedups.encode_puts is record.encode_puts and speedups.decode_many is record.decode_many
+        assert speedups.decode_columns is py_decode_columns
         assert item.new_items is item.py_new_items
         assert speedups.describe().startswith("pure Python")
 

@@ -29,7 +29,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from journaled.bookmarks import write_bookmark
-from journaled.segments import Gap, Segment, read_segment_columns
+from journaled.segments import Gap, Segment
+from journaled.spark.arrowread import read_segment_arrays
 from journaled.spark.offsets import (
     DataLossError,
     Planner,
@@ -50,12 +51,16 @@ ROWS_PER_BATCH = 32768
 
 
 class JournaledPartition(InputPartition):
-    """One segment of one queue (picklable; everything ``read`` needs travels inside)."""
+    """Consecutive segments of one queue (picklable; everything ``read`` needs travels inside).
 
-    def __init__(self, key: str, segment: Segment, fail_on_data_loss: bool) -> None:
-        super().__init__((key, segment.path, segment.start, segment.end))
+    Segments are cut at journal file boundaries (segments.py); a partition packs as many as
+    fit ``maxPartitionBytes``, as Spark's file sources pack small files, because every Spark
+    task costs a fixed tens of milliseconds (scheduling, the Python worker round trip)."""
+
+    def __init__(self, key: str, segments: Sequence[Segment], fail_on_data_loss: bool) -> None:
+        super().__init__((key, tuple((s.path, s.start, s.end) for s in segments)))
         self.key = key
-        self.segment = segment
+        self.segments = list(segments)
         self.fail_on_data_loss = fail_on_data_loss
 
 
@@ -68,29 +73,35 @@ def _planner(options: dict[str, str]) -> Planner:
 
 
 def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-    return [JournaledPartition(k, seg, planner.fail_on_data_loss) for k, seg in planner.plan(start, end)]
+    out: list[InputPartition] = []
+    group: list[Segment] = []
+    key, size = "", 0
+    for k, seg in planner.plan(start, end):
+        if group and (k != key or size + seg.end - seg.start > planner.split_bytes):
+            out.append(JournaledPartition(key, group, planner.fail_on_data_loss))
+            group, size = [], 0
+        group.append(seg)
+        key, size = k, size + seg.end - seg.start
+    if group:
+        out.append(JournaledPartition(key, group, planner.fail_on_data_loss))
+    return out
 
 
 def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Decode one partition into Arrow batches of the source schema."""
+    """Decode one partition into Arrow batches of the source schema (columns built from
+    buffers by arrowread.py: no Python object per record)."""
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     ts_type = arrow_schema.field("timestamp").type
+    key = pa.scalar(part.key, pa.string())
     gaps: list[Gap] = []
-    for ids, payloads, adds, expires in read_segment_columns(part.segment, gaps, ROWS_PER_BATCH):
+    for cols in (c for seg in part.segments for c in read_segment_arrays(seg, gaps, ROWS_PER_BATCH)):
         if gaps:
             _on_gaps(part, gaps)
-        n = len(ids)
-        added = pc.multiply(pa.array(adds, pa.int64()), 1000).cast(ts_type)
-        expire_ms = pa.array(expires, pa.int64())
+        added = pc.multiply(cols.add_ms, 1000).cast(ts_type)
+        expire_ms = cols.expire_ms
         expire_at = pc.if_else(pc.equal(expire_ms, 0), None, pc.multiply(expire_ms, 1000)).cast(ts_type)
         yield pa.RecordBatch.from_arrays(
-            [
-                pa.array(ids, pa.int64()),
-                pa.array(payloads, pa.binary()),
-                added,
-                expire_at,
-                pa.array([part.key] * n, pa.string()),
-            ],
+            [cols.ids, cols.values, added, expire_at, pa.repeat(key, len(cols))],
             schema=arrow_schema,
         )
     if gaps:
