@@ -727,6 +727,153 @@ reference:
     return PyObject_Vectorcall(py_new_items, args, (size_t)nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------------------ items_from_puts */
+
+/* items_from_puts(recs, errors, want, overhead): the twin of journaled.item.items_from_puts
+ * (read-behind's items for decoded PUT records, stopping before the record that would take the
+ * charge past ``want``).  Anything off the fast path (a record that is not an exact Put, fields
+ * of other types, a mapping that is not a dict) goes to the reference, from the start. */
+
+static PyObject *py_items_from_puts = NULL;
+
+static PyObject *
+configure_refill(PyObject *self, PyObject *args)
+{
+    PyObject *fallback;
+    if (!PyArg_ParseTuple(args, "O", &fallback))
+        return NULL;
+    Py_INCREF(fallback);
+    Py_XSETREF(py_items_from_puts, fallback);
+    Py_RETURN_NONE;
+}
+
+/* A Put's field by its slot descriptor (a new reference), NULL with an error set. */
+static PyObject *
+put_field(PyObject *rec, int k)
+{
+    return Py_TYPE(put_fields[k])->tp_descr_get(put_fields[k], rec, (PyObject *)put_type);
+}
+
+static PyObject *
+items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_items_from_puts == NULL || item_type == NULL || put_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled._speedups is not configured");
+        return NULL;
+    }
+    long long want, overhead;
+    if (kwnames != NULL || nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !as_index(args[2], &want) || !as_index(args[3], &overhead))
+        goto reference;
+    {
+        PyObject *recs = args[0], *errors = args[1];
+        Py_ssize_t n = PyList_GET_SIZE(recs);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (Py_TYPE(PyList_GET_ITEM(recs, i)) != put_type)
+                goto reference;
+        PyObject *out = PyList_New(0);
+        if (out == NULL)
+            return NULL;
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        long long total = 0;
+        int expiring = 0, off_path = 0;
+        Py_INCREF(recs);  /* the list may not change under us: we call no Python code, but be safe */
+        for (Py_ssize_t i = 0; i < n && !off_path; i++) {
+            PyObject *rec = PyList_GET_ITEM(recs, i);
+            PyObject *id = NULL, *add = NULL, *exp = NULL, *payload = NULL, *vals[5] = {NULL};
+            id = put_field(rec, 2);
+            add = id ? put_field(rec, 3) : NULL;
+            exp = add ? put_field(rec, 4) : NULL;
+            payload = exp ? put_field(rec, 5) : NULL;
+            if (payload == NULL)
+                goto fail_rec;
+            if (!PyLong_CheckExact(id) || !PyLong_CheckExact(add) || !PyLong_CheckExact(exp) ||
+                !PyBytes_CheckExact(payload)) {
+                off_path = 1;
+                goto next;
+            }
+            long long add_ms = PyLong_AsLongLong(add), expire_ms = PyLong_AsLongLong(exp);
+            if ((add_ms == -1 || expire_ms == -1) && PyErr_Occurred()) {
+                PyErr_Clear();
+                off_path = 1;
+                goto next;
+            }
+            if (add_ms < 0 || add_ms > (1LL << 53) || expire_ms < 0 || expire_ms > (1LL << 53)) {
+                off_path = 1;  /* exact float conversion only below 2**53: leave the rest to Python */
+                goto next;
+            }
+            long long charge = (long long)PyBytes_GET_SIZE(payload) + overhead;
+            if (PyList_GET_SIZE(out) > 0 && total + charge > want) {
+                Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
+                break;
+            }
+            total += charge;
+            if (expire_ms)
+                expiring = 1;
+            vals[0] = id;
+            vals[1] = payload;
+            vals[2] = PyFloat_FromDouble((double)add_ms / 1000.0);
+            if (vals[2] == NULL)
+                goto fail_rec;
+            if (expire_ms) {
+                vals[3] = PyFloat_FromDouble((double)expire_ms / 1000.0);
+                if (vals[3] == NULL)
+                    goto fail_rec;
+            } else {
+                vals[3] = Py_None;
+                Py_INCREF(Py_None);
+            }
+            vals[4] = NULL;
+            if (PyDict_GET_SIZE(errors)) {
+                vals[4] = PyDict_GetItemWithError(errors, id);  /* borrowed */
+                if (vals[4] == NULL && PyErr_Occurred())
+                    goto fail_rec;
+            }
+            if (vals[4] == NULL)
+                vals[4] = zero;
+            Py_INCREF(vals[4]);
+            {
+                PyObject *obj = item_type->tp_alloc(item_type, 0);
+                if (obj == NULL)
+                    goto fail_rec;
+                if (PyList_Append(out, obj) < 0) {
+                    Py_DECREF(obj);
+                    goto fail_rec;
+                }
+                Py_DECREF(obj);
+                for (int k = 0; k < 5; k++)
+                    if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0)
+                        goto fail_rec;
+            }
+        next:
+            Py_XDECREF(vals[2]); Py_XDECREF(vals[3]); Py_XDECREF(vals[4]);
+            Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
+            continue;
+        fail_rec:
+            Py_XDECREF(vals[2]); Py_XDECREF(vals[3]); Py_XDECREF(vals[4]);
+            Py_XDECREF(id); Py_XDECREF(add); Py_XDECREF(exp); Py_XDECREF(payload);
+            Py_DECREF(recs);
+            Py_DECREF(zero);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(recs);
+        Py_DECREF(zero);
+        if (off_path) {
+            Py_DECREF(out);
+            goto reference;
+        }
+        PyObject *result = Py_BuildValue("(NLO)", out, total, expiring ? Py_True : Py_False);
+        return result;
+    }
+reference:
+    return PyObject_Vectorcall(py_items_from_puts, args, (size_t)nargs, kwnames);
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "configure(put_type, field_names, encode_puts, decode_many, decode_one, damage_type, max_body)"},
     {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,
@@ -737,6 +884,9 @@ static PyMethodDef methods[] = {
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.columns.decode_columns."},
     {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items, new_item)"},
+    {"configure_refill", configure_refill, METH_VARARGS, "configure_refill(items_from_puts)"},
+    {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
+     "items_from_puts(recs, errors, want, overhead) -> (items, total, expiring)"},
     {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.item.new_item."},
     {"new_items", (PyCFunction)(void (*)(void))new_items, METH_FASTCALL | METH_KEYWORDS,

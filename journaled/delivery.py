@@ -47,7 +47,7 @@ from journaled import policies, retry
 from journaled.config import ReaderConfig, Sink
 from journaled.envelope import DeadLetter
 from journaled.errors import QueueClosed, UnknownRead
-from journaled.item import Item, new_item, read_id
+from journaled.item import Item, items_from_puts, read_id
 from journaled.journal import Cursor
 from journaled.record import Put
 from journaled.filecodec import CheckpointData
@@ -238,37 +238,33 @@ class ReaderCore:
         recs, cursor = journal.read(cursor, max_bytes=max(1, want - cap * ITEM_OVERHEAD), max_items=cap)
         # Only a single record larger than a read chunk passes that: keep one item at least, and
         # read the rest again next time, from a position hint that locate() verifies.
-        total = 0
-        for k, rec in enumerate(recs):
-            total += len(rec.payload) + ITEM_OVERHEAD
-            if total > want and k:
-                cursor = Cursor(cursor.ms, rec.offset, -1)
-                recs = recs[:k]
-                total -= len(rec.payload) + ITEM_OVERHEAD
-                break
-        if recs:
-            self._avg_payload = total // len(recs) - ITEM_OVERHEAD
+        items, total, expiring = items_from_puts(recs, self.errors, want, ITEM_OVERHEAD)
+        n = len(items)
+        if n < len(recs):
+            cursor = Cursor(cursor.ms, recs[n].offset, -1)
+        if n:
+            self._avg_payload = total // n - ITEM_OVERHEAD
         expected = self.load_id
-        for rec in recs:
-            if rec.id > expected:
-                self._lost(expected, rec.id - 1)
-            expected = rec.id + 1
-            if rec.id in self.done or rec.id in self.open or rec.id < self.head:
+        if (n and items[0].id == expected >= self.head and items[-1].id == expected + n - 1
+                and not (self.done or self.disposing or self.parked)
+                and all(i < expected for i in self.open)):
+            # perf: consecutive ids, none to skip: every item goes to memory as it is
+            self.mem.extend(items)
+            self.mem_bytes += total - n * ITEM_OVERHEAD
+            self.saw_expiry = self.saw_expiry or expiring
+            items, expected = [], expected + n
+        for item in items:
+            if item.id > expected:
+                self._lost(expected, item.id - 1)
+            expected = item.id + 1
+            if item.id in self.done or item.id in self.open or item.id < self.head:
                 continue
-            if rec.id in self.disposing or rec.id in self.parked:
+            if item.id in self.disposing or item.id in self.parked:
                 continue
-            if rec.expire_ms:
+            if item.expire_at is not None:
                 self.saw_expiry = True
-            self.mem.append(
-                new_item(  # perf: Item(...) without attrs' __init__
-                    rec.id,
-                    rec.payload,
-                    rec.add_ms / 1000.0,
-                    rec.expire_ms / 1000.0 if rec.expire_ms else None,
-                    self.errors.get(rec.id, 0),
-                )
-            )
-            self.mem_bytes += len(rec.payload)
+            self.mem.append(item)
+            self.mem_bytes += len(item.data)
         if cursor.next_id > expected and cursor.next_id <= journal.next_id:
             self._lost(expected, cursor.next_id - 1)  # damage skipped at the end
             expected = cursor.next_id

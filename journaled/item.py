@@ -6,7 +6,8 @@ import datetime as _dt
 import math
 import numbers
 import operator
-from typing import SupportsIndex
+from collections.abc import Mapping, Sequence
+from typing import Any, SupportsIndex
 
 import attrs
 
@@ -83,14 +84,42 @@ def new_items(first_id: int, payloads: list[bytes], add_time: float, expire_at: 
     return out
 
 
-#: The pure-Python references of :func:`new_item` and :func:`new_items` (journaled.speedups
-#: says which implementation runs).
+def items_from_puts(
+    recs: Sequence[Any], errors: Mapping[int, int], want: int, overhead: int
+) -> tuple[list[Item], int, bool]:
+    """Read-behind's items for decoded PUT records (``record.Put``), in order: each charged
+    ``len(payload) + overhead``, stopping before the record that would take the total past
+    ``want`` (the first always goes); error counts from ``errors``.  Returns the items, their
+    total charge, and whether any of them expires."""
+    out: list[Item] = []
+    total = 0
+    expiring = False
+    for rec in recs:
+        payload = rec.payload
+        charge = len(payload) + overhead
+        if out and total + charge > want:
+            break
+        total += charge
+        expire_ms = rec.expire_ms
+        if expire_ms:
+            expiring = True
+        out.append(new_item(rec.id, payload, rec.add_ms / 1000.0, expire_ms / 1000.0 if expire_ms else None,
+                            errors.get(rec.id, 0)))
+    return out, total, expiring
+
+
+#: The pure-Python references of :func:`new_item`, :func:`new_items` and
+#: :func:`items_from_puts` (journaled.speedups says which implementation runs).
 py_new_item = new_item
 py_new_items = new_items
+py_items_from_puts = items_from_puts
 if speedups.native is not None:
     speedups.native.configure_items(Item, _FIELDS, py_new_items, py_new_item)
     new_item = speedups.native.new_item  # noqa: F811
     new_items = speedups.native.new_items  # noqa: F811
+    if hasattr(speedups.native, "items_from_puts"):  # an extension built before it existed lacks it
+        speedups.native.configure_refill(py_items_from_puts)
+        items_from_puts = speedups.native.items_from_puts  # noqa: F811
 
 
 def as_payload(data: object, limit: int) -> bytes:

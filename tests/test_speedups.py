@@ -38,6 +38,7 @@ else:  # compared even when JOURNALED_PURE_PYTHON=1 left it unconfigured (config
     )
     native.configure_columns(py_decode_columns, MAX_BATCH_BYTES)
     native.configure_items(item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items, item.py_new_item)
+    native.configure_refill(item.py_items_from_puts)
 
 needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
 
@@ -254,6 +255,47 @@ def test_new_item_builds_the_same_item_or_error(args, kwargs):
     if got[0] == "ok":
         got, want = ("ok", [got[1]]), ("ok", [want[1]])
     assert item_fields(got) == item_fields(want)
+
+
+@st.composite
+def decoded_puts(draw: Any) -> list[record.Put]:
+    """Puts as the record walker returns them: any ids (gaps, repeats), sizes, times, expiries."""
+    out = []
+    for _ in range(draw(st.integers(0, 15))):
+        payload = draw(st.binary(max_size=60))
+        out.append(record.Put(draw(st.integers(0, 2**40)), len(payload) + PUT_OVERHEAD, draw(st.integers(0, 2**62)),
+                              draw(st.integers(0, 2**53 + 5)), draw(st.sampled_from([0, 1, 2**53 + 3]) | st.integers(0, 2**44)),
+                              payload))
+    return out
+
+
+@needs_native
+@settings(max_examples=300)
+@given(decoded_puts(), st.dictionaries(st.integers(0, 20), st.integers(0, 9), max_size=5),
+       st.integers(0, 2000), st.integers(0, 300))
+def test_items_from_puts_builds_the_same_items_and_stops_at_the_same_record(recs, errors, want, overhead):
+    for rec in recs[:3]:  # some of the error counts name ids that are there
+        errors.setdefault(rec.id, 1)
+    got = native.items_from_puts(recs, errors, want, overhead)
+    ref = item.py_items_from_puts(recs, errors, want, overhead)
+    assert item_fields(("ok", got[0])) == item_fields(("ok", ref[0]))
+    assert got[1:] == ref[1:]
+    assert all(a.data is r.payload for a, r in zip(got[0], recs))
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "args",
+    [([], {}, 10, 0), ((record.Put(0, 34, 1, 5, 0, b"a"),), {}, 10, 0), ([record.Put(0, 34, 1, 5, 0, b"a")], {1: 2}, -1, 0),
+     ([record.Put(0, 34, 1, 5.5, 0, b"a")], {}, 10, 0), ([record.Put(0, 34, 1, 5, 0, bytearray(b"a"))], {}, 10, 0),
+     (["not a put"], {}, 10, 0), ([record.Put(0, 34, 2**70, 5, 0, b"a")], {}, 10, 200), ([record.Put(0, 34, 1, 5, 0, b"a")], {}, 2**70, 0)],
+)
+def test_items_from_puts_odd_arguments_behave_as_the_reference(args):
+    got, ref = outcome(native.items_from_puts, *args), outcome(item.py_items_from_puts, *args)
+    if got[0] == "ok" and ref[0] == "ok":
+        assert item_fields(("ok", got[1][0])) == item_fields(("ok", ref[1][0])) and got[1][1:] == ref[1][1:]
+    else:
+        assert got == ref
 
 
 # ------------------------------------------------------------------------------------ columnar decoding
