@@ -44,20 +44,21 @@ import hashlib, sys, time
 from journaled import JournaledQueue, Empty
 q = JournaledQueue(sys.argv[1])
 r = q.reader("work")
-work = int(sys.argv[2])
+work, batch = int(sys.argv[2]), int(sys.argv[3])
 print("ready", flush=True)
 sys.stdin.readline()
 n = 0
 while True:
     try:
-        item = r.get(timeout=0.5)
+        items = r.get_many(batch, timeout=0.5) if batch > 1 else [r.get(timeout=0.5)]
     except Empty:
         break
-    h = item.data
-    for _ in range(work):
-        h = hashlib.sha256(h).digest()
-    r.commit(item)
-    n += 1
+    for item in items:
+        h = item.data
+        for _ in range(work):
+            h = hashlib.sha256(h).digest()
+        r.commit(item)
+        n += 1
 print(n, flush=True)
 q.close()
 """
@@ -96,12 +97,12 @@ def work_for(seconds: float) -> int:
     return max(1, int(n * seconds / (time.perf_counter() - t)))
 
 
-def consumers(d: str, procs: int, items: int, work: int) -> float:
+def consumers(d: str, procs: int, items: int, work: int, batch: int = 1) -> float:
     from journaled import JournaledQueue
 
     q = JournaledQueue(d)
     q.put_many([ITEM] * items)
-    kids = [child(CONSUMER, d, str(work)) for _ in range(procs)]
+    kids = [child(CONSUMER, d, str(work), str(batch)) for _ in range(procs)]
     for k in kids:
         assert k.stdout is not None and k.stdout.readline().strip() == "ready"
     t = time.perf_counter()
@@ -121,6 +122,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20, help="put_many batches to time (default 20)")
     parser.add_argument("--puts", type=int, default=3000, help="single puts to time (default 3000)")
     parser.add_argument("--items", type=int, default=3000, help="items for the consumer test (default 3000)")
+    parser.add_argument("--batch", type=int, default=16, help="get_many size for the second consumer run (default 16)")
     parser.add_argument("--baseline", help="another checkout's root (e.g. /work/main) for the owner ratio")
     args = parser.parse_args()
     from journaled import JournaledQueue
@@ -152,10 +154,12 @@ def main() -> int:
         print(f"client put round trip: p50 {lat[len(lat) // 2] * 1e6:.0f} µs, p99 {lat[len(lat) * 99 // 100] * 1e6:.0f} µs")
 
         work = work_for(200e-6)
-        one = consumers(os.path.join(tmp, "c1"), 1, args.items, work)
-        two = consumers(os.path.join(tmp, "c2"), 2, args.items, work)
-        print(f"consumers with ~200 µs of work per item: 1 process {one:,.0f}/s, 2 processes {two:,.0f}/s, "
-              f"ratio {two / one:.2f}")
+        for batch in (1, args.batch):
+            how = "get" if batch == 1 else f"get_many({batch})"
+            one = consumers(os.path.join(tmp, f"c1-{batch}"), 1, args.items, work, batch)
+            two = consumers(os.path.join(tmp, f"c2-{batch}"), 2, args.items, work, batch)
+            print(f"consumers with ~200 µs of work per item ({how} + commit each): 1 process {one:,.0f}/s, "
+                  f"2 processes {two:,.0f}/s, ratio {two / one:.2f}")
 
     if args.baseline:
         here = os.getcwd()
