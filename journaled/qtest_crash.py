@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -114,7 +115,7 @@ class Tally:
 
 
 def run_life(path: str, mode: str, seed: int, tally: Tally, kill_after: float, kill_at: str,
-             timeout: float, fork: bool, name: str = QUEUE) -> None:
+             timeout: float, fork: bool, name: str = QUEUE, stop: threading.Event | None = None) -> None:
     """Start one worker, kill it after ``kill_after`` seconds of being ready, account its events.
     The worker never outlives this call, even when it is interrupted."""
     proc: Forked | subprocess.Popen[bytes]
@@ -137,6 +138,8 @@ def run_life(path: str, mode: str, seed: int, tally: Tally, kill_after: float, k
     tally.pending_commit = set()  # commits of the last life that no checkpoint covered died with it
     try:
         while True:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt  # a Ctrl-C whose exception was swallowed (in a __del__, say)
             now = time.monotonic()
             ready_at = life["ready_at"]
             if ready_at is not None and not killed and now - ready_at >= kill_after:
@@ -245,21 +248,34 @@ def soak(plan: CrashPlan, progress: bool = False) -> dict[str, Any]:
     extra: dict[str, int] = {}
     interrupted = False
     bar = _bar(plan.cycles, progress)
+    # Ctrl-C raises KeyboardInterrupt wherever the main thread is; if that happens inside a
+    # finalizer (a Popen's __del__) Python only prints it, so the flag makes it stick.
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(signum: int, frame: Any) -> None:
+            stop.set()
+            raise KeyboardInterrupt
+        previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         for _cycle in range(plan.cycles):
+            if stop.is_set():
+                raise KeyboardInterrupt
             mode = plan.mode if plan.mode != "mixed" else rng.choice(("always", "periodic", "never"))
             kill_at = ""
             if rng.random() < plan.named:
                 kind = rng.choice(("write", "fsync", "rename"))
                 kill_at = f"{kind}:{rng.randint(1, 30)}:{rng.choice(('before', 'after'))}"
             life = rng.uniform(plan.min_life, plan.max_life)
-            run_life(path, mode, rng.randrange(1 << 30), tally, life, kill_at, plan.timeout, plan.fork)
+            run_life(path, mode, rng.randrange(1 << 30), tally, life, kill_at, plan.timeout, plan.fork, stop=stop)
             if bar is not None:
                 bar.update(1)
         extra = final_check(path, tally)
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         if bar is not None:
             bar.close()
         if temp and not plan.keep:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from journaled import aio as _aio
 from journaled import closing, retry, seeking, txn
 from journaled.config import ReaderConfig, Start
 from journaled.delivery import ReaderCore, ThreadWaiter
-from journaled.errors import Empty
-from journaled.item import Item
+from journaled.errors import Empty, UnknownRead
+from journaled.item import Item, read_id
 from journaled.readerfiles import ReaderFiles
 from journaled.stats import ReaderStats, reader_stats
 from journaled.txn import ItemIterator, TransactionContext
@@ -158,6 +158,29 @@ class Reader:
             if core.closed:
                 raise closing.reader_closed(core)
             core.commit(item)
+
+    def commit_many(self, items: Iterable[Item | int]) -> None:
+        """:meth:`commit` each of ``items`` (what :meth:`get_many` returned, say) under one lock
+        acquisition, and in a client process with one request.  Every item that is an open read
+        is committed even if some are not; those raise one :class:`UnknownRead` at the end,
+        naming their ids.  Anything that is neither an :class:`Item` nor an int raises
+        ``TypeError`` before anything is committed."""
+        batch = list(items)
+        for item in batch:
+            if not isinstance(item, Item):
+                read_id(item)  # TypeError for 1.5, "1", True
+        core = self.core
+        unknown: list[int] = []
+        with core.lock:
+            if core.closed:
+                raise closing.reader_closed(core)
+            for item in batch:
+                try:
+                    core.commit(item)
+                except UnknownRead:
+                    unknown.append(item.id if isinstance(item, Item) else int(item))
+        if unknown:
+            raise UnknownRead(f"not open reads on reader {self.name!r} (the others were committed): {unknown}")
 
     def abort(self, item: Item | int, delay: float | None = None) -> None:
         """Give an open read back: it returns to the head of this reader, error_count + 1

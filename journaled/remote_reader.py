@@ -18,7 +18,7 @@ import asyncio
 import datetime as _dt
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from journaled import remote_protocol as proto
@@ -127,6 +127,36 @@ class RemoteReader:
     def commit(self, item: Item | int) -> None:
         """Finish an open read: the item is never delivered to this reader again."""
         self._settle("commit", item)
+
+    def commit_many(self, items: Iterable[Item | int]) -> None:
+        """:meth:`journaled.Reader.commit_many` with one request: every item that is an open
+        read of this process is committed; the others raise one :class:`UnknownRead` at the end
+        (:class:`OwnerLost` if they were opened under an owner that is gone)."""
+        batch = list(items)
+        keys = [item.id if isinstance(item, Item) else read_id(item) for item in batch]
+        mine: list[tuple[int, Any]] = []
+        unknown: list[int] = []
+        stale = False
+        with self._lock:
+            for item, key in zip(batch, keys):
+                entry = self._open.get(key)
+                if entry is None or (isinstance(item, Item) and entry[1] is not item):
+                    unknown.append(key)
+                    continue
+                del self._open[key]
+                if entry[0] != self.queue.generation:
+                    stale = True
+                    continue
+                mine.append((key, entry[2]))
+        if mine:
+            try:
+                self.queue.call({"op": "commit_many", "reader": self.name, "ids": [k for k, _ in mine]})
+            except OwnedHere as here:
+                here.local.reader(self.name).commit_many([held for _, held in mine])
+        if stale:
+            raise OwnerLost("some reads were opened under an owner that is gone; they are delivered again")
+        if unknown:
+            raise UnknownRead(f"no open reads of {unknown} on reader {self.name!r} in this process")
 
     def abort(self, item: Item | int, delay: float | None = None) -> None:
         """Give an open read back (its error count goes up); ``delay`` as for

@@ -88,6 +88,18 @@ def carry_out(queue: Any, session: Session, sessions: dict[str, Session], lock: 
             raise UnknownRead(f"no open read of id {key} on reader {name!r} by this process")
         getattr(reader, op)(item, **kwargs)
         return {"ok": True}, b""
+    if op == "commit_many":
+        name, keys = proto.field(header, "reader", str), proto.field(header, "ids", list)
+        if not all(type(k) is int for k in keys):
+            raise proto.ProtocolError("'ids' must be a list of integers")
+        reader = existing_reader(queue, name)
+        with lock:
+            held = [(k, session.reads.pop((name, k), None)) for k in keys]
+        unknown = [k for k, item in held if item is None]
+        reader.commit_many([item for _, item in held if item is not None])
+        if unknown:  # the others were committed all the same
+            raise UnknownRead(f"no open reads of {unknown} on reader {name!r} by this process")
+        return {"ok": True}, b""
     if op == "seek":
         name = proto.field(header, "reader", str)
         position = proto.field(header, "position", (str, int, float))

@@ -462,3 +462,17 @@ def test_blocking_queue_flush_empties_the_queue_and_sync_makes_it_durable(qdir):
 def test_the_library_logger_has_a_null_handler():
     handlers = logging.getLogger("journaled").handlers
     assert any(isinstance(h, logging.NullHandler) for h in handlers)
+
+
+def test_commit_many_commits_every_open_read_and_names_the_ones_that_were_not(jq):
+    r = jq.reader("r")
+    jq.put_many([b"a", b"b", b"c", b"d"])
+    batch = r.get_many(3)
+    r.commit(batch[1])  # settled already: commit_many must still commit the others
+    with pytest.raises(UnknownRead, match=r"\[2\]"):
+        r.commit_many(batch)
+    st = r.stats()
+    assert (st.committed, st.open_reads, r.head) == (3, 0, 4)
+    with pytest.raises(TypeError):
+        r.commit_many([r.get(block=False), 1.5])  # checked before anything is committed
+    assert r.stats().open_reads == 1

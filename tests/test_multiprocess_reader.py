@@ -50,13 +50,15 @@ def test_get_many_in_a_client_opens_several_reads_with_one_request(tmp_path):
         lines = client(PRELUDE + """
 batch = r.get_many(3, timeout=30)
 print([i.data.decode() for i in batch])
-for item in batch[:2]:
-    r.commit(item)
+r.commit_many(batch[:2])
+try:
+    r.commit_many(batch[:2])
+except UnknownRead:
+    print("already committed")
 r.abort(batch[2])
 rest = r.get_many(10, timeout=30)
 print([(i.data.decode(), i.error_count) for i in rest])
-for item in rest:
-    r.commit(item)
+r.commit_many(iter(rest))
 try:
     r.get_many(5, timeout=0.2)
 except Empty:
@@ -67,7 +69,7 @@ except ValueError:
     print("ValueError")
 q.close()
 """, d)
-        assert lines == ["['a', 'b', 'c']", "[('c', 1), ('d', 0), ('e', 0)]", "Empty", "ValueError"]
+        assert lines == ["['a', 'b', 'c']", "already committed", "[('c', 1), ('d', 0), ('e', 0)]", "Empty", "ValueError"]
         s = r.stats()
         assert (s.committed, s.aborted, s.items_waiting, s.open_reads) == (5, 1, 0, 0)
 

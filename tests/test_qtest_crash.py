@@ -72,7 +72,12 @@ def test_ctrl_c_during_crash_exits_130_and_leaves_no_child_holding_the_queue(tmp
         time.sleep(0.05)
     time.sleep(1.0)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole group
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # never leave it running after a failure
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "Traceback" not in out
     assert "interrupted after" in out and "killed with SIGKILL" in out
