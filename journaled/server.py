@@ -43,6 +43,10 @@ log = logging.getLogger("journaled")
 MAX_CONNECTIONS = 256
 #: a blocked ``get`` wakes this often to notice its client went away
 GET_SLICE = 0.25
+#: seconds a connection polls for the next frame before blocking, while frames come quickly
+SPIN = 0.0001
+#: a frame that came within this many seconds of asking keeps (or turns) the polling on
+SPIN_HOT = 0.0002
 #: seconds a reply may take to be accepted by a client that does not read (then it is dropped)
 SEND_TIMEOUT = 30.0
 _CRED = struct.Struct("3i")
@@ -64,13 +68,48 @@ def peer_ids(sock: socket.socket) -> tuple[int, int]:
 
 
 class FrameReader:
-    """Reads whole frames from a socket, several bytes at a time (one ``recv`` per small frame)."""
+    """Reads whole frames from a socket, several bytes at a time (one ``recv`` per small frame).
 
-    def __init__(self, sock: socket.socket) -> None:
+    ``spin`` (used on the owner's side only): once two frames in a row came within ``SPIN_HOT``
+    seconds of asking, poll the socket for up to ``spin`` seconds before blocking.  A request
+    and its reply are a ping-pong between two processes, and on an idle machine waking a thread
+    blocked in ``recv`` is a large part of a round trip; a client sending back to back (a loop
+    of puts) saves the owner's wake-up.  One slow frame (a consumer working on its item) turns
+    the polling off, so a client that pauses between requests never has a core burnt for it.
+    Clients do not poll: their spinning would take the core the owner needs to answer them."""
+
+    def __init__(self, sock: socket.socket, spin: float = 0.0) -> None:
         self.sock = sock
         self.buf = bytearray()
+        self.spin = spin
+        self.quick = 0  # frames in a row that came within SPIN_HOT of asking
+
+    def _poll(self) -> bool:
+        """Poll for the next bytes for up to ``spin`` seconds; False if the peer closed meanwhile."""
+        deadline = time.perf_counter() + self.spin
+        while True:
+            try:
+                chunk = self.sock.recv(65536, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if time.perf_counter() < deadline:
+                    continue
+                return True
+            if chunk:
+                self.buf += chunk
+                return True
+            return False
 
     def _fill(self, n: int) -> bool:
+        if self.spin and not self.buf:
+            start = time.perf_counter()
+            if self.quick >= 2 and not self._poll():
+                return False
+            if not self.buf:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return False
+                self.buf += chunk
+            self.quick = self.quick + 1 if time.perf_counter() - start < SPIN_HOT else 0
         while len(self.buf) < n:
             chunk = self.sock.recv(min(max(n - len(self.buf), 65536), 1 << 20))
             if not chunk:
@@ -188,7 +227,7 @@ class Server:
         try:
             # blocking, with a send timeout: a client that never reads its replies is dropped
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(SEND_TIMEOUT), 0))
-            frames = FrameReader(conn)
+            frames = FrameReader(conn, SPIN)
             while not self._stopping:
                 try:
                     frame = frames.read()  # stop() wakes it with shutdown()
