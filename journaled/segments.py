@@ -16,11 +16,9 @@ yet", never delivered.  docs/spark.md explains the planning.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 
 import attrs
-from crc32c import crc32c
 
 from journaled.layout import detect_queue_name, inspect_journal, list_journal_files
 from journaled.logreader import LogReader, Span
@@ -284,7 +282,7 @@ class QueueView:
         return out
 
 
-def _open_segment(seg: Segment, gaps: list[Gap] | None) -> tuple[int, int, int] | None:
+def open_segment(seg: Segment, gaps: list[Gap] | None) -> tuple[int, int, int] | None:
     """(descriptor, file size, offset of the first record) for reading ``seg``, the caller to
     close the descriptor; None when its file was archived (noted in ``gaps``) or the segment
     holds no record start."""
@@ -312,7 +310,7 @@ def _open_segment(seg: Segment, gaps: list[Gap] | None) -> tuple[int, int, int] 
 def read_segment(seg: Segment, gaps: list[Gap] | None = None, expected: int | None = None) -> Iterator[Put]:
     """The records of ``seg`` in id order (damage skipped and noted in ``gaps``); ``expected``
     is the id of the record at ``seg.start`` when known (it dates a gap found right there)."""
-    opened = _open_segment(seg, gaps)
+    opened = open_segment(seg, gaps)
     if opened is None:
         return
     fd, size, pos = opened
@@ -346,74 +344,3 @@ class _open:
         os.close(self.fd)
 
 
-Columns = tuple[list[int], list[bytes], list[int], list[int]]  # ids, payloads, add ms, expire ms
-_PUT = struct.Struct("<IIBQQQ")
-
-
-def read_segment_columns(seg: Segment, gaps: list[Gap] | None = None, rows: int = 8192) -> Iterator[Columns]:
-    """:func:`read_segment` as column lists of at most ``rows`` records: the hot loop of the
-    Spark source.  Plain PUT records are decoded inline; anything else (a skippable record type,
-    damage, a record longer than a chunk) hands over to :func:`read_segment` from that point."""
-    cols: Columns = ([], [], [], [])
-    ids, payloads, adds, expires = cols
-    opened = _open_segment(seg, gaps)
-    if opened is None:
-        return
-    fd, size, pos = opened
-    try:
-        salt, lo, hi, seg_end = seg.salt, seg.lo, seg.hi, seg.end
-        unpack, hsize = _PUT.unpack_from, _PUT.size
-        done = False
-        last_id: int | None = None
-        while not done and pos < size:
-            buf = os.pread(fd, min(CHUNK, size - pos), pos)
-            view = memoryview(buf)
-            n, k = len(buf), 0
-            while True:
-                offset = pos + k
-                if k + hsize > n:
-                    break
-                crc, length, rtype, item_id, add_ms, expire_ms = unpack(buf, k)
-                end = k + RECORD_HEADER_SIZE + length
-                if rtype != TYPE_PUT or length < 24 or end > n:
-                    break
-                if crc32c(view[k + 4 : end], (salt ^ offset) & 0xFFFFFFFF) != crc:
-                    break
-                # A valid record at or past the end belongs to the next segment; damage there is
-                # still ours to report (the next segment's probe would skip it silently).
-                if item_id >= hi or offset >= seg_end:
-                    done = True
-                    break
-                last_id = item_id
-                if item_id >= lo:
-                    ids.append(item_id)
-                    payloads.append(buf[k + hsize : end])
-                    adds.append(add_ms)
-                    expires.append(expire_ms)
-                    if len(ids) >= rows:
-                        yield cols
-                        cols = ([], [], [], [])
-                        ids, payloads, adds, expires = cols
-                k = end
-            view.release()
-            if done:
-                break
-            if k > 0:
-                pos += k
-                continue
-            # no progress inline: let the general reader take it from here
-            rest = attrs.evolve(seg, start=pos, exact=True)
-            for rec in read_segment(rest, gaps, None if last_id is None else last_id + 1):
-                ids.append(rec.id)
-                payloads.append(rec.payload)
-                adds.append(rec.add_ms)
-                expires.append(rec.expire_ms)
-                if len(ids) >= rows:
-                    yield cols
-                    cols = ([], [], [], [])
-                    ids, payloads, adds, expires = cols
-            break
-        if ids:
-            yield cols
-    finally:
-        os.close(fd)

@@ -11,7 +11,8 @@ import journaled
 from journaled.config import QueueConfig
 from journaled.record import encode_put
 from journaled.scan import JournalScanner
-from journaled.segments import Gap, Position, QueueView, read_segment, read_segment_columns
+from journaled.segments import Gap, Position, QueueView, read_segment
+from support.segment_columns import read_segment_columns
 
 
 def read_all(view: QueueView, lo: Position, hi: Position, split: int, gaps: list[Gap] | None = None) -> list[int]:

@@ -302,7 +302,7 @@ def test_row_budget_is_shared_in_proportion_to_what_waits(tmp_path):
 def _columns_of(batches):
     out = []
     for b in batches:
-        if isinstance(b, tuple):  # segments.read_segment_columns: lists
+        if isinstance(b, tuple):  # support.segment_columns.read_segment_columns: lists
             out += list(zip(b[0], b[1], b[2], b[3]))
         else:  # arrowread.read_segment_arrays: Arrow arrays
             out += list(zip(b.ids.to_pylist(), b.values.to_pylist(), b.add_ms.to_pylist(), b.expire_ms.to_pylist()))
@@ -316,7 +316,8 @@ def test_arrow_segment_reader_reads_what_the_record_reader_reads_damaged_or_not(
     split, batch size and byte budget."""
     import random
 
-    from journaled.segments import QueueView, read_segment_columns
+    from journaled.segments import QueueView
+    from support.segment_columns import read_segment_columns
     from journaled.spark.arrowread import read_segment_arrays
 
     rnd = random.Random(seed)

@@ -19,7 +19,7 @@ import attrs
 import pyarrow as pa
 
 from journaled.columns import DONE, FULL, Columns, new_columns
-from journaled.segments import Gap, Segment, probe, read_segment
+from journaled.segments import Gap, Segment, open_segment, read_segment
 from journaled.speedups import decode_columns
 
 #: Bytes read per ``pread``.
@@ -57,35 +57,12 @@ def to_arrow(cols: Columns) -> ArrowColumns:
     )
 
 
-def _open(seg: Segment, gaps: list[Gap] | None) -> tuple[int, int, int] | None:
-    """(descriptor, file size, first record offset), as segments.read_segment opens a segment."""
-    try:
-        fd = os.open(seg.path, os.O_RDONLY)
-    except FileNotFoundError:
-        if gaps is not None:
-            gaps.append(Gap(seg.path, seg.start, "journal file archived before it was read", seg.lo, seg.hi))
-        return None
-    try:
-        size = os.fstat(fd).st_size
-        pos = seg.start
-        if not seg.exact:
-            first = probe(fd, seg.salt, seg.start, min(seg.end, size), seg.file_first_id)
-            if first is None:
-                os.close(fd)
-                return None
-            pos = first.offset
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, size, pos
-
-
 def read_segment_arrays(
     seg: Segment, gaps: list[Gap] | None = None, rows: int = 32768, max_bytes: int = BATCH_BYTES
 ) -> Iterator[ArrowColumns]:
     """The records of ``seg`` with ids in ``[seg.lo, seg.hi)``, in batches of at most ``rows``
     records and about ``max_bytes`` payload bytes (damage skipped and noted in ``gaps``)."""
-    opened = _open(seg, gaps)
+    opened = open_segment(seg, gaps)
     if opened is None:
         return
     fd, size, pos = opened
