@@ -1,4 +1,4 @@
-"""Build the optional compiled hot path (journaled/_speedups.c); everything else is in pyproject.toml.
+"""Build the optional compiled hot path (journaled/format/_speedups.c); everything else is in pyproject.toml.
 
 Where the extension cannot be built (no C compiler, no Python headers) the install still
 succeeds, prints one line, and journaled runs its pure-Python implementation.
@@ -31,11 +31,13 @@ class OptionalBuildExt(build_ext):
     def _notice(exc: BaseException) -> None:
         text = str(exc).strip()
         reason = (text.splitlines()[-1] if text else type(exc).__name__)[:160]
-        print(f"journaled: compiled speedups not built ({reason}); using the pure-Python implementation",
-              file=sys.stderr)
+        print(
+            f"journaled: compiled speedups not built ({reason}); using the pure-Python implementation",
+            file=sys.stderr,
+        )
 
 
 setup(
-    ext_modules=[Extension("journaled._speedups", ["journaled/_speedups.c"], optional=True)],
+    ext_modules=[Extension("journaled.format._speedups", ["journaled/format/_speedups.c"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

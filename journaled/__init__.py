@@ -6,11 +6,12 @@ Only re-exports; see the modules for the parts (docs/design.md explains the laye
 import logging as _logging
 
 from journaled.config import QueueConfig, ReaderConfig
-from journaled.envelope import DeadLetter
+from journaled.deadletter import DeadLetter
+from journaled.disk.spoolfiles import spool_put
 from journaled.errors import (
     CorruptJournal,
-    ForeignFile,
     Empty,
+    ForeignFile,
     Full,
     InvalidName,
     ItemTooLarge,
@@ -28,13 +29,12 @@ from journaled.errors import (
     UnsupportedVersion,
 )
 from journaled.item import Item
-from journaled.journal import RecoveryEvent
+from journaled.log.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
-from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
-from journaled.compat import Queue
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
-from journaled.spoolfile import spool_put
+from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
+from journaled.stdqueue import Queue
 from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
 
 __version__ = "0.1.0"

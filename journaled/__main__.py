@@ -3,7 +3,7 @@
 import sys
 
 try:
-    from journaled.cli import main
+    from journaled.cli.main import main
 
     code = main()
 except KeyboardInterrupt:  # Ctrl-C while starting up: still no traceback

@@ -23,15 +23,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, cast
 
-from journaled import closing
 from journaled.errors import Empty, QueueClosed, UnknownRead
 from journaled.item import Item
+from journaled.owner import closing
 from journaled.txn import Consumer, ItemLoop, check_timeout, failed, settle
 
 if TYPE_CHECKING:
     import datetime as _dt
 
-    from journaled.delivery import ReaderCore
+    from journaled.core.readercore import ReaderCore
     from journaled.queue import JournaledQueue
 
 
@@ -240,4 +240,12 @@ async def aput_many(
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-__all__ = ["AsyncConsumer", "AsyncItemIterator", "AsyncTransactionContext", "aget", "aprocess", "aput", "aput_many"]
+__all__ = [
+    "AsyncConsumer",
+    "AsyncItemIterator",
+    "AsyncTransactionContext",
+    "aget",
+    "aprocess",
+    "aput",
+    "aput_many",
+]

@@ -16,8 +16,8 @@ from typing import Any, Literal, Protocol, Union
 import attrs
 
 from journaled.errors import InvalidName
+from journaled.format.record import MAX_PAYLOAD
 from journaled.item import Item
-from journaled.record import MAX_PAYLOAD
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -36,9 +36,7 @@ def _check_sync(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> N
     if value in ("always", "never"):
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(
-            f"{attribute.name} must be 'always', 'never' or a number of seconds, got {value!r}"
-        )
+        raise ValueError(f"{attribute.name} must be 'always', 'never' or a number of seconds, got {value!r}")
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
 
@@ -89,8 +87,7 @@ def _check_sink(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> N
     if value is None or callable(value) or callable(getattr(value, "put", None)):
         return
     raise ValueError(
-        f"{attribute.name} must be a callable taking an Item or an object with put(bytes), "
-        f"got {value!r}"
+        f"{attribute.name} must be a callable taking an Item or an object with put(bytes), got {value!r}"
     )
 
 
@@ -143,10 +140,12 @@ class QueueConfig:
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
     journal_size: int = attrs.field(
-        default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive, _at_most(MAX_JOURNAL_SIZE)]  # type: ignore[list-item]
+        default=16 * MiB,
+        validator=[attrs.validators.instance_of(int), _positive, _at_most(MAX_JOURNAL_SIZE)],  # type: ignore[list-item]
     )
     max_item_size: int = attrs.field(
-        default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive, _at_most(MAX_ITEM_SIZE)]  # type: ignore[list-item]
+        default=16 * MiB,
+        validator=[attrs.validators.instance_of(int), _positive, _at_most(MAX_ITEM_SIZE)],  # type: ignore[list-item]
     )
     checkpoint_interval: float = attrs.field(default=1.0, validator=_positive)
     archive_dir: str | None = attrs.field(
@@ -156,9 +155,7 @@ class QueueConfig:
     )
     file_mode: int = attrs.field(default=0o600, validator=_check_mode)
     allow_shared_dir: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
-    recovery: RecoveryMode = attrs.field(
-        default="salvage", validator=attrs.validators.in_(RECOVERY_MODES)
-    )
+    recovery: RecoveryMode = attrs.field(default="salvage", validator=attrs.validators.in_(RECOVERY_MODES))
 
     @property
     def sync_interval(self) -> float | None:
@@ -193,7 +190,7 @@ class ReaderConfig:
             (``float`` epoch seconds or a ``datetime``): the first item added at or after it.
         max_memory: most bytes kept in this reader's in-memory queue (default 16 MiB), each
             item counted as its payload plus a fixed 200 bytes for the objects that hold it
-            (``journaled.delivery.ITEM_OVERHEAD``), so many tiny items are bounded too.  Items
+            (``journaled.core.readercore.ITEM_OVERHEAD``), so many tiny items are bounded too.  Items
             beyond it stay on disk and are read back in order as the memory part drains.
         max_items: most items in this reader's backlog (waiting plus open reads; default None,
             unbounded).  A ``put`` that would pass it raises :class:`~journaled.Full` and writes
@@ -227,17 +224,13 @@ class ReaderConfig:
     """
 
     start: Start = attrs.field(default="earliest", validator=_check_start)
-    max_memory: int = attrs.field(
-        default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive]
-    )
+    max_memory: int = attrs.field(default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive])
     # Policies (docs/design.md, "Reader policies").  Configs are not stored on disk: pass the same
     # ReaderConfig to ``q.reader(name, config)`` after every open.  The *state* the policies act
     # on (head, committed ids, error counts, add/expiry times) is on disk and survives reopen.
     max_items: int | None = attrs.field(default=None, validator=_optional_positive_int)
     max_size: int | None = attrs.field(default=None, validator=_optional_positive_int)
-    discard_old_when_full: bool = attrs.field(
-        default=False, validator=attrs.validators.instance_of(bool)
-    )
+    discard_old_when_full: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     max_age: float | None = attrs.field(default=None, validator=_optional_positive)
     expire_to: Sink | None = attrs.field(default=None, validator=_check_sink)
     open_read_timeout: float | None = attrs.field(default=None, validator=_optional_positive)

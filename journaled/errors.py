@@ -122,6 +122,7 @@ class UnsafeDirectory(JournaledError, OSError):
     def __str__(self) -> str:
         return f"{self.path!r}: {self.reason}"
 
+
 class QueueDirectoryGone(JournalIOError):
     """The queue's directory, or the journal file being written, was removed or replaced under
     the open queue (``rm -rf``, a rename, an unmounted volume).

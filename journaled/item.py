@@ -11,8 +11,8 @@ from typing import Any, SupportsIndex
 
 import attrs
 
-from journaled import speedups
 from journaled.errors import ItemTooLarge
+from journaled.format import speedups
 
 
 @attrs.frozen(slots=True)
@@ -103,13 +103,20 @@ def items_from_puts(
         expire_ms = rec.expire_ms
         if expire_ms:
             expiring = True
-        out.append(new_item(rec.id, payload, rec.add_ms / 1000.0, expire_ms / 1000.0 if expire_ms else None,
-                            errors.get(rec.id, 0)))
+        out.append(
+            new_item(
+                rec.id,
+                payload,
+                rec.add_ms / 1000.0,
+                expire_ms / 1000.0 if expire_ms else None,
+                errors.get(rec.id, 0),
+            )
+        )
     return out, total, expiring
 
 
 #: The pure-Python references of :func:`new_item`, :func:`new_items` and
-#: :func:`items_from_puts` (journaled.speedups says which implementation runs).
+#: :func:`items_from_puts` (journaled.format.speedups says which implementation runs).
 py_new_item = new_item
 py_new_items = new_items
 py_items_from_puts = items_from_puts

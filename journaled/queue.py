@@ -1,18 +1,18 @@
 """JournaledQueue: owns a queue directory, its journal, its named readers and its background work.
 
-Data flows one way: ``put`` -> the journal -> every reader's core (delivery.py) -> ``get`` /
+Data flows one way: ``put`` -> the journal -> every reader's core (core/readercore.py) -> ``get`` /
 ``commit`` -> checkpoints.  Here those meet: the one append path, readers, checkpoints, closing.
 
 Locks, and the only order in which they nest (docs/design.md, "Locks")::
 
     ReaderFiles.lock  ->  _lock (the queue lock)  ->  the journal's lock  ->  group commit's lock
 
-* ``ReaderFiles.lock`` (readerfiles.py) serializes writing and removing checkpoint files and the
+* ``ReaderFiles.lock`` (owner/readerstate.py) serializes writing and removing checkpoint files and the
   registry, and the archiving decision (a reader being created must not lose its first file).
 * ``_lock``, *the queue lock*, guards the order of appends, ``_readers``/``_cores``, the put
   counters and every reader core's state (it is each core's ``lock``).  Never held across an
   fsync or user code; its only I/O is the journal's write-out and read-behind's preads.
-* The journal's own lock (journal.py) guards its buffer, files and descriptors.  Taken before the
+* The journal's own lock (log/journal.py) guards its buffer, files and descriptors.  Taken before the
   queue lock, never inside it: ``Engine.disposal_lock`` and the spool adopter's pass lock.
 """
 
@@ -27,21 +27,24 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from journaled import aio as _aio
-from journaled import closing, lifecycle, policies, remote, restore, seeking
 from journaled.config import QueueConfig, ReaderConfig, validate_name
-from journaled.delivery import ReaderCore
-from journaled.dirlock import DirLock, prepare_queue_dir
-from journaled.engine import Engine
-from journaled.errors import InvalidName, QueueClosed, UnknownReader
+from journaled.core import policies, seek
+from journaled.core.readercore import ReaderCore
+from journaled.disk import lifecycle
+from journaled.disk.dirlock import DirLock, prepare_queue_dir
+from journaled.errors import InvalidName, UnknownReader
+from journaled.format.smallfiles import CheckpointData
 from journaled.item import as_payload, expire_ms, new_item, new_items
-from journaled.journal import Journal, RecoveryEvent, detect_queue_name
+from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
+from journaled.owner import closing, reopen
+from journaled.owner.adoption import Adopter, QueueAppender
+from journaled.owner.engine import Engine
+from journaled.owner.readerstate import ReaderFiles
 from journaled.reader import Reader
-from journaled.readerfiles import ReaderFiles
-from journaled.remote import OpenOrConnect
-from journaled.server import serve
-from journaled.filecodec import CheckpointData
+from journaled.remote import clientqueue
+from journaled.remote.clientqueue import OpenOrConnect
+from journaled.remote.server import serve
 from journaled.serializers import Serializer
-from journaled.spool import Adopter, QueueAppender
 from journaled.stats import QueueStats, reader_stats
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
@@ -56,11 +59,11 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
     others can write: :class:`UnsafeDirectory`), locks it (a second owner gets :class:`QueueLocked`),
     recovers the journal and the readers' checkpoints, and starts its background work (flushing,
     checkpoints, archiving, reader policies).  Use it as a context manager or call :meth:`close`.
-    In another process, while this one owns the directory, it is a client of it (remote.py).
+    In another process, while this one owns the directory, it is a client of it (remote/clientqueue.py).
     """
 
     is_owner = True  #: this process owns the directory (a client's is a RemoteQueue's property)
-    __reduce__ = remote.reduce_owner  # pickled, it is opened by path in the other process
+    __reduce__ = clientqueue.reduce_owner  # pickled, it is opened by path in the other process
 
     def __init__(
         self,
@@ -77,12 +80,14 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         self._closed, self._forked = True, False  # closed until opened: __del__ leaves it alone
         self._dirlock = DirLock.acquire(self.path)
         try:
-            self.name = validate_name(name, "queue name") if name is not None else detect_queue_name(self.path)
+            self.name = (
+                validate_name(name, "queue name") if name is not None else detect_queue_name(self.path)
+            )
             self._lock = threading.Lock()
             self._close_done = threading.Event()
             self._put_count = self._put_bytes = 0
-            registered, states = restore.read_states(self.path, self.name)
-            self._journal = Journal(self.path, self.name, self.config, id_floor=restore.id_floor(states))
+            registered, states = reopen.read_states(self.path, self.name)
+            self._journal = Journal(self.path, self.name, self.config, id_floor=reopen.id_floor(states))
             self._readers: dict[str, Reader] = {}
             self._cores: list[ReaderCore] = []
             self._files = ReaderFiles(
@@ -90,13 +95,19 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             )
             weak = lifecycle.weakly  # the threads must not keep an abandoned queue alive
             self._engine = Engine(
-                self.name, self._lock, weak(self, lambda q: q._cores, []), self._journal,
-                self.config.sync_interval, self.config.checkpoint_interval, weak(self, lambda q: q.checkpoint(), None),
-                weak(self, lambda q: q._maintain(), None), weak(self, lambda q: q._closed, True),
+                self.name,
+                self._lock,
+                weak(self, lambda q: q._cores, []),
+                self._journal,
+                self.config.sync_interval,
+                self.config.checkpoint_interval,
+                weak(self, lambda q: q.checkpoint(), None),
+                weak(self, lambda q: q._maintain(), None),
+                weak(self, lambda q: q._closed, True),
             )
             first, end = self._journal.first_id(), self._journal.next_id
             for rname, state in states.items():
-                self._add_reader(rname, ReaderConfig(), restore.fit_to_journal(rname, state, first, end))
+                self._add_reader(rname, ReaderConfig(), reopen.fit_to_journal(rname, state, first, end))
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
             self._spool = Adopter(self.path)
@@ -107,11 +118,13 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             closing.undo_open(self.__dict__.get("_journal"), self._dirlock)
             raise
         self._engine.start()
-        self.server = serve(self, self._dirlock)  # other processes' calls (server.py)
+        self.server = serve(self, self._dirlock)  # other processes' calls (remote/server.py)
         lifecycle.track(self, lambda q: q._close(wake=False), JournaledQueue._forget_in_child)
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
-        core = ReaderCore(rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake)
+        core = ReaderCore(
+            rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake
+        )
         reader = Reader(core, self._files)
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
@@ -143,12 +156,12 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 self._check_open()
                 existing = self._readers.get(name)
                 if existing is not None and config is not None:
-                    ignored = seeking.ignored_start(existing.core, config.start)
-                    existing.core.config = config
+                    ignored = seek.ignored_start(existing.core, config.start)
+                    existing.core.reconfigure(config)
                     self._engine.wake()  # its time-driven policies may start now
                 if existing is None:
                     cfg = config or ReaderConfig()
-                    head = seeking.start_id(self._journal, cfg.start)
+                    head = seek.start_id(self._journal, cfg.start)
                     existing = self._add_reader(name, cfg, CheckpointData(head))
                     new = (existing.core.checkpoint_state(), list(self._readers))
             if new is not None:  # durable before we return: it exists even if we crash now
@@ -196,7 +209,12 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         or too large value raises ``ValueError``, a non-number ``TypeError``, and nothing is
         written.
         """
-        if type(data) is bytes and expire_at is None and ttl is None and len(data) <= self.config.max_item_size:
+        if (
+            type(data) is bytes
+            and expire_at is None
+            and ttl is None
+            and len(data) <= self.config.max_item_size
+        ):
             # perf: the plain case skips put_many's batch checks; the append path is the same
             with self._lock:
                 first_id, seq = self._append_locked(data, 1, len(data), time.time_ns() // 1_000_000)
@@ -307,7 +325,9 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         """``await q.aput_many(items)``: :meth:`put_many` without blocking the event loop."""
         return await _aio.aput_many(self, items, expire_at=expire_at, ttl=ttl)
 
-    def blocking_queue(self, reader: Reader | str, serializer: Serializer | None = None) -> BlockingQueue[Any]:
+    def blocking_queue(
+        self, reader: Reader | str, serializer: Serializer | None = None
+    ) -> BlockingQueue[Any]:
         """libkestrel's non-transactional view of one reader: ``get`` commits immediately, ``put``
         returns once durable per the sync policy.  Payloads are raw bytes unless ``serializer``
         (e.g. ``pickle``) is given.  See :mod:`journaled.wrappers`."""

@@ -1,6 +1,6 @@
 """``Reader``: the public face of one named reader of a :class:`~journaled.JournaledQueue`.
 
-The state and the delivery rules live in :class:`~journaled.delivery.ReaderCore`; this class
+The state and the delivery rules live in :class:`~journaled.core.readercore.ReaderCore`; this class
 adds the blocking ``get``, the commit/abort/release calls consumers make, and the scoped forms
 (transactions, loops, asyncio) from txn.py and aio.py.  Every method takes the queue lock
 (``core.lock``) itself, briefly; none is called with it held.
@@ -14,12 +14,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from journaled import aio as _aio
-from journaled import closing, retry, seeking, txn
+from journaled import txn
 from journaled.config import ReaderConfig, Start
-from journaled.delivery import ReaderCore, ThreadWaiter
+from journaled.core import retry, seek
+from journaled.core.readercore import ReaderCore, ThreadWaiter
 from journaled.errors import Empty, UnknownRead
 from journaled.item import Item, read_id
-from journaled.readerfiles import ReaderFiles
+from journaled.owner import closing
+from journaled.owner.readerstate import ReaderFiles
 from journaled.stats import ReaderStats, reader_stats
 from journaled.txn import ItemIterator, TransactionContext
 
@@ -29,7 +31,7 @@ class Reader:
 
     Obtain one with ``queue.reader(name)``; do not construct directly.
 
-    ``core`` is the reader's delivery state (:class:`~journaled.delivery.ReaderCore`), for tools
+    ``core`` is the reader's delivery state (:class:`~journaled.core.readercore.ReaderCore`), for tools
     and tests that need to look inside; read it only while holding ``core.lock``.
     """
 
@@ -140,7 +142,7 @@ class Reader:
             with core.lock:
                 if core.closed:
                     raise closing.reader_closed(core)
-                head = seeking.seek(core, position)
+                head = seek.seek(core, position)
                 files.heads[self.name] = min(files.heads.get(self.name, head), head)
         return head
 
@@ -180,7 +182,9 @@ class Reader:
                 except UnknownRead:
                     unknown.append(item.id if isinstance(item, Item) else int(item))
         if unknown:
-            raise UnknownRead(f"not open reads on reader {self.name!r} (the others were committed): {unknown}")
+            raise UnknownRead(
+                f"not open reads on reader {self.name!r} (the others were committed): {unknown}"
+            )
 
     def abort(self, item: Item | int, delay: float | None = None) -> None:
         """Give an open read back: it returns to the head of this reader, error_count + 1

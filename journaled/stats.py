@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from journaled import policies
+from journaled.core import policies
 
 if TYPE_CHECKING:
-    from journaled.delivery import ReaderCore
+    from journaled.core.readercore import ReaderCore
 
 
 @attrs.frozen

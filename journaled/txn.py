@@ -36,7 +36,7 @@ log = logging.getLogger("journaled")
 
 class Consumer(Protocol):
     """What scoped reads and loops need of a reader: a :class:`~journaled.Reader`, or a
-    reader of a queue owned by another process (remote_reader.py)."""
+    reader of a queue owned by another process (remote/clientreader.py)."""
 
     name: str
 

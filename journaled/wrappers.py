@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from journaled import aio
 from journaled import serializers as ser
-from journaled.closing import reader_closed
 from journaled.errors import Empty, Full, SerializationError, UnknownRead
 from journaled.item import Item
+from journaled.owner.closing import reader_closed
 from journaled.txn import settle
 
 if TYPE_CHECKING:

@@ -44,7 +44,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig, fileio  # noqa: E402
+from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig
+from journaled.disk import fileio  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -90,11 +91,15 @@ def main() -> int:
     ap.add_argument("--size", default="256M", help="backlog size, e.g. 256M, 1G, 5G (default 256M)")
     ap.add_argument("--item-size", type=int, default=1024, help="payload bytes per item (default 1024)")
     ap.add_argument("--batch", type=int, default=256, help="items per put_many (default 256)")
-    ap.add_argument("--max-memory", default=None, help="ReaderConfig.max_memory (default: the library default)")
+    ap.add_argument(
+        "--max-memory", default=None, help="ReaderConfig.max_memory (default: the library default)"
+    )
     ap.add_argument("--dir", default=None, help="parent directory for the queue (default: system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the queue directory afterwards")
     ap.add_argument("--rss-limit-mb", type=float, default=100.0, help="fail if peak RSS exceeds this")
-    ap.add_argument("--flat", type=int, default=0, help="measure put/get+commit at this backlog vs 1,000 items")
+    ap.add_argument(
+        "--flat", type=int, default=0, help="measure put/get+commit at this backlog vs 1,000 items"
+    )
     ap.add_argument("--ops", type=int, default=50_000, help="--flat: operations per measurement")
     ap.add_argument("--rounds", type=int, default=3, help="--flat: measurements per case (best kept)")
     args = ap.parse_args()
@@ -106,8 +111,10 @@ def main() -> int:
     rcfg = ReaderConfig() if args.max_memory is None else ReaderConfig(max_memory=parse_size(args.max_memory))
     base = tempfile.mkdtemp(prefix="bench-backlog-", dir=args.dir)
     path = os.path.join(base, "q")
-    print(f"backlog: {n_items} items x {args.item_size} B = {n_items * args.item_size / MiB:.0f} MiB; "
-          f"max_memory={rcfg.max_memory / MiB:.1f} MiB; dir={path}")
+    print(
+        f"backlog: {n_items} items x {args.item_size} B = {n_items * args.item_size / MiB:.0f} MiB; "
+        f"max_memory={rcfg.max_memory / MiB:.1f} MiB; dir={path}"
+    )
     print(f"peak RSS at start: {peak_rss_mb():.1f} MB")
     try:
         with JournaledQueue(path, QueueConfig()) as q:
@@ -148,18 +155,27 @@ def main() -> int:
             t.join()
             t_live = time.perf_counter() - t0
             st = q.stats()
-            print(f"write: {n_items / t_write:,.0f} items/s, {n_items * args.item_size / MiB / t_write:,.1f} MiB/s "
-                  f"({t_write:.1f} s) with the live reader consuming alongside (done after {t_live:.1f} s)")
-            print(f"journal: {st.journal_files} files, {st.journal_bytes / MiB:,.0f} MiB; "
-                  f"far1 backlog {st.readers[0].backlog_items:,} items, "
-                  f"in memory {st.readers[0].bytes_in_memory / MiB:.1f} MiB, on disk ~{st.readers[0].bytes_on_disk / MiB:,.0f} MiB")
+            print(
+                f"write: {n_items / t_write:,.0f} items/s, "
+                f"{n_items * args.item_size / MiB / t_write:,.1f} MiB/s "
+                f"({t_write:.1f} s) with the live reader consuming alongside (done after {t_live:.1f} s)"
+            )
+            print(
+                f"journal: {st.journal_files} files, {st.journal_bytes / MiB:,.0f} MiB; "
+                f"far1 backlog {st.readers[0].backlog_items:,} items, "
+                f"in memory {st.readers[0].bytes_in_memory / MiB:.1f} MiB, "
+                f"on disk ~{st.readers[0].bytes_on_disk / MiB:,.0f} MiB"
+            )
             print(f"peak RSS after writing: {peak_rss_mb():.1f} MB")
 
             # stats cost
             t0 = time.perf_counter()
             for _ in range(1000):
                 q.stats()
-            print(f"q.stats(): {(time.perf_counter() - t0) * 1000:.3f} us per call ({st.journal_files} files, 3 readers)")
+            print(
+                f"q.stats(): {(time.perf_counter() - t0) * 1000:.3f} us per call "
+                f"({st.journal_files} files, 3 readers)"
+            )
 
             # start-from-time
             assert mid_time is not None
@@ -167,7 +183,10 @@ def main() -> int:
             tr = q.reader("from-time", ReaderConfig(start=mid_time))
             t_start = time.perf_counter() - t0
             first = tr.get(block=False)
-            print(f"start-from-time: reader placed at id {first.id} (expected {mid_id}) in {t_start * 1000:.1f} ms")
+            print(
+                f"start-from-time: reader placed at id {first.id} (expected {mid_id}) "
+                f"in {t_start * 1000:.1f} ms"
+            )
             tr.abort(first)
             q.remove_reader("from-time")
 
@@ -184,8 +203,10 @@ def main() -> int:
                 t0 = time.perf_counter()
                 taken += drain(live)
                 t_get += time.perf_counter() - t0
-            print(f"in memory (live reader): get+commit {taken / t_get:,.0f} items/s; "
-                  f"put (3 readers) {taken / t_put:,.0f} items/s; batches of {mem_items} items")
+            print(
+                f"in memory (live reader): get+commit {taken / t_get:,.0f} items/s; "
+                f"put (3 readers) {taken / t_put:,.0f} items/s; batches of {mem_items} items"
+            )
             # read-behind drain of the two far readers, interleaved (same distance behind)
             ops = CountingOps()
             saved = fileio.ops
@@ -205,11 +226,15 @@ def main() -> int:
             finally:
                 fileio.ops = saved
             total = n1 + n2
-            print(f"read-behind (far1+far2 interleaved) get+commit: {total / t_rb:,.0f} items/s, "
-                  f"{total * args.item_size / MiB / t_rb:,.1f} MiB/s of payload ({t_rb:.1f} s)")
-            print(f"journal bytes read by the two far readers: {ops.read_bytes / MiB:,.0f} MiB "
-                  f"for {total * args.item_size / MiB:,.0f} MiB delivered "
-                  f"(each reader reads its own copy; the second is served by the page cache)")
+            print(
+                f"read-behind (far1+far2 interleaved) get+commit: {total / t_rb:,.0f} items/s, "
+                f"{total * args.item_size / MiB / t_rb:,.1f} MiB/s of payload ({t_rb:.1f} s)"
+            )
+            print(
+                f"journal bytes read by the two far readers: {ops.read_bytes / MiB:,.0f} MiB "
+                f"for {total * args.item_size / MiB:,.0f} MiB delivered "
+                f"(each reader reads its own copy; the second is served by the page cache)"
+            )
             print(f"peak RSS at the end: {peak_rss_mb():.1f} MB")
     finally:
         if not args.keep:
@@ -234,8 +259,11 @@ def flat(args: argparse.Namespace) -> int:
                 q.put_many([payload] * min(10_000, n - k))
             q.sync()
             st = q.stats()
-            print(f"backlog {n:,} items x {args.item_size} B written in {time.perf_counter() - t0:.1f} s "
-                  f"({st.journal_files} files, {st.journal_bytes / MiB:,.0f} MiB)", flush=True)
+            print(
+                f"backlog {n:,} items x {args.item_size} B written in {time.perf_counter() - t0:.1f} s "
+                f"({st.journal_files} files, {st.journal_bytes / MiB:,.0f} MiB)",
+                flush=True,
+            )
             queues[n] = (q, r)
         rates: dict[int, tuple[list[float], list[float]]] = {n: ([], []) for n in sizes}
         for _ in range(args.rounds):
@@ -265,11 +293,16 @@ def flat(args: argparse.Namespace) -> int:
         put_ratio = max(rates[big][0]) / max(rates[small][0])
         get_ratio = max(rates[big][1]) / max(rates[small][1])
         for n in sizes:
-            print(f"backlog {n:>12,}: put {max(rates[n][0]):10,.0f}/s  get+commit {max(rates[n][1]):10,.0f}/s  "
-                  f"reopen {reopen[n][0] * 1000:6.0f} ms (first item after {reopen[n][1] * 1000:.0f} ms)")
+            print(
+                f"backlog {n:>12,}: put {max(rates[n][0]):10,.0f}/s  get+commit {max(rates[n][1]):10,.0f}/s  "
+                f"reopen {reopen[n][0] * 1000:6.0f} ms (first item after {reopen[n][1] * 1000:.0f} ms)"
+            )
         ok = put_ratio >= 0.9 and get_ratio >= 0.9 and reopen[big][1] < 1.0
-        print(f"RESULT {big:,} vs {small:,}: put {put_ratio:.2f}x, get+commit {get_ratio:.2f}x (target >= 0.90); "
-              f"reopen to first item {reopen[big][1]:.2f} s (target < 1 s): {'met' if ok else 'not met'}")
+        print(
+            f"RESULT {big:,} vs {small:,}: put {put_ratio:.2f}x, "
+            f"get+commit {get_ratio:.2f}x (target >= 0.90); "
+            f"reopen to first item {reopen[big][1]:.2f} s (target < 1 s): {'met' if ok else 'not met'}"
+        )
         return 0
     finally:
         for q, _ in queues.values():

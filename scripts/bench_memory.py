@@ -70,7 +70,9 @@ def export(rev: str, into: str) -> str:
     """``git archive rev`` unpacked into ``into``; returns the tree's path."""
     tree = os.path.join(into, "tree")
     os.makedirs(tree)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "journaled"], check=True, capture_output=True)
+    archive = subprocess.run(
+        ["git", "-C", ROOT, "archive", rev, "journaled"], check=True, capture_output=True
+    )
     subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
     return tree
 
@@ -78,7 +80,10 @@ def export(rev: str, into: str) -> str:
 def run_once(tree: str, items: int, max_memory: int, batch: int, where: str) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, tree, str(items), str(max_memory), str(batch), where],
-        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -86,7 +91,9 @@ def run_once(tree: str, items: int, max_memory: int, batch: int, where: str) -> 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--items", type=int, default=2_000_000, help="empty items to put (default 2,000,000)")
-    p.add_argument("--max-memory", type=int, default=1024 * 1024, help="the reader's max_memory (default 1 MiB)")
+    p.add_argument(
+        "--max-memory", type=int, default=1024 * 1024, help="the reader's max_memory (default 1 MiB)"
+    )
     p.add_argument("--batch", type=int, default=1000, help="items per put_many (default 1000)")
     p.add_argument("--base", default=None, help="also measure this git revision")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -97,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"working tree": ROOT}
         if args.base:
             trees[args.base] = export(args.base, os.path.join(tmp, "base"))
-        results = {name: run_once(tree, args.items, args.max_memory, args.batch, where) for name, tree in trees.items()}
+        results = {
+            name: run_once(tree, args.items, args.max_memory, args.batch, where)
+            for name, tree in trees.items()
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:

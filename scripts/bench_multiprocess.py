@@ -87,8 +87,13 @@ def child(code: str, *args: str, pythonpath: str | None = None) -> subprocess.Po
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def work_for(seconds: float) -> int:
@@ -121,11 +126,15 @@ def consumers(d: str, procs: int, items: int, work: int, batch: int = 1) -> floa
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=20, help="put_many batches to time (default 20)")
     parser.add_argument("--puts", type=int, default=3000, help="single puts to time (default 3000)")
     parser.add_argument("--items", type=int, default=3000, help="items for the consumer test (default 3000)")
-    parser.add_argument("--batch", type=int, default=16, help="get_many size for the second consumer run (default 16)")
+    parser.add_argument(
+        "--batch", type=int, default=16, help="get_many size for the second consumer run (default 16)"
+    )
     parser.add_argument("--baseline", help="another checkout's root (e.g. /work/main) for the owner ratio")
     args = parser.parse_args()
     from journaled import JournaledQueue
@@ -153,16 +162,24 @@ def main() -> int:
         owner.stdin.write("\n")
         owner.stdin.flush()
         owner.wait(timeout=120)
-        print(f"client put_many of 1,000 x 1 KiB: {statistics.median(rates):,.0f} items/s (median of {args.rounds})")
-        print(f"client put round trip: p50 {lat[len(lat) // 2] * 1e6:.0f} µs, p99 {lat[len(lat) * 99 // 100] * 1e6:.0f} µs")
+        print(
+            f"client put_many of 1,000 x 1 KiB: {statistics.median(rates):,.0f} items/s (median of "
+            f"{args.rounds})"
+        )
+        print(
+            f"client put round trip: p50 {lat[len(lat) // 2] * 1e6:.0f} µs, "
+            f"p99 {lat[len(lat) * 99 // 100] * 1e6:.0f} µs"
+        )
 
         work = work_for(200e-6)
         for batch in (1, args.batch):
             how = "get + commit each" if batch == 1 else f"get_many({batch}) + commit_many"
             one = consumers(os.path.join(tmp, f"c1-{batch}"), 1, args.items, work, batch)
             two = consumers(os.path.join(tmp, f"c2-{batch}"), 2, args.items, work, batch)
-            print(f"consumers with ~200 µs of work per item ({how}): 1 process {one:,.0f}/s, "
-                  f"2 processes {two:,.0f}/s, ratio {two / one:.2f}")
+            print(
+                f"consumers with ~200 µs of work per item ({how}): 1 process {one:,.0f}/s, "
+                f"2 processes {two:,.0f}/s, ratio {two / one:.2f}"
+            )
 
     if args.baseline:
         here = os.getcwd()
@@ -171,8 +188,11 @@ def main() -> int:
             for path, out in ((here, mine), (args.baseline, base)):
                 k = child(INPROC, "3", pythonpath=path)
                 out.append(float(k.communicate(timeout=600)[0]))
-        print(f"owner in-process put, no client: this checkout {max(mine):,.0f}/s, baseline {max(base):,.0f}/s, "
-              f"ratio {max(mine) / max(base):.3f}")
+        print(
+            f"owner in-process put, no client: this checkout {max(mine):,.0f}/s, "
+            f"baseline {max(base):,.0f}/s, "
+            f"ratio {max(mine) / max(base):.3f}"
+        )
     return 0
 
 

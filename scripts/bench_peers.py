@@ -310,7 +310,9 @@ def implementations() -> list[tuple[str, Factory]]:
 
 
 # ------------------------------------------------------------------------------------ measuring
-def measure(factory: Factory, size: int, max_items: int, byte_budget: int, cap: float, root: str) -> dict[str, Any]:
+def measure(
+    factory: Factory, size: int, max_items: int, byte_budget: int, cap: float, root: str
+) -> dict[str, Any]:
     """put up to N items (time-capped), then get all of them (time-capped); rates per phase."""
     path = tempfile.mkdtemp(prefix="bench-", dir=root)
     impl = factory(path)
@@ -451,8 +453,14 @@ def measure_group_commit(threads: int, size: int, cap: float, root: str) -> dict
     finally:
         shutil.rmtree(path, ignore_errors=True)
     total = sum(counts)
-    return {"threads": threads, "size": size, "items": total, "per_s": total / elapsed,
-            "fsyncs": fsyncs, "items_per_fsync": total / max(1, fsyncs)}
+    return {
+        "threads": threads,
+        "size": size,
+        "items": total,
+        "per_s": total / elapsed,
+        "fsyncs": fsyncs,
+        "items_per_fsync": total / max(1, fsyncs),
+    }
 
 
 # ------------------------------------------------------------------------------------ reporting
@@ -467,15 +475,26 @@ def ratio_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if r["impl"].startswith("journaled"):
             continue
         for jcls in against[r["durability"]]:
-            j = next((x for x in results if x["impl"] == "journaled" and x["durability"] == jcls
-                      and x["size"] == r["size"]), None)
+            j = next(
+                (
+                    x
+                    for x in results
+                    if x["impl"] == "journaled" and x["durability"] == jcls and x["size"] == r["size"]
+                ),
+                None,
+            )
             if j is None:
                 continue
-            out.append({
-                "peer": r["impl"], "peer_class": r["durability"], "journaled": f"journaled ({jcls})",
-                "size": r["size"], "put_ratio": j["put_per_s"] / r["put_per_s"],
-                "get_ratio": j["get_per_s"] / r["get_per_s"],
-            })
+            out.append(
+                {
+                    "peer": r["impl"],
+                    "peer_class": r["durability"],
+                    "journaled": f"journaled ({jcls})",
+                    "size": r["size"],
+                    "put_ratio": j["put_per_s"] / r["put_per_s"],
+                    "get_ratio": j["get_per_s"] / r["get_per_s"],
+                }
+            )
     return out
 
 
@@ -483,38 +502,67 @@ def fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def markdown(results: list[dict[str, Any]], ratios: list[dict[str, Any]], spsc: list[dict[str, Any]],
-             group: list[dict[str, Any]]) -> str:
-    lines = ["### Throughput (single thread; get includes the ack/commit where the peer has one)", "",
-             "| class | implementation | size | put items/s | put MB/s | get items/s | get MB/s | items | notes |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+def markdown(
+    results: list[dict[str, Any]],
+    ratios: list[dict[str, Any]],
+    spsc: list[dict[str, Any]],
+    group: list[dict[str, Any]],
+) -> str:
+    lines = [
+        "### Throughput (single thread; get includes the ack/commit where the peer has one)",
+        "",
+        "| class | implementation | size | put items/s | put MB/s | get items/s | get MB/s | items | notes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     order = {"periodic": 0, "os": 1, "fsync": 2}
     for r in sorted(results, key=lambda r: (order[r["durability"]], r["size"])):
         lines.append(
-            f"| {r['durability']} | {r['impl']} | {r['size']} | {fmt_rate(r['put_per_s'])} | {r['put_mb_s']:.1f} "
+            f"| {r['durability']} | {r['impl']} | {r['size']} | {fmt_rate(r['put_per_s'])} | "
+            f"{r['put_mb_s']:.1f} "
             f"| {fmt_rate(r['get_per_s'])} | {r['get_mb_s']:.1f} | {r['put_items']:,} | {r['note']} |"
         )
-    lines += ["", "### Ratio journaled / peer (> 1: journaled is faster)", "",
-              "| peer (class) | journaled row | size | put ratio | get+commit ratio |", "|---|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "### Ratio journaled / peer (> 1: journaled is faster)",
+        "",
+        "| peer (class) | journaled row | size | put ratio | get+commit ratio |",
+        "|---|---|---:|---:|---:|",
+    ]
     for x in ratios:
-        lines.append(f"| {x['peer']} ({x['peer_class']}) | {x['journaled']} | {x['size']} "
-                     f"| {x['put_ratio']:.2f}x | {x['get_ratio']:.2f}x |")
+        lines.append(
+            f"| {x['peer']} ({x['peer_class']}) | {x['journaled']} | {x['size']} "
+            f"| {x['put_ratio']:.2f}x | {x['get_ratio']:.2f}x |"
+        )
     if spsc:
-        lines += ["", "### One producer + one consumer thread (get + commit), periodic/os class", "",
-                  "| implementation | size | items/s | MB/s |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "### One producer + one consumer thread (get + commit), periodic/os class",
+            "",
+            "| implementation | size | items/s | MB/s |",
+            "|---|---:|---:|---:|",
+        ]
         for s in spsc:
             lines.append(f"| {s['impl']} | {s['size']} | {fmt_rate(s['per_s'])} | {s['mb_s']:.1f} |")
     if group:
         one = group[0]["per_s"]
-        lines += ["", '### sync="always": producer threads vs put throughput (group commit)', "",
-                  "| threads | items/s | x one thread | items per fsync |", "|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            '### sync="always": producer threads vs put throughput (group commit)',
+            "",
+            "| threads | items/s | x one thread | items per fsync |",
+            "|---:|---:|---:|---:|",
+        ]
         for g in group:
-            lines.append(f"| {g['threads']} | {fmt_rate(g['per_s'])} | {g['per_s'] / one:.1f}x "
-                         f"| {g['items_per_fsync']:.1f} |")
+            lines.append(
+                f"| {g['threads']} | {fmt_rate(g['per_s'])} | {g['per_s'] / one:.1f}x "
+                f"| {g['items_per_fsync']:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
-def plot(results: list[dict[str, Any]], group: list[dict[str, Any]], raw_fsync: float | None, outdir: str) -> list[str]:
+def plot(
+    results: list[dict[str, Any]], group: list[dict[str, Any]], raw_fsync: float | None, outdir: str
+) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -527,9 +575,17 @@ def plot(results: list[dict[str, Any]], group: list[dict[str, Any]], raw_fsync: 
     for phase, ax in zip(("put", "get"), axes):
         seen = sorted({(r["impl"], r["durability"]) for r in results}, key=lambda k: (k[1], k[0]))
         for impl, cls in seen:
-            rows = sorted((r for r in results if r["impl"] == impl and r["durability"] == cls), key=lambda r: r["size"])
-            ax.plot([r["size"] for r in rows], [r[f"{phase}_mb_s"] for r in rows], styles[cls], marker="o",
-                    linewidth=2.5 if impl.startswith("journaled") else 1.2, label=f"{impl} [{cls}]")
+            rows = sorted(
+                (r for r in results if r["impl"] == impl and r["durability"] == cls), key=lambda r: r["size"]
+            )
+            ax.plot(
+                [r["size"] for r in rows],
+                [r[f"{phase}_mb_s"] for r in rows],
+                styles[cls],
+                marker="o",
+                linewidth=2.5 if impl.startswith("journaled") else 1.2,
+                label=f"{impl} [{cls}]",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("item size (bytes)")
@@ -544,7 +600,9 @@ def plot(results: list[dict[str, Any]], group: list[dict[str, Any]], raw_fsync: 
     written.append(p1)
     if group:
         fig, ax = plt.subplots(figsize=(7, 5))
-        ax.plot([g["threads"] for g in group], [g["per_s"] for g in group], "o-", label='journaled sync="always"')
+        ax.plot(
+            [g["threads"] for g in group], [g["per_s"] for g in group], "o-", label='journaled sync="always"'
+        )
         if raw_fsync:
             ax.axhline(raw_fsync, color="grey", linestyle="--", label="raw write+fdatasync, 1 thread")
         ax.set_xscale("log", base=2)
@@ -562,7 +620,11 @@ def plot(results: list[dict[str, Any]], group: list[dict[str, Any]], raw_fsync: 
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()}
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
@@ -607,13 +669,19 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         r = measure(factory, size, args.items, args.bytes, args.cap, root)
                     except ImportError as exc:
-                        print(f"skipped {label} (not installed: {exc.name}); pip install -e '.[bench]'",
-                              file=sys.stderr)
+                        print(
+                            f"skipped {label} (not installed: {exc.name}); pip install -e '.[bench]'",
+                            file=sys.stderr,
+                        )
                         missing.add(label)
                         continue
-                    print(f"[{rep + 1}/{args.repeat}] {r['durability']:>8} {r['impl']:<30} {size:>6} B  "
-                          f"put {r['put_per_s']:>11,.0f}/s {r['put_mb_s']:>8.1f} MB/s   "
-                          f"get {r['get_per_s']:>11,.0f}/s {r['get_mb_s']:>8.1f} MB/s", file=sys.stderr, flush=True)
+                    print(
+                        f"[{rep + 1}/{args.repeat}] {r['durability']:>8} {r['impl']:<30} {size:>6} B  "
+                        f"put {r['put_per_s']:>11,.0f}/s {r['put_mb_s']:>8.1f} MB/s   "
+                        f"get {r['get_per_s']:>11,.0f}/s {r['get_mb_s']:>8.1f} MB/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     key = (label, size)
                     if key not in best:
                         best[key] = r
@@ -630,7 +698,10 @@ def main(argv: list[str] | None = None) -> int:
             for kind in ("journaled", "queuelib"):
                 try:
                     spsc.append(measure_spsc(kind, 1024, n, root))
-                    print(f"spsc {kind}: {spsc[-1]['per_s']:,.0f}/s {spsc[-1]['mb_s']:.1f} MB/s", file=sys.stderr)
+                    print(
+                        f"spsc {kind}: {spsc[-1]['per_s']:,.0f}/s {spsc[-1]['mb_s']:.1f} MB/s",
+                        file=sys.stderr,
+                    )
                 except ImportError:
                     pass
         group = []
@@ -638,8 +709,12 @@ def main(argv: list[str] | None = None) -> int:
             for t in (int(x) for x in args.threads.split(",")):
                 group.append(measure_group_commit(t, 1024, args.cap, root))
                 g = group[-1]
-                print(f"group commit {t:>2} threads: {g['per_s']:,.0f} puts/s, {g['items_per_fsync']:.1f}/fsync",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"group commit {t:>2} threads: {g['per_s']:,.0f} puts/s, "
+                    f"{g['items_per_fsync']:.1f}/fsync",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ratios = ratio_rows(results)
@@ -648,14 +723,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(md)
-    raw_fsync = next((r["put_per_s"] for r in results if r["impl"] == "raw os.write+fdatasync" and r["size"] == 1024), None)
+    raw_fsync = next(
+        (r["put_per_s"] for r in results if r["impl"] == "raw os.write+fdatasync" and r["size"] == 1024), None
+    )
     if args.plots:
         for p in plot(results, group, raw_fsync, args.plots):
             print(f"wrote {p}", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "args": vars(args), "results": results, "ratios": ratios,
-                       "spsc": spsc, "group_commit": group}, f, indent=1)
+            json.dump(
+                {
+                    "machine": machine(),
+                    "args": vars(args),
+                    "results": results,
+                    "ratios": ratios,
+                    "spsc": spsc,
+                    "group_commit": group,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -54,7 +54,9 @@ def export(rev: str, into: str) -> str:
     """``git archive rev`` unpacked into ``into``; returns the tree's path."""
     tree = os.path.join(into, "tree")
     os.makedirs(tree)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "journaled"], check=True, capture_output=True)
+    archive = subprocess.run(
+        ["git", "-C", ROOT, "archive", rev, "journaled"], check=True, capture_output=True
+    )
     subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
     return tree
 
@@ -62,7 +64,10 @@ def export(rev: str, into: str) -> str:
 def run_once(tree: str, items: int, size: int, where: str) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, tree, str(items), str(size), where],
-        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -94,9 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        print(json.dumps({"base": args.base, "new": args.new or "working tree", "results": results}, indent=2))
+        print(
+            json.dumps({"base": args.base, "new": args.new or "working tree", "results": results}, indent=2)
+        )
     else:
-        print(f"new = {args.new or 'working tree'}, base = {args.base}; {args.items} items, median of {args.repeat}")
+        print(
+            f"new = {args.new or 'working tree'}, base = {args.base}; {args.items} items, median of "
+            f"{args.repeat}"
+        )
         print(f"{'case':<12}{'size':>6}{'new items/s':>14}{'base items/s':>14}{'new/base':>10}")
         for r in results:
             print(f"{r['case']:<12}{r['size']:>6}{r['new']:>14,.0f}{r['base']:>14,.0f}{r['ratio']:>10.3f}")

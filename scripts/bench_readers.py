@@ -28,7 +28,7 @@ import threading
 import time
 
 from journaled import JournaledQueue, QueueConfig, ReaderConfig
-from journaled.filecodec import decode_checkpoint, encode_checkpoint
+from journaled.format.smallfiles import decode_checkpoint, encode_checkpoint
 
 ITEM = 1024
 
@@ -125,10 +125,20 @@ def time_reopen(path: str, reader: str, expect: int, saved: dict[str, bytes]) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=100_000, help="items for the throughput runs (default 100000)")
-    ap.add_argument("--sync", default="0.05", help="sync policy for the throughput runs: always, never or seconds (default 0.05)")
-    ap.add_argument("--gb", type=float, default=1.0, help="GiB of journal for the reopen run (default 1.0; 0 skips it)")
-    ap.add_argument("--dir", default=None, help="parent directory for the queues (default: the system temp dir)")
+    ap.add_argument(
+        "--items", type=int, default=100_000, help="items for the throughput runs (default 100000)"
+    )
+    ap.add_argument(
+        "--sync",
+        default="0.05",
+        help="sync policy for the throughput runs: always, never or seconds (default 0.05)",
+    )
+    ap.add_argument(
+        "--gb", type=float, default=1.0, help="GiB of journal for the reopen run (default 1.0; 0 skips it)"
+    )
+    ap.add_argument(
+        "--dir", default=None, help="parent directory for the queues (default: the system temp dir)"
+    )
     ap.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
     args = ap.parse_args()
     sync: str | float = args.sync if args.sync in ("always", "never") else float(args.sync)
@@ -138,17 +148,23 @@ def main() -> None:
         for readers in (1, 3):
             rate = throughput(os.path.join(root, f"t{readers}"), args.items, readers, sync)
             out[f"put_get_commit_items_per_s_{readers}_reader"] = rate
-            print(f"put+get+commit, 1 KiB, sync={args.sync}, {readers} reader(s): {rate:,.0f} items/s"
-                  f" ({args.items} items)", flush=True)
+            print(
+                f"put+get+commit, 1 KiB, sync={args.sync}, {readers} reader(s): {rate:,.0f} items/s"
+                f" ({args.items} items)",
+                flush=True,
+            )
         if args.gb > 0:
             big = os.path.join(root, "big")
             t0 = time.perf_counter()
             n, mid = build_big(big, args.gb)
             saved = save_checkpoints(big)
             size = sum(os.path.getsize(os.path.join(big, e)) for e in os.listdir(big))
-            print(f"built {size / 2**30:.2f} GiB journal, {n} items, "
-                  f"{sum(e.startswith('big.') and e[4:].isdigit() for e in os.listdir(big))} files "
-                  f"in {time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"built {size / 2**30:.2f} GiB journal, {n} items, "
+                f"{sum(e.startswith('big.') and e[4:].isdigit() for e in os.listdir(big))} files "
+                f"in {time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
             for cache in ("warm", "cold"):
                 for reader, expect in (("middle", mid), ("nohint", mid), ("earliest", 1)):
                     if cache == "cold":
@@ -158,8 +174,11 @@ def main() -> None:
                     opened, first = time_reopen(big, reader, expect, saved)
                     out[f"reopen_s_{cache}_{reader}"] = opened
                     out[f"first_get_s_{cache}_{reader}"] = first
-                    print(f"reopen ({cache} cache): open {opened * 1000:.1f} ms, first get of reader "
-                          f"'{reader}' (head {expect}) {first * 1000:.1f} ms", flush=True)
+                    print(
+                        f"reopen ({cache} cache): open {opened * 1000:.1f} ms, first get of reader "
+                        f"'{reader}' (head {expect}) {first * 1000:.1f} ms",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:

@@ -10,7 +10,7 @@ on one local SparkSession:
 * latency: a processing-time trigger over a queue a producer thread keeps writing to; the
   end-to-end latency is (time a micro-batch reaches ``foreachBatch``) - (item's add time).
 
-``--tests`` instead runs ``pytest tests/test_spark.py`` and reports its wall time and the peak
+``--tests`` instead runs ``pytest tests/spark/test_spark.py`` and reports its wall time and the peak
 memory of the whole process tree (pytest + JVM + Python workers), sampled every 0.2 s.
 
 Examples::
@@ -64,15 +64,20 @@ def tree_rss(pid: int, cpu: dict[int, float] | None = None) -> int:
 def run_tests() -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_spark.py"], cwd=here)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/spark/test_spark.py"],
+        cwd=here,
+    )
     peak = 0
     cpu: dict[int, float] = {}
     while proc.poll() is None:
         peak = max(peak, tree_rss(proc.pid, cpu))
         time.sleep(0.2)
-    print(f"tests/test_spark.py: exit {proc.returncode}, wall {time.monotonic() - t0:.1f} s, "
-          f"CPU {sum(cpu.values()):.0f} s (user+sys of the tree, sampled; a busy machine inflates "
-          f"wall time, not this), peak memory of the process tree {peak / 2**20:.0f} MiB")
+    print(
+        f"tests/spark/test_spark.py: exit {proc.returncode}, wall {time.monotonic() - t0:.1f} s, "
+        f"CPU {sum(cpu.values()):.0f} s (user+sys of the tree, sampled; a busy machine inflates "
+        f"wall time, not this), peak memory of the process tree {peak / 2**20:.0f} MiB"
+    )
 
 
 def make_data(base: str, rows: int, size: int) -> tuple[str, str]:
@@ -148,14 +153,24 @@ def main() -> None:
 
         def stream(reader) -> None:
             cp = os.path.join(base, f"cp{next(counter)}")
-            q = reader().writeStream.format("noop").option("checkpointLocation", cp).trigger(availableNow=True).start()
+            q = (
+                reader()
+                .writeStream.format("noop")
+                .option("checkpointLocation", cp)
+                .trigger(availableNow=True)
+                .start()
+            )
             q.awaitTermination()
             # time inside micro-batches, without starting the query (a fixed cost per start)
-            busy = sum(p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress if p["numInputRows"])
+            busy = sum(
+                p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress if p["numInputRows"]
+            )
             in_batches[q.name or "last"] = busy / 1000
 
         def stream_ours() -> None:
-            stream(lambda: spark.readStream.format("journaled").option("startingOffsets", "earliest").load(qdir))
+            stream(
+                lambda: spark.readStream.format("journaled").option("startingOffsets", "earliest").load(qdir)
+            )
 
         def stream_text() -> None:
             stream(lambda: spark.readStream.text(tdir))
@@ -190,7 +205,8 @@ def main() -> None:
             latencies.extend(now - r.timestamp.timestamp() for r in df.select("timestamp").collect())
 
         query = (
-            spark.readStream.format("journaled").load(ldir)
+            spark.readStream.format("journaled")
+            .load(ldir)
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", os.path.join(base, "cp-latency"))
             .trigger(processingTime=f"{args.trigger_ms} milliseconds")
@@ -209,7 +225,8 @@ def main() -> None:
             latencies.sort()
             p95 = latencies[int(0.95 * (len(latencies) - 1))]
             print(
-                f"latency, processingTime={args.trigger_ms} ms: median {statistics.median(latencies) * 1000:.0f} ms, "
+                f"latency, processingTime={args.trigger_ms} ms: median "
+                f"{statistics.median(latencies) * 1000:.0f} ms, "
                 f"p95 {p95 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms over {len(latencies)} items"
             )
         spark.stop()

@@ -24,7 +24,7 @@ import time
 from crc32c import crc32c
 
 import journaled
-from journaled import spool
+from journaled.owner import adoption
 
 
 def legacy_ledger(path: str, n: int) -> None:
@@ -39,7 +39,7 @@ def legacy_ledger(path: str, n: int) -> None:
 
 
 def lookup(d: str, key: str) -> bool:
-    ledger = spool.Ledger(d)
+    ledger = adoption.Ledger(d)
     if hasattr(ledger, "adopted"):
         return bool(ledger.adopted(key))
     return key in ledger.adopted_keys()
@@ -47,20 +47,20 @@ def lookup(d: str, key: str) -> bool:
 
 def measure(root: str, keys: int, calls: int) -> tuple[float, float]:
     qdir = os.path.join(root, f"q{keys}")
-    os.makedirs(spool.spool_dir(qdir))
-    legacy_ledger(os.path.join(spool.spool_dir(qdir), spool.LEDGER), keys)
+    os.makedirs(adoption.spool_dir(qdir))
+    legacy_ledger(os.path.join(adoption.spool_dir(qdir), adoption.LEDGER), keys)
     journaled.JournaledQueue(qdir).close()
     put_s, look_s = [], []
     for i in range(calls):
         t0 = time.perf_counter()
-        lookup(spool.spool_dir(qdir), f"new-{i}")
+        lookup(adoption.spool_dir(qdir), f"new-{i}")
         t1 = time.perf_counter()
-        assert spool.spool_put(qdir, [b"x"], key=f"new-{i}")
+        assert adoption.spool_put(qdir, [b"x"], key=f"new-{i}")
         t2 = time.perf_counter()
         look_s.append(t1 - t0)
         put_s.append(t2 - t1)
     if keys:
-        assert spool.spool_put(qdir, [b"x"], key="batch-0") is False
+        assert adoption.spool_put(qdir, [b"x"], key="batch-0") is False
     return statistics.median(put_s), statistics.median(look_s)
 
 

@@ -157,11 +157,17 @@ def main(argv: list[str] | None = None) -> int:
         description="Measure journaled put throughput per sync policy next to raw write loops.",
         epilog="Figures depend on the disk under --dir and on machine load; run twice.",
     )
-    parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: temp dir under .)")
+    parser.add_argument(
+        "--dir", default=None, help="directory on the disk to measure (default: temp dir under .)"
+    )
     parser.add_argument("--seconds", type=float, default=1.0, help="wall-clock budget per case (default 1.0)")
-    parser.add_argument("--sizes", default="100,1024", help="comma-separated item sizes in bytes (default 100,1024)")
+    parser.add_argument(
+        "--sizes", default="100,1024", help="comma-separated item sizes in bytes (default 100,1024)"
+    )
     parser.add_argument("--threads", default="1,8", help="comma-separated thread counts (default 1,8)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the median is shown (default 1)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per case; the median is shown (default 1)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]

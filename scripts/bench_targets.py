@@ -3,7 +3,7 @@
 
     python scripts/bench_targets.py [--tree PATH] [--quick] [--json]
 
-Measures, in this one interpreter (so with the hot path ``journaled.speedups`` selects here:
+Measures, in this one interpreter (so with the hot path ``journaled.format.speedups`` selects here:
 set ``JOURNALED_PURE_PYTHON=1`` for the pure-Python one), with the peers and baselines of
 scripts/bench_peers.py, alternating the two sides of each ratio and keeping the best of
 ``--repeat`` rounds per side:
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(1, HERE)
     import bench_peers as bp
 
-    if os.path.exists(os.path.join(os.path.dirname(journaled.__file__), "speedups.py")):
-        from journaled import speedups
+    if os.path.exists(os.path.join(os.path.dirname(journaled.__file__), "format/speedups.py")):
+        from journaled.format import speedups
 
         hot = speedups.describe()
     else:
@@ -61,10 +61,22 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, object]] = []
 
     def row(name: str, value: float, unit: str, target: float, detail: str) -> None:
-        rows.append({"target": name, "value": value, "unit": unit, "goal": target, "met": value >= target,
-                     "detail": detail})
-        print(f"{name:<44} {value:>10.3f} {unit:<8} (goal >= {target:g}) {'met' if value >= target else 'NOT met'}"
-              f"   {detail}", flush=True)
+        rows.append(
+            {
+                "target": name,
+                "value": value,
+                "unit": unit,
+                "goal": target,
+                "met": value >= target,
+                "detail": detail,
+            }
+        )
+        print(
+            f"{name:<44} {value:>10.3f} {unit:<8} (goal >= {target:g}) "
+            f"{'met' if value >= target else 'NOT met'}"
+            f"   {detail}",
+            flush=True,
+        )
 
     print(f"# {journaled.__file__}: hot path {hot}; machine {bp.machine()}", flush=True)
     try:
@@ -78,26 +90,48 @@ def main(argv: list[str] | None = None) -> int:
                     mine[ph] = max(mine[ph], j[f"{ph}_per_s"])
                     peer[ph] = max(peer[ph], q[f"{ph}_per_s"])
             for ph, label in (("put", "put"), ("get", "get+commit")):
-                row(f"{label} {size} B / queuelib", mine[ph] / peer[ph], "x", 1.0,
-                    f"{mine[ph]:,.0f}/s vs {peer[ph]:,.0f}/s")
-        many = best(lambda: bp.measure(lambda p: bp.Journaled(p, 0.05, batch=1000), 100, 1_000_000, 256 << 20,
-                                       cap, root)["put_per_s"], args.repeat)
+                row(
+                    f"{label} {size} B / queuelib",
+                    mine[ph] / peer[ph],
+                    "x",
+                    1.0,
+                    f"{mine[ph]:,.0f}/s vs {peer[ph]:,.0f}/s",
+                )
+        many = best(
+            lambda: bp.measure(
+                lambda p: bp.Journaled(p, 0.05, batch=1000), 100, 1_000_000, 256 << 20, cap, root
+            )["put_per_s"],
+            args.repeat,
+        )
         row("put_many 100 B, 1 reader (items/s)", many, "items/s", 1_000_000, "")
         spsc = best(lambda: bp.measure_spsc("journaled", 1024, items, root)["mb_s"], args.repeat)
         row("1 producer + 1 consumer, 1 KiB (MB/s)", spsc, "MB/s", 166, "BigQueue's published 166 MB/s")
         one = best(lambda: bp.measure_group_commit(1, 1024, cap, root)["per_s"], args.repeat)
         eight = best(lambda: bp.measure_group_commit(8, 1024, cap, root)["per_s"], args.repeat)
         row('sync="always": 8 threads / 1 thread', eight / one, "x", 5.0, f"{eight:,.0f}/s vs {one:,.0f}/s")
-        raw = best(lambda: bp.measure(lambda p: bp.RawWrite(p, True), 1024, items, 256 << 20, cap, root)["put_per_s"],
-                   args.repeat)
+        raw = best(
+            lambda: bp.measure(lambda p: bp.RawWrite(p, True), 1024, items, 256 << 20, cap, root)[
+                "put_per_s"
+            ],
+            args.repeat,
+        )
         row('sync="always": 1 thread / write+fdatasync', one / raw, "x", 0.9, f"{one:,.0f}/s vs {raw:,.0f}/s")
     finally:
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        print(json.dumps({"hot_path": hot, "machine": bp.machine(), "rows": rows,
-                          "when": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "hot_path": hot,
+                    "machine": bp.machine(),
+                    "rows": rows,
+                    "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

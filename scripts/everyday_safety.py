@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from journaled import Empty, JournaledError, JournaledQueue, QueueConfig
-from journaled.record import PUT_OVERHEAD, header_size
+from journaled.format.record import PUT_OVERHEAD, header_size
 
 
 def _tmp() -> str:
@@ -98,13 +98,17 @@ def check_archiving(runs: int) -> None:
     bad = []
     try:
         for _ in range(runs):
-            r = subprocess.run([sys.executable, "-m", "journaled", "check", path], capture_output=True, text=True)
+            r = subprocess.run(
+                [sys.executable, "-m", "journaled", "check", path], capture_output=True, text=True
+            )
             if r.returncode:
                 bad.append(((r.stdout + r.stderr).strip().splitlines() or ["?"])[-1][:100])
     finally:
         owner.kill()
         owner.wait()
-    print(f"{len(bad)} of {runs} checks exited non-zero; files archived meanwhile: {len(os.listdir(archive))}")
+    print(
+        f"{len(bad)} of {runs} checks exited non-zero; files archived meanwhile: {len(os.listdir(archive))}"
+    )
     for line in bad[:5]:
         print("  ", line)
 
@@ -147,8 +151,10 @@ def failed_opens() -> None:
 def exit_without_close() -> None:
     """A program that puts 1,000 items under the default sync and ends without close()."""
     d = os.path.join(_tmp(), "q")
-    prog = "import sys; from journaled import JournaledQueue; q = JournaledQueue(sys.argv[1]); " \
-           "q.reader('r'); q.put_many([b'x'] * 1000)"
+    prog = (
+        "import sys; from journaled import JournaledQueue; q = JournaledQueue(sys.argv[1]); "
+        "q.reader('r'); q.put_many([b'x'] * 1000)"
+    )
     subprocess.run([sys.executable, "-c", prog, d], check=True)
     with JournaledQueue(d) as q:
         r = q.reader("r")
@@ -164,7 +170,9 @@ def exit_without_close() -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["damage", "check-archiving", "failed-opens", "exit-without-close", "all"])
+    ap.add_argument(
+        "what", choices=["damage", "check-archiving", "failed-opens", "exit-without-close", "all"]
+    )
     ap.add_argument("--runs", type=int, default=100, help="check-archiving: number of checks (default 100)")
     args = ap.parse_args()
     if args.runs < 1:

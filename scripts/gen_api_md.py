@@ -25,7 +25,7 @@ DEFAULT_OUTPUT = ROOT / "docs" / "reference.md"
 MORE: list[tuple[str, list[str]]] = [
     ("journaled.txn", ["TransactionContext", "ItemIterator"]),
     ("journaled.aio", ["AsyncTransactionContext", "AsyncItemIterator"]),
-    ("journaled.bookmarks", ["write_bookmark", "read_bookmark", "read_bookmarks", "remove_bookmark"]),
+    ("journaled.disk.bookmarks", ["write_bookmark", "read_bookmark", "read_bookmarks", "remove_bookmark"]),
     ("journaled.spark", ["JournaledDataSource"]),
 ]
 
@@ -141,11 +141,17 @@ def render_function(node: ast.FunctionDef | ast.AsyncFunctionDef, level: str, me
 
 def render_class(node: ast.ClassDef, qualname: str) -> str:
     bases = ", ".join(ast.unparse(b) for b in node.bases)
-    out = [f"### `{node.name}`\n\n", f"`class {qualname}({bases})`\n\n" if bases else f"`class {qualname}`\n\n"]
+    out = [
+        f"### `{node.name}`\n\n",
+        f"`class {qualname}({bases})`\n\n" if bases else f"`class {qualname}`\n\n",
+    ]
     out.append(doc(node))
     fields = [
-        n for n in node.body
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and not n.target.id.startswith("_")
+        n
+        for n in node.body
+        if isinstance(n, ast.AnnAssign)
+        and isinstance(n.target, ast.Name)
+        and not n.target.id.startswith("_")
         and "ClassVar" not in ast.unparse(n.annotation)
     ]
     if fields:
@@ -181,7 +187,9 @@ def render_names(pairs: list[tuple[str, str]], shown_module: str) -> str:
     for module, name in pairs:
         node = find(module, name)
         if node is None:
-            raise SystemExit(f"gen_api_md: {module}.{name} is not defined at the top of {module_file(module)}")
+            raise SystemExit(
+                f"gen_api_md: {module}.{name} is not defined at the top of {module_file(module)}"
+            )
         if isinstance(node, ast.ClassDef):
             out.append(render_class(node, f"{shown_module}.{name}"))
         else:
@@ -206,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Write docs/reference.md, journaled's API reference as plain Markdown, from the "
         "docstrings (stdlib only: the source is parsed, not imported).",
     )
-    ap.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="file to write (default docs/reference.md)")
+    ap.add_argument(
+        "--output", type=Path, default=DEFAULT_OUTPUT, help="file to write (default docs/reference.md)"
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is stale")
     mode.add_argument("--stdout", action="store_true", help="print the reference instead of writing it")

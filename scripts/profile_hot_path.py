@@ -38,7 +38,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from journaled import JournaledQueue, QueueConfig, fileio  # noqa: E402
+from journaled import JournaledQueue, QueueConfig
+from journaled.disk import fileio  # noqa: E402
 
 WORKLOADS = ("put", "put_many", "get")
 
@@ -172,12 +173,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.py_spy:
             os.makedirs(args.py_spy, exist_ok=True)
             svg = os.path.join(args.py_spy, f"{name}.svg")
-            cmd: list[Any] = [os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-o", svg, "--rate", "500", "--", sys.executable,
-                              os.path.abspath(__file__), "--run-only", name, "--items", str(args.items)]
+            cmd: list[Any] = [
+                os.path.join(os.path.dirname(sys.executable), "py-spy"),
+                "record",
+                "-o",
+                svg,
+                "--rate",
+                "500",
+                "--",
+                sys.executable,
+                os.path.abspath(__file__),
+                "--run-only",
+                name,
+                "--items",
+                str(args.items),
+            ]
             if args.size:
                 cmd += ["--size", str(args.size)]
             done = subprocess.run(cmd, capture_output=True, text=True)
-            print(f"    py-spy: {svg}" if done.returncode == 0 else f"    py-spy failed: {done.stderr.strip()[-300:]}")
+            print(
+                f"    py-spy: {svg}"
+                if done.returncode == 0
+                else f"    py-spy failed: {done.stderr.strip()[-300:]}"
+            )
     return 0
 
 

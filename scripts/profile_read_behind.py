@@ -21,7 +21,9 @@ from journaled import JournaledQueue, QueueConfig
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--profile", action="store_true")
@@ -47,8 +49,10 @@ def main() -> int:
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
         else:
             drain()
-        print(f"get+commit: {args.items / (time.perf_counter() - t):,.0f}/s"
-              + (" (under cProfile)" if args.profile else ""))
+        print(
+            f"get+commit: {args.items / (time.perf_counter() - t):,.0f}/s"
+            + (" (under cProfile)" if args.profile else "")
+        )
         q.close()
     return 0
 

@@ -132,9 +132,20 @@ def run_child(
 ) -> dict[str, object]:
     """Run one scenario in a child process (stderr drained by a thread, as a log pipe would be)."""
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--child", scenario, "--dir", directory,
-         "--idle", str(idle)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            scenario,
+            "--dir",
+            directory,
+            "--idle",
+            str(idle),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     lines = {"total": 0, "idle": 0}
     first: list[str] = []
@@ -215,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{name}: fault {res['fault']!s}")
         print(f"  put after the fault: {res['put_after_fault']}")
-        print(f"  idle {res['idle_s']} s: {res['log_records_idle']} log records "
-              f"({res['stderr_lines_idle']} stderr lines), {res['cpu_s_idle']} s CPU")
+        print(
+            f"  idle {res['idle_s']} s: {res['log_records_idle']} log records "
+            f"({res['stderr_lines_idle']} stderr lines), {res['cpu_s_idle']} s CPU"
+        )
         if res.get("health"):
             print(f"  stats().health: {res['health']}")
         for line in res["stderr_first_lines"]:  # type: ignore[union-attr]

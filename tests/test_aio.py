@@ -8,10 +8,9 @@ import time
 
 import pytest
 
+from conftest import Boom
 from journaled import Empty, JournaledQueue, QueueClosed, QueueConfig
 from journaled.aio import AsyncWaiter
-
-from conftest import Boom
 
 
 async def until_waiting(reader, n: int = 1) -> None:

@@ -82,9 +82,7 @@ def test_reader_max_memory_must_be_positive():
         ReaderConfig(max_memory=0)
 
 
-@pytest.mark.parametrize(
-    "name", ["q", "events", "a.b", "A-Z_0-9:x", "x" * 128, "a.", "a..b", "7"]
-)
+@pytest.mark.parametrize("name", ["q", "events", "a.b", "A-Z_0-9:x", "x" * 128, "a.", "a..b", "7"])
 def test_valid_names(name):
     assert validate_name(name) == name
 

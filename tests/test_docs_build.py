@@ -17,8 +17,17 @@ pytest.importorskip("mkdocstrings_handlers.python", reason="mkdocstrings[python]
 def test_docs_build_strict(tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(site)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -27,6 +36,11 @@ def test_docs_build_strict(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     api = (site / "api" / "index.html").read_text()
     # the reference is generated from the docstrings, not hand-written
-    for anchor in ("journaled.Queue.task_done", "journaled.Reader.iter", "journaled.Reader.aget",
-                   "journaled.wrappers.Transaction.rollback", "journaled.JournaledQueue.aput"):
+    for anchor in (
+        "journaled.Queue.task_done",
+        "journaled.Reader.iter",
+        "journaled.Reader.aget",
+        "journaled.wrappers.Transaction.rollback",
+        "journaled.JournaledQueue.aput",
+    ):
         assert f'id="{anchor}"' in api, anchor

@@ -14,8 +14,9 @@ import sys
 import pytest
 
 import journaled
-from journaled import Empty, JournaledQueue, ReaderConfig, spool
-from journaled.scan import JournalScanner
+from journaled import Empty, JournaledQueue, ReaderConfig
+from journaled.offline.scan import JournalScanner
+from journaled.owner import adoption
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,7 +79,7 @@ def test_ttl_zero_expires_at_once(qdir):
 
 
 def test_a_spooled_batch_expiring_at_zero_is_expired_not_kept_forever(qdir):
-    spool.spool_put(qdir, [b"a"], key="k", expire_at=0)
+    adoption.spool_put(qdir, [b"a"], key="k", expire_at=0)
     with JournaledQueue(qdir) as q:
         q.reader("r")
         assert delivered(q) == []
@@ -124,8 +125,8 @@ def test_a_datetime_too_far_ahead_raises_value_error(qdir):
 @pytest.mark.parametrize(("value", "error"), BAD_TIMES, ids=repr)
 def test_spool_put_refuses_a_bad_expire_at_before_writing(qdir, value, error):
     with pytest.raises(error, match="expire_at"):
-        spool.spool_put(qdir, [b"a"], key="k", expire_at=value)
-    assert spool.pending_batches(qdir) == []
+        adoption.spool_put(qdir, [b"a"], key="k", expire_at=value)
+    assert adoption.pending_batches(qdir) == []
 
 
 def test_a_sensible_ttl_and_expire_at_still_work(qdir):
@@ -199,84 +200,84 @@ def legacy_ledger(path: str, keys: list[str]) -> None:
 def test_a_long_ledger_is_compacted_and_still_refuses_every_adopted_key(tmpfs_qdir):
     qdir = tmpfs_qdir
     keys = [f"batch-{n}" for n in range(12_000)]
-    os.makedirs(spool.spool_dir(qdir))
-    path = os.path.join(spool.spool_dir(qdir), spool.LEDGER)
+    os.makedirs(adoption.spool_dir(qdir))
+    path = os.path.join(adoption.spool_dir(qdir), adoption.LEDGER)
     legacy_ledger(path, keys)
     before = os.path.getsize(path)
     with JournaledQueue(qdir):
         pass
-    ledger = spool.Ledger(spool.spool_dir(qdir))
+    ledger = adoption.Ledger(adoption.spool_dir(qdir))
     assert ledger.tail_lines == 0  # nothing left to parse line by line
     assert os.path.getsize(path) < before
     for key in (keys[0], keys[5_000], keys[-1]):
         assert ledger.adopted(key)
-        assert spool.spool_put(qdir, [b"again"], key=key) is False
+        assert adoption.spool_put(qdir, [b"again"], key=key) is False
     assert not ledger.adopted("batch-12000")
     assert all(ledger.adopted(k) for k in keys)
     assert not any(ledger.adopted(k + "x") or ledger.adopted("x" + k) for k in keys[1000:1100])
     assert ledger.adopted_keys() == set(keys)
     # a resend that skipped the check is still dropped at adoption
-    tmp = spool.new_temp_path(qdir)
-    w = spool.BatchWriter(tmp, keys[7])
+    tmp = adoption.new_temp_path(qdir)
+    w = adoption.BatchWriter(tmp, keys[7])
     w.add(b"again")
     w.finish()
-    spool.publish(tmp, qdir)
-    assert spool.spool_put(qdir, [b"new"], key="batch-12000") is True
+    adoption.publish(tmp, qdir)
+    assert adoption.spool_put(qdir, [b"new"], key="batch-12000") is True
     with JournaledQueue(qdir) as q:
         q.reader("r")
         assert delivered(q) == [b"new"]
-    assert spool.pending_batches(qdir) == []
+    assert adoption.pending_batches(qdir) == []
 
 
 def test_adoptions_keep_the_ledger_tail_short(tmpfs_qdir):
     qdir = tmpfs_qdir
-    n = spool.LEDGER_TAIL_LIMIT  # twice that many lines: P and D per batch
+    n = adoption.LEDGER_TAIL_LIMIT  # twice that many lines: P and D per batch
     for i in range(n):
-        spool.spool_put(qdir, [b"%d" % i], key=f"k{i}")
+        adoption.spool_put(qdir, [b"%d" % i], key=f"k{i}")
     with JournaledQueue(qdir) as q:
         assert len(delivered(q)) == n
-        assert spool.spool_put(qdir, [b"x"], key="late") is True
+        assert adoption.spool_put(qdir, [b"x"], key="late") is True
         q.adopt_spool()
-    ledger = spool.Ledger(spool.spool_dir(qdir))
-    assert ledger.tail_lines <= spool.LEDGER_TAIL_LIMIT
+    ledger = adoption.Ledger(adoption.spool_dir(qdir))
+    assert ledger.tail_lines <= adoption.LEDGER_TAIL_LIMIT
     assert ledger.adopted_keys() == {f"k{i}" for i in range(n)} | {"late"}
-    assert not [e for e in os.listdir(spool.spool_dir(qdir)) if e.startswith(".")]
+    assert not [e for e in os.listdir(adoption.spool_dir(qdir)) if e.startswith(".")]
 
 
 def test_compaction_keeps_open_intents_and_every_kind_of_key(tmpfs_qdir):
-    d = spool.spool_dir(tmpfs_qdir)
+    d = adoption.spool_dir(tmpfs_qdir)
     os.makedirs(d)
     keys = ["", "ä", "a b", "\n", "z" * 1024, "0", "00", "a", "ab", "b"][1:]
-    ledger = spool.Ledger(d)
+    ledger = adoption.Ledger(d)
     for n, key in enumerate(keys):
         ledger.intend(key, n, 1, 0)
         ledger.complete(key)
     ledger.intend("open", 50, 3, 1)
     ledger.compact()
-    again = spool.Ledger(d)
+    again = adoption.Ledger(d)
     assert again.tail_lines == 1  # the open intent, nothing else
     assert again.pending == {"open": (50, 3, 1)}
     assert again.adopted_keys() == set(keys)
     assert all(again.adopted(k) for k in keys) and not again.adopted("open") and not again.adopted("c")
     again.complete("open")
-    assert spool.Ledger(d).adopted_keys() == set(keys) | {"open"}
+    assert adoption.Ledger(d).adopted_keys() == set(keys) | {"open"}
 
 
 @pytest.mark.parametrize("where", ["header", "block"])
 def test_a_damaged_key_block_is_reported_not_hidden(tmpfs_qdir, caplog, where):
-    d = spool.spool_dir(tmpfs_qdir)
+    d = adoption.spool_dir(tmpfs_qdir)
     os.makedirs(d)
-    ledger = spool.Ledger(d)
+    ledger = adoption.Ledger(d)
     for key in ("k", "k2", "k3"):
         ledger.complete(key)
     ledger.compact()
     ledger.complete("later")
-    path = os.path.join(d, spool.LEDGER)
+    path = os.path.join(d, adoption.LEDGER)
     raw = bytearray(open(path, "rb").read())
     raw[2 if where == "header" else raw.index(b"\n") + 1] ^= 0x01  # one bit flipped
     open(path, "wb").write(raw)
     with caplog.at_level(logging.ERROR, logger="journaled"):
-        assert spool.Ledger(d).adopted_keys() == {"later"}
+        assert adoption.Ledger(d).adopted_keys() == {"later"}
     assert "compacted key block damaged" in caplog.text
     assert "damaged line" not in caplog.text  # one report, not one per key
 
@@ -300,7 +301,7 @@ def snapshot(path: str) -> dict[str, tuple[str, bytes | str | None]]:
 
 
 def plant_strays(qdir: str, outside: str) -> None:
-    d = spool.spool_dir(qdir)
+    d = adoption.spool_dir(qdir)
     os.makedirs(d, exist_ok=True)
     os.mkdir(os.path.join(d, "x.batch"))  # a directory
     with open(os.path.join(d, "00000000000000000001-1-aa.batch"), "wb") as f:
@@ -309,7 +310,7 @@ def plant_strays(qdir: str, outside: str) -> None:
         f.write(b"\x89J")
     # a valid batch, but outside the queue and reached only through a symlink
     valid = os.path.join(outside, "valid.batch.tmp")
-    w = spool.BatchWriter(valid, "through-a-link")
+    w = adoption.BatchWriter(valid, "through-a-link")
     w.add(b"must not be adopted")
     w.finish()
     os.symlink(valid, os.path.join(d, "00000000000000000002-1-bb.batch"))
@@ -320,8 +321,8 @@ def test_stray_spool_entries_never_break_the_open_and_are_left_exactly_as_they_a
     outside = tmp_path / "outside"
     outside.mkdir()
     plant_strays(qdir, str(outside))
-    spool.spool_put(qdir, [b"real"], key="real")
-    strays = {k: v for k, v in snapshot(spool.spool_dir(qdir)).items() if k.endswith(".batch")}
+    adoption.spool_put(qdir, [b"real"], key="real")
+    strays = {k: v for k, v in snapshot(adoption.spool_dir(qdir)).items() if k.endswith(".batch")}
     strays = {k: v for k, v in strays.items() if "-1-" in k or not k[0].isdigit()}
     outside_before = snapshot(str(outside))
     with caplog.at_level(logging.INFO, logger="journaled"):
@@ -330,10 +331,10 @@ def test_stray_spool_entries_never_break_the_open_and_are_left_exactly_as_they_a
             assert delivered(q) == [b"real"]
             for _ in range(3):
                 q.adopt_spool()
-    after = snapshot(spool.spool_dir(qdir))
+    after = snapshot(adoption.spool_dir(qdir))
     for name, state in strays.items():
         assert after[name] == state, name
-    assert not os.path.exists(os.path.join(spool.spool_dir(qdir), spool.REJECTED))
+    assert not os.path.exists(os.path.join(adoption.spool_dir(qdir), adoption.REJECTED))
     assert snapshot(str(outside)) == outside_before
     assert [r.payload for r in JournalScanner(qdir).records()] == [b"real"]
     for name in strays:  # each said once, not on every pass
@@ -341,8 +342,8 @@ def test_stray_spool_entries_never_break_the_open_and_are_left_exactly_as_they_a
 
 
 def test_a_fifo_named_like_a_batch_does_not_block_the_open(qdir):
-    spool.spool_put(qdir, [b"real"], key="real")
-    fifo = os.path.join(spool.spool_dir(qdir), "0-fifo.batch")
+    adoption.spool_put(qdir, [b"real"], key="real")
+    fifo = os.path.join(adoption.spool_dir(qdir), "0-fifo.batch")
     os.mkfifo(fifo)  # opening it for reading would wait for a writer
     code = (
         "import sys, journaled\n"
@@ -363,60 +364,60 @@ def test_a_fifo_named_like_a_batch_does_not_block_the_open(qdir):
 
 
 def test_a_damaged_batch_of_ours_is_still_set_aside(qdir):
-    spool.spool_put(qdir, [b"a"], key="k")
-    (path,) = spool.pending_batches(qdir)
+    adoption.spool_put(qdir, [b"a"], key="k")
+    (path,) = adoption.pending_batches(qdir)
     with open(path, "r+b") as f:
         f.seek(-1, os.SEEK_END)
         f.write(b"\x00")
     with JournaledQueue(qdir):
         pass
-    assert os.listdir(os.path.join(spool.spool_dir(qdir), spool.REJECTED)) == [os.path.basename(path)]
+    assert os.listdir(os.path.join(adoption.spool_dir(qdir), adoption.REJECTED)) == [os.path.basename(path)]
 
 
 def test_a_ledger_replaced_by_a_symlink_is_never_written_through(qdir, tmp_path):
     target = tmp_path / "victim"
     target.write_bytes(b"precious")
-    d = spool.spool_dir(qdir)
+    d = adoption.spool_dir(qdir)
     os.makedirs(d)
-    os.symlink(str(target), os.path.join(d, spool.LEDGER))
+    os.symlink(str(target), os.path.join(d, adoption.LEDGER))
     with pytest.raises(OSError, match="not following"):
-        spool.spool_put(qdir, [b"a"], key="k")
-    tmp = spool.new_temp_path(qdir)  # a producer that does not consult the ledger
-    w = spool.BatchWriter(tmp, "k")
+        adoption.spool_put(qdir, [b"a"], key="k")
+    tmp = adoption.new_temp_path(qdir)  # a producer that does not consult the ledger
+    w = adoption.BatchWriter(tmp, "k")
     w.add(b"a")
     w.finish()
-    spool.publish(tmp, qdir)
+    adoption.publish(tmp, qdir)
     with JournaledQueue(qdir) as q:  # the open does not fail: adoption waits
         assert q.adopt_spool() == 0
-    assert len(spool.pending_batches(qdir)) == 1
+    assert len(adoption.pending_batches(qdir)) == 1
     assert target.read_bytes() == b"precious"
-    assert os.path.islink(os.path.join(d, spool.LEDGER))
+    assert os.path.islink(os.path.join(d, adoption.LEDGER))
 
 
 def test_a_planted_ledger_temp_symlink_is_never_written_through(tmpfs_qdir, tmp_path):
     qdir = tmpfs_qdir
     target = tmp_path / "victim"
     target.write_bytes(b"precious")
-    d = spool.spool_dir(qdir)
+    d = adoption.spool_dir(qdir)
     os.makedirs(d)
-    legacy_ledger(os.path.join(d, spool.LEDGER), [f"k{i}" for i in range(spool.LEDGER_TAIL_LIMIT + 1)])
+    legacy_ledger(os.path.join(d, adoption.LEDGER), [f"k{i}" for i in range(adoption.LEDGER_TAIL_LIMIT + 1)])
     os.symlink(str(target), os.path.join(d, ".ledger.tmp"))
     with JournaledQueue(qdir):
         pass
     assert target.read_bytes() == b"precious"
-    assert spool.spool_put(qdir, [b"x"], key="k3") is False
+    assert adoption.spool_put(qdir, [b"x"], key="k3") is False
 
 
 @pytest.mark.parametrize("kind", ["link-to-dir", "dangling-link", "file"])
 def test_a_damaged_batch_stays_put_when_rejected_is_not_a_real_folder(qdir, tmp_path, kind):
     outside = tmp_path / "outside"
     outside.mkdir()
-    spool.spool_put(qdir, [b"a"], key="k")
-    (path,) = spool.pending_batches(qdir)
+    adoption.spool_put(qdir, [b"a"], key="k")
+    (path,) = adoption.pending_batches(qdir)
     with open(path, "r+b") as f:
         f.seek(-1, os.SEEK_END)
         f.write(b"\x00")
-    rejected = os.path.join(spool.spool_dir(qdir), spool.REJECTED)
+    rejected = os.path.join(adoption.spool_dir(qdir), adoption.REJECTED)
     if kind == "file":
         with open(rejected, "wb") as f:
             f.write(b"not a folder")
@@ -424,6 +425,5 @@ def test_a_damaged_batch_stays_put_when_rejected_is_not_a_real_folder(qdir, tmp_
         os.symlink(str(outside) if kind == "link-to-dir" else str(outside / "gone"), rejected)
     with JournaledQueue(qdir) as q:
         assert q.adopt_spool() == 0
-    assert spool.pending_batches(qdir) == [path]
+    assert adoption.pending_batches(qdir) == [path]
     assert os.listdir(outside) == []
-

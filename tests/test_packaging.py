@@ -79,7 +79,11 @@ def test_user_code_type_checks_against_the_readmes_editable_install(tmp_path):
     py = venv / "bin" / "python"
     pip = subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "-e", str(ROOT)],
-        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert pip.returncode == 0, pip.stdout + pip.stderr
     user = tmp_path / "user"
@@ -89,9 +93,23 @@ def test_user_code_type_checks_against_the_readmes_editable_install(tmp_path):
 
     def mypy(name: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable", str(py),
-             "--config-file", os.devnull, name],
-            capture_output=True, text=True, env=env, timeout=600, cwd=user,  # outside the repository
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--strict",
+                "--no-incremental",
+                "--python-executable",
+                str(py),
+                "--config-file",
+                os.devnull,
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            cwd=user,  # outside the repository
         )
 
     good = mypy("good.py")
@@ -104,7 +122,10 @@ def test_user_code_type_checks_against_the_readmes_editable_install(tmp_path):
 def _generate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_api_md.py"), *args],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
 
 
@@ -117,8 +138,14 @@ def test_committed_reference_md_is_what_the_generator_writes_now():
 
 def test_reference_md_holds_the_public_names_with_their_docstrings():
     text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
-    for heading in ("### `JournaledQueue`", "### `Reader`", "### `QueueConfig`", "#### `put_many",
-                    "#### `commit", "### `spool_put"):
+    for heading in (
+        "### `JournaledQueue`",
+        "### `Reader`",
+        "### `QueueConfig`",
+        "#### `put_many",
+        "#### `commit",
+        "### `spool_put",
+    ):
         assert heading in text, heading
     import journaled
 

@@ -15,6 +15,7 @@ import types
 import pytest
 
 import journaled.reader
+from conftest import ready_items
 from journaled import (
     Empty,
     JournaledError,
@@ -25,8 +26,6 @@ from journaled import (
     UnknownRead,
     UnknownReader,
 )
-
-from conftest import ready_items
 
 DEADLINE = 60.0  # generous: the machine is shared and busy
 

@@ -16,17 +16,10 @@ import time
 
 import pytest
 
-from journaled import (
-    Empty,
-    JournaledQueue,
-    JournalIOError,
-    QueueConfig,
-    ReaderConfig,
-    UnknownRead,
-    fileio,
-)
-from journaled.scan import JournalScanner
-from journaled.spool import spool_put
+from journaled import Empty, JournaledQueue, JournalIOError, QueueConfig, ReaderConfig, UnknownRead
+from journaled.disk import fileio
+from journaled.offline.scan import JournalScanner
+from journaled.owner.adoption import spool_put
 
 QUIET = QueueConfig(checkpoint_interval=3600.0)
 
@@ -129,7 +122,9 @@ def test_a_slow_sink_does_not_delay_the_periodic_flush(qdir):
         deadline = time.monotonic() + 2.0
         while _journal_bytes(qdir) < len(b"short-lived") + 1000 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _journal_bytes(qdir) == len(b"short-lived") + 1000, "the put was not flushed while the sink ran"
+        assert _journal_bytes(qdir) == len(b"short-lived") + 1000, (
+            "the put was not flushed while the sink ran"
+        )
     finally:
         release.set()
         q.close()
@@ -213,7 +208,7 @@ class _SlowReads(fileio.FileOps):
 
 
 def test_archiving_a_file_while_it_is_being_read_never_closes_the_descriptor_under_the_read(qdir):
-    from journaled.journal import Cursor
+    from journaled.log.journal import Cursor
 
     ops = _SlowReads()
     cfg = QueueConfig(journal_size=1024, sync="never", checkpoint_interval=3600.0)
@@ -229,7 +224,9 @@ def test_archiving_a_file_while_it_is_being_read_never_closes_the_descriptor_und
 
         def read_first_file() -> None:
             try:
-                got.append(q.journal.read(Cursor(first.ms, first.header.size, first.first_id), max_items=1)[0])
+                got.append(
+                    q.journal.read(Cursor(first.ms, first.header.size, first.first_id), max_items=1)[0]
+                )
             except BaseException as exc:  # noqa: BLE001 - asserted below
                 got.append(exc)
 

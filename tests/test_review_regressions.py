@@ -11,8 +11,8 @@ import os
 import pytest
 
 from journaled import DeadLetter, Empty, JournaledQueue, QueueConfig, ReaderConfig
-from journaled import checkpoint as ckp
-from journaled import fileio
+from journaled.disk import checkpointfiles as ckp
+from journaled.disk import fileio
 
 QUIET = QueueConfig(sync="never", checkpoint_interval=3600.0)
 
@@ -204,7 +204,7 @@ def test_background_thread_survives_an_unexpected_error_and_keeps_checkpointing(
 
 def test_reading_from_the_end_of_an_archived_file_continues_in_the_next_file(tmp_path):
     from journaled.config import QueueConfig
-    from journaled.journal import Cursor, Journal, now_ms
+    from journaled.log.journal import Cursor, Journal, now_ms
 
     j = Journal(str(tmp_path), "q", QueueConfig(journal_size=512, sync="never"))
     try:

@@ -9,8 +9,8 @@ import attrs
 import pytest
 
 from journaled import Empty, JournaledQueue, QueueConfig, QueueStats, ReaderConfig, ReaderStats
-from journaled import fileio
-from journaled.delivery import ITEM_OVERHEAD
+from journaled.core.readercore import ITEM_OVERHEAD
+from journaled.disk import fileio
 
 FAST = QueueConfig(sync="never", journal_size=2048)
 
@@ -92,8 +92,11 @@ def test_queue_stats_report_journal_files_and_bytes_on_disk(qdir):
         q.sync()
         st = q.stats()
         assert isinstance(st, QueueStats)
-        names = [n for n in os.listdir(qdir) if n.startswith(q.name + ".") and n.split(".")[-1].isdigit()
-                 and ".read." not in n]
+        names = [
+            n
+            for n in os.listdir(qdir)
+            if n.startswith(q.name + ".") and n.split(".")[-1].isdigit() and ".read." not in n
+        ]
         assert st.journal_files == len(names) > 1
         assert st.journal_bytes == sum(os.path.getsize(os.path.join(qdir, n)) for n in names)
         assert (st.put, st.bytes_put, st.next_id) == (60, 6000, 61)

@@ -1,12 +1,17 @@
 """The package's shape, checked: the layer table in docs/design.md is the law.
 
+* the table under "## Layers" in docs/design.md is the tree: it lists every module exactly once,
+  in the folder where it is;
 * no import cycle among journaled's modules (imports inside functions count; imports under
-  ``if TYPE_CHECKING:`` do not: they never run);
-* every runtime import goes to a module on the same floor or below, per the table under
-  "## Layers" in docs/design.md, which lists every module exactly once;
+  ``if TYPE_CHECKING:`` do not: they never run), and none among its folders;
+* every runtime import goes to a module on the same floor or below;
+* every subpackage's ``__init__.py`` states its contract in a docstring;
 * no module uses another module's private names (``x._name`` where ``_name`` is defined in a
   different module of the package and not in this one; ``from m import _name``);
-* no module over 450 lines;
+* no module but ``core/readercore.py`` changes a reader core's state, and none but
+  ``log/state.py`` the journal's shared state (assignments, augmented assignments, ``del`` and
+  mutating calls on their attributes);
+* no module over 600 lines;
 * nothing in the runtime imports test machinery, and the package imports without ``tests/``.
 
 The code is read as text (``ast``), never imported, so a broken module still gets a clear
@@ -23,10 +28,12 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "journaled")
 DESIGN = os.path.join(ROOT, "docs", "design.md")
-MAX_LINES = 450
+MAX_LINES = 600
 
 
 def _modules() -> dict[str, str]:
@@ -134,27 +141,23 @@ def _cycles(edges: dict[str, set[tuple[str, int]]]) -> list[list[str]]:
 
 
 def _layer_table() -> dict[str, int]:
-    """Module -> floor, from the table under "## Layers" in docs/design.md."""
+    """Module -> floor, from the table under "## Layers" in docs/design.md (floor | folder | modules)."""
     text = open(DESIGN, encoding="utf-8").read()
     section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
     floors: dict[str, int] = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 2 or not cells[0].isdigit():
+        if len(cells) < 3 or not cells[0].isdigit():
             continue
-        for name in re.findall(r"`([^`]+)`", cells[1]):
-            if name.endswith("/"):
-                mod = "journaled." + name.rstrip("/").replace("/", ".")
-                subs = [m for m in MODULES if m == mod or m.startswith(mod + ".")]
-                assert subs, f"design.md lists {name!r}, which is not a package of journaled"
-                for m in subs:
-                    floors[m] = int(cells[0])
-            else:
-                mod = "journaled." + name.removesuffix(".py").replace("/", ".")
-                mod = mod.removesuffix(".__init__")
-                assert mod in MODULES, f"design.md's layer table lists {name!r}, which does not exist"
-                assert mod not in floors, f"design.md's layer table lists {name!r} twice"
-                floors[mod] = int(cells[0])
+        folder = cells[1].strip("`").rstrip("/")
+        assert folder.split("/")[0] == "journaled", (
+            f"design.md's layer table: {folder!r} is not under journaled/"
+        )
+        for name in re.findall(r"`([^`]+)`", cells[2]):
+            mod = (folder + "/" + name.removesuffix(".py")).replace("/", ".").removesuffix(".__init__")
+            assert mod in MODULES, f"design.md's layer table lists {folder}/{name}, which does not exist"
+            assert mod not in floors, f"design.md's layer table lists {folder}/{name} twice"
+            floors[mod] = int(cells[0])
     return floors
 
 
@@ -165,14 +168,12 @@ def test_no_import_cycles():
 
 def test_the_layer_table_lists_every_module():
     floors = _layer_table()
-    missing = sorted(m for m in MODULES if m not in floors and m != "journaled")
+    missing = sorted(m for m in MODULES if m not in floors)
     assert not missing, f"modules missing from the layer table in docs/design.md: {missing}"
 
 
 def test_imports_follow_the_layer_table():
     floors = _layer_table()
-    top = max(floors.values()) + 1
-    floors.setdefault("journaled", top)  # the package face may re-export anything
     upward = [
         f"{mod}:{line} imports {target} (floor {floors.get(mod)} -> {floors.get(target)})"
         for mod, targets in _imports().items()
@@ -194,9 +195,14 @@ def _private_uses() -> list[str]:
                     for sub in ast.walk(t):
                         if isinstance(sub, ast.Name):
                             defined[sub.id].add(mod)
-                        elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in (
-                            "self",
-                            "cls",
+                        elif (
+                            isinstance(sub, ast.Attribute)
+                            and isinstance(sub.value, ast.Name)
+                            and sub.value.id
+                            in (
+                                "self",
+                                "cls",
+                            )
                         ):
                             defined[sub.attr].add(mod)
             elif (
@@ -233,9 +239,142 @@ def test_no_module_uses_another_modules_private_names():
     assert not found, "private names used across modules:\n" + "\n".join(found)
 
 
-def test_no_module_is_over_450_lines():
+def test_no_module_is_over_600_lines():
     big = {m: n for m, p in MODULES.items() if (n := sum(1 for _ in open(p, encoding="utf-8"))) > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines: {big}"
+
+
+def _folder(mod: str) -> str:
+    """The room of a module: its subpackage, or the module itself at the package root."""
+    parts = mod.split(".")
+    if len(parts) == 2 and not MODULES[mod].endswith("__init__.py"):
+        return mod
+    return ".".join(parts[:2])
+
+
+def test_folders_import_one_way():
+    edges: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    for mod, targets in _imports().items():
+        for target, line in targets:
+            a, b = _folder(mod), _folder(target)
+            if a != b and "journaled" not in (a, b):
+                edges[a].add((b, line))
+    rooms = {_folder(m) for m in MODULES} - {"journaled"}
+    saved = dict(MODULES)
+    try:  # reuse the module cycle finder on the graph of rooms
+        MODULES.clear()
+        MODULES.update({r: r for r in rooms})
+        cycles = _cycles(edges)
+    finally:
+        MODULES.clear()
+        MODULES.update(saved)
+    assert not cycles, "folders importing each other: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_every_subpackage_states_its_contract():
+    silent = []
+    for mod, path in MODULES.items():
+        if mod != "journaled" and path.endswith("__init__.py"):
+            doc = ast.get_docstring(TREES[mod]) or ""
+            if "May import" not in doc and mod != "journaled.spark":
+                silent.append(mod)
+    assert not silent, f"subpackages whose __init__.py does not say what they offer and may import: {silent}"
+
+
+MUTATORS = {
+    "clear",
+    "add",
+    "discard",
+    "append",
+    "appendleft",
+    "extend",
+    "pop",
+    "popleft",
+    "popitem",
+    "update",
+    "remove",
+    "insert",
+    "setdefault",
+    "sort",
+    "reverse",
+    "difference_update",
+}
+
+
+def _self_attrs(mods: list[str]) -> set[str]:
+    """Instance attributes the classes of ``mods`` set on ``self``."""
+    out: set[str] = set()
+    for mod in mods:
+        for node in ast.walk(TREES[mod]):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                out.add(node.attr)
+    return out
+
+
+def _writes_into(owner_prefix: str, receivers: tuple[str, ...]) -> list[str]:
+    """Writes, outside the folder ``owner_prefix``, into the state of that folder's objects.
+
+    An attribute that only the folder's classes set on ``self`` is theirs whoever it is written
+    through; one that other classes set too counts when the object written into is named like
+    the folder's (``core``, ``self.core``, ``existing.core``; ``state``, ``st``)."""
+    inside = [m for m in MODULES if m.startswith(owner_prefix)]
+    outside = [m for m in MODULES if not m.startswith(owner_prefix)]
+    theirs = _self_attrs(inside)
+    shared = theirs & _self_attrs(outside)
+
+    def hit(mod: str, target: ast.expr) -> str | None:
+        if isinstance(target, ast.Subscript):
+            target = target.value
+        if not isinstance(target, ast.Attribute) or target.attr not in theirs:
+            return None
+        receiver = target.value
+        if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls"):
+            return None
+        if target.attr in shared or target.attr in _self_attrs([mod]):
+            name = ast.unparse(receiver).rpartition(".")[2]
+            if name not in receivers:
+                return None
+        return ast.unparse(target)
+
+    found = []
+    for mod in outside:
+        for node in ast.walk(TREES[mod]):
+            targets: list[ast.expr] = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATORS
+            ):
+                targets = [node.func.value]
+            for t in targets:
+                for sub in ast.walk(t) if isinstance(t, (ast.Tuple, ast.List)) else [t]:
+                    what = hit(mod, sub)
+                    if what:
+                        found.append(f"{mod}:{node.lineno} {what}")
+    return found
+
+
+@pytest.mark.xfail(strict=True, reason="the reader core does not own its state yet")
+def test_only_the_core_changes_a_reader_cores_state():
+    found = _writes_into("journaled.core.readercore", ("core", "c", "cores"))
+    assert not found, "writes into a reader core's state from outside core/readercore.py:\n" + "\n".join(
+        found
+    )
+
+
+@pytest.mark.xfail(strict=True, reason="the journal's parts still write its shared state")
+def test_only_the_log_state_changes_the_journals_shared_state():
+    found = _writes_into("journaled.log.state", ("state", "st", "_state"))
+    assert not found, "writes into the journal's state from outside log/state.py:\n" + "\n".join(found)
 
 
 def test_the_runtime_never_imports_test_machinery():
@@ -258,6 +397,9 @@ def test_the_runtime_never_imports_test_machinery():
 def test_the_package_imports_without_the_tests_directory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = ROOT
-    code = "import sys; import journaled, journaled.cli; assert not any(p.rstrip('/').endswith('/tests') for p in sys.path)"
+    code = (
+        "import sys; import journaled, journaled.cli.main; "
+        "assert not any(p.rstrip('/').endswith('/tests') for p in sys.path)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

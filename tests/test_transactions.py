@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from conftest import Boom
 from journaled import (
     Empty,
     Full,
@@ -18,8 +19,6 @@ from journaled import (
     UnknownRead,
 )
 from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
-
-from conftest import Boom
 
 
 def open_reads(reader) -> int:

@@ -33,8 +33,9 @@ def test_mypy_strict_is_clean_on_the_package_and_on_a_user_program(tmp_path):
     using the Python-ecosystem API (the pickle and json modules satisfy the Serializer
     protocol, async methods are awaitable, the wrappers are generic, ...)."""
     user = tmp_path / "user_code.py"
-    user.write_text(textwrap.dedent(
-        """
+    user.write_text(
+        textwrap.dedent(
+            """
         import json
         import pickle
 
@@ -74,6 +75,7 @@ def test_mypy_strict_is_clean_on_the_package_and_on_a_user_program(tmp_path):
                 ok: bool = jq.blocking_queue("b").put(b"x")
                 print(ok)
         """
-    ))
+        )
+    )
     proc = run_mypy("journaled", str(user))
     assert proc.returncode == 0, proc.stdout + proc.stderr

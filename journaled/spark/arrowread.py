@@ -1,11 +1,11 @@
 """Read one segment of a journal file straight into Arrow arrays: the Spark source's hot loop.
 
-Records are decoded by ``journaled.speedups.decode_columns`` (compiled, or columns.py's
+Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, or format/columns.py's
 pure-Python reference) into five byte buffers per batch -- ids, add and expire times, payload
 offsets and payload bytes -- which become Arrow arrays with ``pyarrow.Array.from_buffers``:
 no Python object per record.  Anything the columnar walk does not decode inline (a skippable
 record type, damage, a record longer than a read) hands over, from that point, to
-:func:`journaled.segments.read_segment` and the record walker (logreader.py), which skips damage
+:func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips damage
 and notes it in ``gaps``, exactly as before.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import attrs
 import pyarrow as pa
 
-from journaled.columns import DONE, FULL, Columns, new_columns
-from journaled.segments import Gap, Segment, open_segment, read_segment
-from journaled.speedups import decode_columns
+from journaled.format.columns import DONE, FULL, Columns, new_columns
+from journaled.format.speedups import decode_columns
+from journaled.offline.segments import Gap, Segment, open_segment, read_segment
 
 #: Bytes read per ``pread``.
 CHUNK = 4 << 20
@@ -45,7 +45,7 @@ class ArrowColumns:
 
 
 def to_arrow(cols: Columns) -> ArrowColumns:
-    """Wrap the buffers of :func:`journaled.columns.new_columns` (no copy)."""
+    """Wrap the buffers of :func:`journaled.format.columns.new_columns` (no copy)."""
     ids, adds, exps, offs, data = cols
     n = len(ids) // 8
     i64 = pa.int64()

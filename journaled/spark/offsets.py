@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import attrs
 
 from journaled.errors import JournaledError
-from journaled.segments import Position, QueueView, Segment
+from journaled.offline.segments import Position, QueueView, Segment
 
 log = logging.getLogger("journaled.spark")
 
@@ -71,7 +71,7 @@ def opt_duration_ms(options: Mapping[str, str], name: str, default: str) -> int:
     """A duration option like Spark's: ``500ms``, ``10s``, ``15m``, ``1h``, ``2d`` (no unit: ms)."""
     raw = (opt(options, name) or default).strip().lower()
     digits = raw.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
-    unit = raw[len(digits):].strip() or "ms"
+    unit = raw[len(digits) :].strip() or "ms"
     if not digits.isdigit() or unit not in _UNITS_MS:
         raise OptionError(f"option {name} must be a duration like 500ms, 10s, 15m or 1h, not {raw!r}")
     return int(digits) * _UNITS_MS[unit]

@@ -3,7 +3,7 @@
 Exactly once across query restarts: each task stages its partition's rows as a spool batch
 file under ``spool/staging/`` (fsynced, CRC-checked) and returns its name; the driver's
 ``commit`` joins the parts into one spool batch keyed by the sink and the batch id, published by
-one atomic rename (spool.py).  The owner adopts a key once, so a micro-batch that Spark replays
+one atomic rename (owner/adoption.py).  The owner adopts a key once, so a micro-batch that Spark replays
 after a crash is dropped instead of delivered twice.  A failed or aborted batch only leaves
 staged parts, which ``abort`` deletes.
 """
@@ -21,7 +21,7 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from journaled import spool
+from journaled.owner import adoption
 from journaled.spark.offsets import OptionError, opt, queue_paths
 
 log = logging.getLogger("journaled.spark")
@@ -49,8 +49,8 @@ def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str
 
 def stage(queue_dir: str, rows: Iterator[Row]) -> StagedPart:
     """Executor side: write this task's rows as a staged part (not yet visible to the queue)."""
-    tmp = spool.new_temp_path(queue_dir, spool.STAGING)
-    writer = spool.BatchWriter(tmp, "part")
+    tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
+    writer = adoption.BatchWriter(tmp, "part")
     try:
         for row in rows:
             value = row["value"]
@@ -70,28 +70,28 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
     """Driver side: deliver every staged part as one spool batch named ``key`` (atomically);
     a key already adopted is not delivered again.  Returns whether it was published."""
     parts = [m for m in messages if isinstance(m, StagedPart)]
-    if spool.Ledger(spool.spool_dir(queue_dir)).adopted(key) or _spooled(queue_dir, key):
+    if adoption.Ledger(adoption.spool_dir(queue_dir)).adopted(key) or _spooled(queue_dir, key):
         log.info("batch %r was published before; dropping its replay", key)
         discard(parts)
         return False
-    tmp = spool.new_temp_path(queue_dir)
-    writer = spool.BatchWriter(tmp, key)
+    tmp = adoption.new_temp_path(queue_dir)
+    writer = adoption.BatchWriter(tmp, key)
     try:
         for part in parts:
-            _, records = spool.read_batch(part.path)
+            _, records = adoption.read_batch(part.path)
             for payload, expire_ms in records:
                 writer.add(payload, expire_ms)
         writer.finish()
     except BaseException:
         writer.discard()
         raise
-    spool.publish(tmp, queue_dir)
+    adoption.publish(tmp, queue_dir)
     discard(parts)
     return True
 
 
 def _spooled(queue_dir: str, key: str) -> bool:
-    return any(spool.read_batch_key(p) == key for p in spool.pending_batches(queue_dir))
+    return any(adoption.read_batch_key(p) == key for p in adoption.pending_batches(queue_dir))
 
 
 def discard(parts: Sequence[WriterCommitMessage | None]) -> None:

@@ -1,9 +1,9 @@
 """The Spark source: ``spark.read.format("journaled")`` and ``spark.readStream.format(...)``.
 
 Driver side: a :class:`~journaled.spark.offsets.Planner` turns offsets into segments (byte
-ranges of journal files, see segments.py); each segment is one Spark partition.  Executor side:
+ranges of journal files, see offline/segments.py); each segment is one Spark partition.  Executor side:
 :func:`read_partition` decodes a segment and yields Arrow record batches.  A streaming query
-keeps an external-reader bookmark (bookmarks.py) in each queue so the owner does not archive
+keeps an external-reader bookmark (disk/bookmarks.py) in each queue so the owner does not archive
 what the query still needs; it moves on ``commit(end)``.
 """
 
@@ -28,8 +28,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from journaled.bookmarks import write_bookmark
-from journaled.segments import Gap, Segment
+from journaled.disk.bookmarks import write_bookmark
+from journaled.offline.segments import Gap, Segment
 from journaled.spark.arrowread import read_segment_arrays
 from journaled.spark.offsets import (
     DataLossError,
@@ -53,7 +53,7 @@ ROWS_PER_BATCH = 32768
 class JournaledPartition(InputPartition):
     """Consecutive segments of one queue (picklable; everything ``read`` needs travels inside).
 
-    Segments are cut at journal file boundaries (segments.py); a partition packs as many as
+    Segments are cut at journal file boundaries (offline/segments.py); a partition packs as many as
     fit ``maxPartitionBytes``, as Spark's file sources pack small files, because every Spark
     task costs a fixed tens of milliseconds (scheduling, the Python worker round trip)."""
 

@@ -1,7 +1,7 @@
 """Test machinery, kept out of the runtime package (nothing under journaled/ imports it).
 
 * ``faults``: :class:`~support.faults.RecordingOps` (records every write/fsync/rename through the
-  ``journaled.fileio`` seam) and :class:`~support.faults.FaultyOps` (fails the Nth operation of a
+  ``journaled.disk.fileio`` seam) and :class:`~support.faults.FaultyOps` (fails the Nth operation of a
   kind with ENOSPC/EIO).
 * ``powerloss``: ALICE-style crash states built from a recording, and the workloads whose
   promises are checked in each state.

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from journaled.fileio import FileOps
+from journaled.disk.fileio import FileOps
 
 #: Operation kinds that FaultyOps can fail (fsync covers fsync, fdatasync and fsync_dir).
 FAULT_KINDS = ("open", "write", "fsync", "rename", "unlink", "ftruncate")

@@ -13,7 +13,7 @@ could leave behind:
 
 In both, the last persisted un-synced write may be torn (a prefix of it), zeroed or garbage.
 :func:`check_state` opens a state with the library and checks the promises against the markers.
-Used by tests/test_powerloss.py (bounded) and scripts/crash_soak --powerloss (long).
+Used by tests/whole/test_powerloss.py (bounded) and scripts/crash_soak --powerloss (long).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import attrs
 
-from journaled import fileio
 from journaled.config import QueueConfig
+from journaled.disk import fileio
 from journaled.errors import Empty
 from support.faults import Op, RecordingOps
 
@@ -226,8 +226,15 @@ def _checkpoint(q: Any, rec: RecordingOps, committed: dict[str, set[int]]) -> No
 
 
 def _run(
-    path: str, rec: RecordingOps, rng: random.Random, cfg: QueueConfig, *, periodic: bool = False,
-    archive: bool = False, reader_churn: bool = False, n: int = 40,
+    path: str,
+    rec: RecordingOps,
+    rng: random.Random,
+    cfg: QueueConfig,
+    *,
+    periodic: bool = False,
+    archive: bool = False,
+    reader_churn: bool = False,
+    n: int = 40,
 ) -> QueueConfig:
     from journaled.queue import JournaledQueue
 
@@ -384,8 +391,15 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.corrupt or self.order or self.redelivered_beyond
-                    or self.unusable or self.reader_lost or self.reader_resurrected)
+        return not (
+            self.lost
+            or self.corrupt
+            or self.order
+            or self.redelivered_beyond
+            or self.unusable
+            or self.reader_lost
+            or self.reader_resurrected
+        )
 
 
 def check_state(path: str, cfg: QueueConfig, p: Promises, v: Verdict) -> None:
@@ -468,7 +482,11 @@ class CampaignStats:
 
 
 def campaign(
-    workdir: str, workloads: list[str], seed: int, per_point: int = 6, max_distinct: int | None = None,
+    workdir: str,
+    workloads: list[str],
+    seed: int,
+    per_point: int = 6,
+    max_distinct: int | None = None,
     stats: CampaignStats | None = None,
 ) -> CampaignStats:
     """Record each workload, generate crash states at every point, check each distinct one."""

@@ -1,6 +1,6 @@
 """The columnar segment reader the Spark source used before its Arrow path (journaled/spark/
 arrowread.py), kept as the tests' reference: plain PUT records decoded inline in Python into
-lists, anything else handed over to :func:`journaled.segments.read_segment`.  Tests compare the
+lists, anything else handed over to :func:`journaled.offline.segments.read_segment`.  Tests compare the
 Arrow reader with it, row for row and gap for gap."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import attrs
 from crc32c import crc32c
 
-from journaled.record import RECORD_HEADER_SIZE, TYPE_PUT
-from journaled.segments import CHUNK, Gap, Segment, open_segment, read_segment
+from journaled.format.record import RECORD_HEADER_SIZE, TYPE_PUT
+from journaled.offline.segments import CHUNK, Gap, Segment, open_segment, read_segment
 
 Columns = tuple[list[int], list[bytes], list[int], list[int]]  # ids, payloads, add ms, expire ms
 _PUT = struct.Struct("<IIBQQQ")

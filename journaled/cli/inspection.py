@@ -1,0 +1,396 @@
+"""``journaled dump/stat/check/repair``: look inside (and, offline, mend) a queue directory.
+
+``dump``, ``stat`` and ``check`` never modify anything (not even a lock file) and are safe
+while another process owns the queue.  ``repair`` is offline: it takes the directory lock and
+refuses when a live process holds it.  Every command first checks that the path is a directory
+holding exactly one queue (or the one ``--name`` picks): anything else is a :class:`UsageError`,
+so no command ever creates a file where there is no queue.  Exit codes: 0 clean/success,
+1 damage found (check, dump) or repair failed, 2 usage error or wrong path, 3 the directory is
+locked by a live process (repair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as _dt
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+import attrs
+
+from journaled.config import validate_name
+from journaled.disk.bookmarks import BOOKMARK_DIR, read_bookmarks
+from journaled.disk.checkpointfiles import (
+    checkpoint_path,
+    list_checkpoints,
+    read_checkpoint,
+    read_registry,
+    registry_path,
+)
+from journaled.disk.dirlock import owner_pid
+from journaled.disk.layout import is_journal
+from journaled.errors import InvalidName, JournaledError, QueueLocked
+from journaled.format import speedups
+from journaled.format.smallfiles import CheckpointData
+from journaled.offline import repair
+from journaled.offline.scan import JournalScanner
+from journaled.remote.connections import Link
+
+_JOURNAL_NAME = re.compile(r"(.+)\.(\d{1,20})")
+_REGISTRY_NAME = re.compile(r"(.+)\.readers")
+
+
+class UsageError(Exception):
+    """A wrong path or option: the command prints the message on one line and exits 2."""
+
+
+def queues_in(path: str) -> list[str]:
+    """The queues a directory holds: names with a journal file (proved by its header) or a
+    readable reader registry.  Reads only; a missing or non-directory path is a UsageError."""
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: does not exist")
+    if not os.path.isdir(path):
+        raise UsageError(f"{path}: not a directory")
+    found: set[str] = set()
+    for entry in os.listdir(path):
+        m = _JOURNAL_NAME.fullmatch(entry) or _REGISTRY_NAME.fullmatch(entry)
+        if m is None or entry.startswith("."):
+            continue
+        try:
+            name = validate_name(m.group(1))
+        except InvalidName:
+            continue
+        full = os.path.join(path, entry)
+        if name in found:
+            continue
+        if m.re is _JOURNAL_NAME and is_journal(full, name, int(m.group(2))):
+            found.add(name)
+        elif m.re is _REGISTRY_NAME and read_registry(full) is not None:
+            found.add(name)
+    return sorted(found)
+
+
+def queue_name(path: str, name: str | None) -> str:
+    """The one queue ``path`` holds (or ``name``, if it holds that); else a UsageError."""
+    names = queues_in(path)
+    if not names:
+        raise UsageError(f"{path}: no journaled queue here (no journal files)")
+    if name is not None:
+        if name not in names:
+            raise UsageError(f"{path}: holds no queue {name!r} (it holds: {', '.join(names)})")
+        return name
+    if len(names) > 1:
+        raise UsageError(f"{path}: holds several queues ({', '.join(names)}); pick one with --name")
+    return names[0]
+
+
+def escape(text: str) -> str:
+    """``text`` with every control, format and line-separator character shown as an escape, so
+    a payload can never move the cursor, clear the screen or retitle the terminal."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable():
+            out.append(c)
+        elif c in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c])
+        else:
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+    return "".join(out)
+
+
+def _preview(data: bytes, width: int = 40) -> str:
+    text = escape(data[:width].decode("utf-8", "backslashreplace"))
+    return text + ("..." if len(data) > width else "")
+
+
+def show_payload(data: bytes, how: str) -> str:
+    """A payload for a terminal: ``text`` (escaped), ``hex`` or ``base64``."""
+    if how == "hex":
+        return data.hex()
+    if how == "base64":
+        return base64.b64encode(data).decode()
+    return escape(data.decode("utf-8", "backslashreplace"))
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    scanner = JournalScanner(args.path, queue_name(args.path, args.name))
+    n = 0
+    start, done = args.start, frozenset[int]()
+    if args.reader:
+        state = _reader_state(args.path, scanner.name, args.reader)
+        if state is None:
+            raise UsageError(f"{args.path}: no reader {args.reader!r} in queue {scanner.name!r}")
+        start, done = max(start, state.head), frozenset(state.done)
+    for rec in scanner.records(start):
+        if rec.id in done:
+            continue  # committed out of order: not in this reader's view
+        if args.json:
+            row: dict[str, Any] = {
+                "id": rec.id,
+                "add_ms": rec.add_ms,
+                "expire_ms": rec.expire_ms or None,
+                "size": len(rec.payload),
+            }
+            if args.payload:
+                row["payload"] = base64.b64encode(rec.payload).decode()
+            print(json.dumps(row))
+        else:
+            when = _dt.datetime.fromtimestamp(rec.add_ms / 1000, _dt.timezone.utc)
+            body = show_payload(rec.payload, args.payload) if args.payload else _preview(rec.payload)
+            print(f"{rec.id:>10}  {when:%Y-%m-%d %H:%M:%S.%f}  {len(rec.payload):>8}  {body}")
+        n += 1
+        if args.limit and n >= args.limit:
+            break
+    for d in scanner.damage:
+        print(
+            f"damage: {d.path} at {d.offset}: {d.reason} ({d.bytes_skipped} bytes skipped)", file=sys.stderr
+        )
+    return 1 if scanner.damage else 0
+
+
+def _reader_state(path: str, name: str, reader: str) -> CheckpointData | None:
+    ck = checkpoint_path(path, name, reader)
+    if not os.path.exists(ck):
+        return None
+    return read_checkpoint(ck) or CheckpointData(head=0)
+
+
+def collect_stat(path: str, name: str | None = None) -> dict[str, Any]:
+    """Readers, heads, backlog, files, bytes and ages of a queue directory (read-only)."""
+    scanner = JournalScanner(path, queue_name(path, name))
+    name = scanner.name
+    files = scanner.files()
+    now = time.time()
+    next_id = 1
+    first_id = 1
+    oldest_ms: int | None = None
+    if files:
+        good = [f for f in files if f.header is not None]
+        if good:
+            first_id = good[0].header.first_id  # type: ignore[union-attr]
+            next_id = good[-1].header.first_id  # type: ignore[union-attr]
+            for rec in scanner.records(next_id):
+                next_id = rec.id + 1
+            for rec in scanner.records(first_id):
+                oldest_ms = rec.add_ms
+                break
+    names = set(list_checkpoints(path, name)) | set(read_registry(registry_path(path, name)) or ())
+    readers = []
+    for r in sorted(names):
+        state = _reader_state(path, name, r)
+        ck = checkpoint_path(path, name, r)
+        head = max(state.head, first_id) if state else first_id
+        done = [i for i in (state.done if state else ()) if head <= i < next_id]
+        readers.append(
+            {
+                "name": r,
+                "head": head,
+                "backlog_items": max(0, next_id - head - len(done)),
+                "done_out_of_order": len(done),
+                "checkpoint_age_s": round(now - os.path.getmtime(ck), 3) if os.path.exists(ck) else None,
+                "checkpoint_ok": state is not None and os.path.exists(ck),
+            }
+        )
+    return {
+        "path": os.path.abspath(path),
+        "queue": name,
+        "owner_pid": owner_pid(path),
+        "files": len(files),
+        "bytes": sum(f.size for f in files),
+        "first_id": first_id,
+        "next_id": next_id,
+        "items": next_id - first_id,
+        "oldest_item_age_s": round(now - oldest_ms / 1000, 3) if oldest_ms else None,
+        "newest_file_age_s": round(now - files[-1].ms / 1000, 3) if files else None,
+        "readers": readers,
+        "external_readers": _external_readers(path, first_id, next_id, now),
+        "damaged_files_kept": sorted(e for e in os.listdir(path) if e.endswith(".damaged")),
+        "owner": ask_owner(path) if owner_pid(path) else None,
+    }
+
+
+def ask_owner(path: str) -> dict[str, Any]:
+    """What only the live owner knows, asked through its socket: its health and the processes
+    it serves with their open reads (``{"error": ...}`` if it does not answer within 5 s)."""
+    try:
+        link = Link(os.path.abspath(path), timeout=5.0)
+    except (OSError, JournaledError) as exc:
+        return {"error": f"the owner does not answer: {exc}"}
+    try:
+        stats = link.call({"op": "stats"})[0]["stats"]
+    except (OSError, JournaledError) as exc:
+        return {"error": f"the owner does not answer: {exc}"}
+    finally:
+        link.kill()
+    me = os.getpid()
+    return {"health": stats["health"], "clients": [c for c in stats["clients"] if c["pid"] != me]}
+
+
+def _external_readers(path: str, first_id: int, next_id: int, now: float) -> list[dict[str, Any]]:
+    """Bookmarks (a Spark query's committed offset, disk/bookmarks.py) as readers: head and lag."""
+    out = []
+    for r, head in sorted(read_bookmarks(path).items()):
+        try:
+            age: float | None = round(now - os.path.getmtime(os.path.join(path, BOOKMARK_DIR, r)), 3)
+        except OSError:
+            age = None
+        out.append(
+            {"name": r, "head": head, "lag": max(0, next_id - max(head, first_id)), "bookmark_age_s": age}
+        )
+    return out
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    st = collect_stat(args.path, args.name)
+    if args.json:
+        print(json.dumps(st))
+        return 0
+    owner = st["owner_pid"]
+    print(f"queue {st['queue']} at {st['path']}" + (f" (open by pid {owner})" if owner else " (not open)"))
+    print(
+        f"  files {st['files']}, {st['bytes']} bytes, ids {st['first_id']}..{st['next_id'] - 1} "
+        f"({st['items']} items)"
+    )
+    if st["oldest_item_age_s"] is not None:
+        print(
+            f"  oldest item {st['oldest_item_age_s']:.1f} s old, "
+            f"newest file {st['newest_file_age_s']:.1f} s old"
+        )
+    for r in st["readers"]:
+        print(
+            f"  reader {r['name']}: head {r['head']}, backlog_items {r['backlog_items']}, "
+            f"{r['done_out_of_order']} committed out of order, checkpoint "
+            + (f"{r['checkpoint_age_s']:.1f} s old" if r["checkpoint_ok"] else "missing or damaged")
+        )
+    for r in st["external_readers"]:
+        age = "" if r["bookmark_age_s"] is None else f", bookmark {r['bookmark_age_s']:.1f} s old"
+        print(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
+    for d in st["damaged_files_kept"]:
+        print(f"  kept aside by recovery: {d}")
+    live = st["owner"]
+    if live is not None and "error" in live:
+        print(f"  owner: {live['error']}")
+    elif live is not None:
+        health = live["health"]
+        if health["ok"]:
+            print("  health: ok")
+        else:
+            print(
+                f"  health: poisoned: {health['poisoned']}"
+                if health["poisoned"]
+                else f"  health: failing: {', '.join(health['failing'])} ({health['errors']} errors)"
+            )
+            if health["last_error"]:
+                print(f"    last error: {health['last_error']}")
+        for c in live["clients"]:
+            reads = ", ".join(f"{n} {k}" for n, k in sorted(c["open_reads"].items())) or "none"
+            print(f"  client pid {c['pid']}: {c['connections']} connection(s), open reads: {reads}")
+        if not live["clients"]:
+            print("  no other process is using it")
+    print(f"  hot path (this process): {speedups.describe()}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    report = repair.check_dir(args.path, queue_name(args.path, args.name))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "queue": report.name,
+                    "files": report.files,
+                    "records": report.records,
+                    "clean": report.clean,
+                    "findings": [attrs.asdict(f) for f in report.findings],
+                }
+            )
+        )
+    else:
+        for f in report.findings:
+            lost = f", ids {f.ids_lost[0]}..{f.ids_lost[1]} lost" if f.ids_lost else ""
+            print(
+                f"{f.kind}: {f.path} at byte {f.offset}: {f.reason} ({f.bytes} bytes){lost}; on open: "
+                f"{f.on_open}"
+            )
+        state = "clean" if report.clean else f"{len(report.findings)} problem(s)"
+        print(f"checked {report.files} journal file(s), {report.records} valid records: {state}")
+        if any(f.kind in _REPAIRABLE for f in report.findings):
+            named = f" --name {report.name}" if args.name else ""
+            print(
+                f"to rewrite the queue so it opens cleanly in any recovery mode (originals kept): "
+                f"journaled repair {args.path}{named}"
+            )
+    return 0 if report.clean else 1
+
+
+# what ``repair`` rewrites; foreign files and id gaps it leaves as they are
+_REPAIRABLE = ("damage", "torn-tail", "bad-header", "damaged-header", "bad-checkpoint", "bad-registry")
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    name = queue_name(args.path, args.name)  # never take a lock where there is no queue
+    try:
+        backup, actions = repair.repair_dir(args.path, args.mode, name)
+    except QueueLocked as exc:
+        print(f"refusing to repair: {exc}; stop that process first", file=sys.stderr)
+        return 3
+    except JournaledError as exc:
+        print(f"repair failed: {exc}", file=sys.stderr)
+        return 1
+    for a in actions:
+        print(a)
+    if backup:
+        print(f"originals kept in {backup}")
+    return 0
+
+
+def add_inspect_commands(sub: Any) -> None:
+    p = sub.add_parser("dump", help="list the records of a queue directory (read-only)")
+    p.add_argument("path", help="queue directory")
+    p.add_argument("--name", help="which queue, where the directory holds several")
+    p.add_argument("--start", type=int, default=0, help="first item id to show")
+    p.add_argument("--limit", type=int, default=0, help="show at most this many records")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--reader", help="show only what this reader has not committed yet")
+    p.add_argument(
+        "--payload",
+        nargs="?",
+        const="text",
+        choices=("text", "hex", "base64"),
+        help="print whole payloads: text (control bytes escaped; the default), hex or "
+        "base64; with --json always base64",
+    )
+    p.set_defaults(func=cmd_dump)
+
+    p = sub.add_parser("stat", help="readers, heads, backlog, files, bytes, ages (read-only)")
+    p.add_argument("path", help="queue directory")
+    p.add_argument("--name", help="which queue, where the directory holds several")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_stat)
+
+    p = sub.add_parser(
+        "check", help="verify every journal file and checkpoint (read-only); exit 1 if damaged"
+    )
+    p.add_argument("path", help="queue directory")
+    p.add_argument("--name", help="which queue, where the directory holds several")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("repair", help="rewrite a damaged queue offline (originals kept in repair-<time>/)")
+    p.add_argument("path", help="queue directory (must not be open in a live process)")
+    p.add_argument("--name", help="which queue, where the directory holds several")
+    p.add_argument(
+        "--mode",
+        choices=("salvage", "point_in_time"),
+        default="salvage",
+        help="salvage: keep every valid record (default); point_in_time: cut each "
+        "damaged file at its first damage",
+    )
+    p.set_defaults(func=cmd_repair)

@@ -1,0 +1,65 @@
+"""The ``journaled`` command-line tool.
+
+Subcommands live in their own small modules and register here; this module only parses the
+command line and dispatches, so ``journaled --help`` lists everything the tool can do.  No
+command shows a traceback for a wrong path, a wrong option or Ctrl-C: each is one line on stderr
+and an exit status (EXIT_STATUS below, also in ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from journaled import __version__
+from journaled.cli.inspection import UsageError, add_inspect_commands
+from journaled.cli.qtest.main import add_qtest_command
+from journaled.cli.serve import add_serve_command
+from journaled.errors import JournaledError
+
+EXIT_STATUS = """exit status:
+  0    success: the queue is clean, the load test validated
+  1    damage found (check, dump), repair failed, or a load test found a broken promise
+  2    usage error: a wrong option, or a path that is missing, not a directory, holds no
+       queue or several (pick one with --name); nothing is created or changed
+  3    repair refused: a live process holds the queue
+  130  interrupted (Ctrl-C); a load test prints what it measured so far
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="journaled",
+        description="Inspect journaled queue directories and load-test them.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"journaled {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_qtest_command(sub)
+    add_inspect_commands(sub)
+    add_serve_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the tool; return the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        result: int = args.func(args)
+    except UsageError as exc:
+        print(f"journaled {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except (JournaledError, OSError) as exc:
+        # a locked or damaged directory, a permission problem: say so, no traceback
+        print(f"journaled {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"journaled {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return result

@@ -1,0 +1,917 @@
+/* The compiled hot path of journaled: PUT record encoding and decoding (docs/format.md).
+ *
+ * format/record.py is the reference; this file is its twin for the two loops that run once per record:
+ * encode_puts and decode_many.  Anything unusual -- an argument of an unexpected type, a number
+ * out of the fast path's range, a record that is not a well-formed PUT -- is handed to the
+ * pure-Python code (given to configure()), so both implementations return the same values and
+ * raise the same errors by construction; tests/format/test_speedups.py checks it with hypothesis.
+ *
+ * CRC32C is computed here (the SSE4.2 instruction when the CPU has it, else slicing-by-8
+ * tables): calling the crc32c package would cost a Python-level call per record, which is
+ * what this module exists to avoid.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define JOURNALED_HW_CRC 1
+#include <nmmintrin.h>
+#endif
+
+#define RECORD_HEADER_SIZE 9
+#define PUT_OVERHEAD 33
+#define TYPE_PUT 1
+
+/* ------------------------------------------------------------------------------ CRC32C */
+
+static uint32_t crc_table[8][256];
+static int have_hw_crc = 0;
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+#ifdef JOURNALED_HW_CRC
+    __builtin_cpu_init();
+    have_hw_crc = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+/* ``c`` is the running (inverted) register, as in the CRC's inner loop. */
+static uint32_t
+crc_sw(uint32_t c, const unsigned char *p, size_t n)
+{
+#if PY_LITTLE_ENDIAN
+    while (n >= 8) {
+        uint32_t one, two;
+        memcpy(&one, p, 4);
+        memcpy(&two, p + 4, 4);
+        one ^= c;
+        c = crc_table[7][one & 0xFF] ^ crc_table[6][(one >> 8) & 0xFF] ^ crc_table[5][(one >> 16) & 0xFF] ^
+            crc_table[4][one >> 24] ^ crc_table[3][two & 0xFF] ^ crc_table[2][(two >> 8) & 0xFF] ^
+            crc_table[1][(two >> 16) & 0xFF] ^ crc_table[0][two >> 24];
+        p += 8;
+        n -= 8;
+    }
+#endif
+    while (n--)
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+#ifdef JOURNALED_HW_CRC
+__attribute__((target("sse4.2"))) static uint32_t
+crc_hw(uint32_t c, const unsigned char *p, size_t n)
+{
+    uint64_t c64 = c;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+#endif
+
+/* crc32c.crc32c(data, value): the CRC of ``data`` continuing from a previous result ``value``. */
+static inline uint32_t
+crc32c(uint32_t value, const unsigned char *p, size_t n)
+{
+    uint32_t c = ~value;
+#ifdef JOURNALED_HW_CRC
+    if (have_hw_crc)
+        return ~crc_hw(c, p, n);
+#endif
+    return ~crc_sw(c, p, n);
+}
+
+static inline void
+put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void
+put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t
+get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t
+get_u64(const unsigned char *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* ------------------------------------------------------------------------------ configuration */
+
+static PyTypeObject *put_type = NULL;
+static PyObject *put_fields[6];  /* slot descriptors of Put, in field order */
+static PyObject *py_encode_puts = NULL;
+static PyObject *py_decode_many = NULL;
+static PyObject *py_decode_one = NULL;
+static PyTypeObject *damage_type = NULL;
+static PyObject *str_size = NULL;
+static PyObject *default_max_body = NULL;
+
+static PyObject *
+configure(PyObject *self, PyObject *args)
+{
+    PyObject *type, *names, *enc, *dec, *one, *dmg, *maxb;
+    if (!PyArg_ParseTuple(args, "O!O!OOOO!O!", &PyType_Type, &type, &PyTuple_Type, &names, &enc, &dec, &one,
+                          &PyType_Type, &dmg, &PyLong_Type, &maxb))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 6) {
+        PyErr_SetString(PyExc_ValueError, "Put must have six fields");
+        return NULL;
+    }
+    for (int i = 0; i < 6; i++) {
+        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
+        if (d == NULL)
+            return NULL;
+        if (Py_TYPE(d)->tp_descr_set == NULL) {
+            Py_DECREF(d);
+            PyErr_SetString(PyExc_TypeError, "Put's fields must be slots");
+            return NULL;
+        }
+        Py_XSETREF(put_fields[i], d);
+    }
+    Py_INCREF(type);
+    Py_XSETREF(put_type, (PyTypeObject *)type);
+    Py_INCREF(enc);
+    Py_XSETREF(py_encode_puts, enc);
+    Py_INCREF(dec);
+    Py_XSETREF(py_decode_many, dec);
+    Py_INCREF(one);
+    Py_XSETREF(py_decode_one, one);
+    Py_INCREF(dmg);
+    Py_XSETREF(damage_type, (PyTypeObject *)dmg);
+    Py_INCREF(maxb);
+    Py_XSETREF(default_max_body, maxb);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------ encode_puts */
+
+/* Read a non-negative int below 2**64 into *out; 0 when ``o`` is not one (no error set). */
+static int
+as_u64(PyObject *o, uint64_t *out)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static PyObject *
+encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_encode_puts == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+        return NULL;
+    }
+    uint64_t salt, offset, first_id, add_ms, expire_ms;
+    PyObject *payloads, *out;
+    if (kwnames != NULL || nargs != 7)
+        goto reference;
+    payloads = args[5];
+    out = args[6];
+    if (!as_u64(args[0], &salt) || !as_u64(args[1], &offset) || !as_u64(args[2], &first_id) ||
+        !as_u64(args[3], &add_ms) || !as_u64(args[4], &expire_ms) || !PyByteArray_CheckExact(out) ||
+        !(PyTuple_CheckExact(payloads) || PyList_CheckExact(payloads)))
+        goto reference;
+    {
+        PyObject **items = PySequence_Fast_ITEMS(payloads);
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(payloads);
+        /* The fast path takes plain bytes whose records' numbers all fit their fields; anything
+         * else (where the reference may fail part-way) is left to the reference. */
+        if (n > 0 && first_id > UINT64_MAX - (uint64_t)(n - 1))
+            goto reference;
+        Py_ssize_t total = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!PyBytes_CheckExact(items[i]))
+                goto reference;
+            Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
+            if ((uint64_t)len > 0xFFFFFFFFu - 24 || total > PY_SSIZE_T_MAX - PUT_OVERHEAD - len)
+                goto reference;
+            total += PUT_OVERHEAD + len;
+        }
+        if (offset > UINT64_MAX - (uint64_t)total)
+            goto reference;
+        uint64_t offset0 = offset;
+        PyObject *offsets = PyList_New(n);
+        if (offsets == NULL)
+            return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *o = PyLong_FromUnsignedLongLong(offset);
+            if (o == NULL) {
+                Py_DECREF(offsets);
+                return NULL;
+            }
+            PyList_SET_ITEM(offsets, i, o);
+            offset += PUT_OVERHEAD + (uint64_t)PyBytes_GET_SIZE(items[i]);
+        }
+        offset = offset0;
+        Py_ssize_t start = PyByteArray_GET_SIZE(out);
+        if (PyByteArray_Resize(out, start + total) < 0) {
+            Py_DECREF(offsets);
+            return NULL;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + start;
+        uint64_t item_id = first_id;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
+            put_u32(p + 4, (uint32_t)(24 + len));
+            p[8] = TYPE_PUT;
+            put_u64(p + 9, item_id);
+            put_u64(p + 17, add_ms);
+            put_u64(p + 25, expire_ms);
+            memcpy(p + PUT_OVERHEAD, PyBytes_AS_STRING(items[i]), (size_t)len);
+            put_u32(p, crc32c((uint32_t)(salt ^ offset), p + 4, (size_t)(PUT_OVERHEAD - 4 + len)));
+            p += PUT_OVERHEAD + len;
+            offset += PUT_OVERHEAD + (uint64_t)len;
+            item_id++;
+        }
+        return offsets;
+    }
+reference:
+    return PyObject_Vectorcall(py_encode_puts, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ decode_many */
+
+static PyObject *
+new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
+        const unsigned char *payload, Py_ssize_t len)
+{
+    PyObject *vals[6];
+    vals[0] = PyLong_FromLongLong(offset);
+    vals[1] = PyLong_FromSsize_t(size);
+    vals[2] = PyLong_FromUnsignedLongLong(id);
+    vals[3] = PyLong_FromUnsignedLongLong(add_ms);
+    vals[4] = PyLong_FromUnsignedLongLong(expire_ms);
+    vals[5] = PyBytes_FromStringAndSize((const char *)payload, len);
+    PyObject *obj = NULL;
+    for (int i = 0; i < 6; i++)
+        if (vals[i] == NULL)
+            goto done;
+    obj = put_type->tp_alloc(put_type, 0);
+    if (obj == NULL)
+        goto done;
+    for (int i = 0; i < 6; i++) {
+        if (Py_TYPE(put_fields[i])->tp_descr_set(put_fields[i], obj, vals[i]) < 0) {
+            Py_CLEAR(obj);
+            goto done;
+        }
+    }
+done:
+    for (int i = 0; i < 6; i++)
+        Py_XDECREF(vals[i]);
+    return obj;
+}
+
+static PyObject *
+decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_decode_many == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+        return NULL;
+    }
+    /* decode_many(buf, base_offset, salt, pos=0, max_body=MAX_BODY, limit=None): the fast path
+     * takes them positionally, with ``limit`` by keyword or not; anything else goes to the
+     * reference. */
+    PyObject *a[6] = {NULL, NULL, NULL, NULL, NULL, Py_None};
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs < 3 || nargs > 6 || nkw > 1)
+        goto reference;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        a[i] = args[i];
+    if (nkw == 1) {
+        if (nargs != 5 || !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0)) ||
+            PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "limit") != 0)
+            goto reference;
+        a[5] = args[nargs];
+    }
+    PyObject *buf = a[0];
+    if (!(PyBytes_CheckExact(buf) || PyByteArray_CheckExact(buf) || PyMemoryView_Check(buf)))
+        goto reference;
+    long long base_offset, pos0, max_body;
+    Py_ssize_t limit = PY_SSIZE_T_MAX;
+    uint64_t salt;
+    if (!PyLong_CheckExact(a[1]) || !PyLong_CheckExact(a[2]))
+        goto reference;
+    base_offset = PyLong_AsLongLong(a[1]);
+    if (base_offset == -1 && PyErr_Occurred())
+        goto clear;
+    if (base_offset < 0 || base_offset > (1LL << 62))
+        goto reference;
+    salt = PyLong_AsUnsignedLongLongMask(a[2]);
+    if (salt == (uint64_t)-1 && PyErr_Occurred())
+        goto clear;
+    if (a[3] == NULL)
+        pos0 = 0;
+    else {
+        if (!PyLong_CheckExact(a[3]))
+            goto reference;
+        pos0 = PyLong_AsLongLong(a[3]);
+        if (pos0 == -1 && PyErr_Occurred())
+            goto clear;
+        if (pos0 < 0 || pos0 > (1LL << 62))
+            goto reference;
+    }
+    {
+        PyObject *mb = a[4] != NULL ? a[4] : default_max_body;
+        if (!PyLong_CheckExact(mb))
+            goto reference;
+        max_body = PyLong_AsLongLong(mb);
+        if (max_body == -1 && PyErr_Occurred())
+            goto clear;
+    }
+    if (a[5] != Py_None) {
+        if (!PyLong_CheckExact(a[5]))
+            goto reference;
+        limit = PyLong_AsSsize_t(a[5]);
+        if (limit == -1 && PyErr_Occurred())
+            goto clear;
+    }
+    Py_buffer view;
+    if (PyMemoryView_Check(buf)) {
+        Py_buffer *mv = PyMemoryView_GET_BUFFER(buf);
+        /* len(buf) must be the byte count, as it is for the reference's slicing */
+        if (mv->itemsize != 1 || mv->ndim > 1 || !PyBuffer_IsContiguous(mv, 'C'))
+            goto reference;
+    }
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0)
+        goto clear;
+
+    PyObject *out = PyList_New(0);
+    PyObject *damage = Py_None;
+    Py_INCREF(damage);
+    if (out == NULL)
+        goto fail;
+    {
+        const unsigned char *data = (const unsigned char *)view.buf;
+        long long n = view.len, pos = pos0;
+        Py_ssize_t count = 0;
+        while (pos < n && count < limit) {
+            if (pos + PUT_OVERHEAD <= n) {
+                const unsigned char *p = data + pos;
+                uint32_t crc = get_u32(p), length = get_u32(p + 4);
+                long long end = pos + RECORD_HEADER_SIZE + (long long)length;
+                long long offset = base_offset + pos;
+                if (p[8] == TYPE_PUT && length >= 24 && (long long)length <= max_body && end <= n &&
+                    crc32c((uint32_t)(salt ^ (uint64_t)offset), p + 4, (size_t)(end - pos - 4)) == crc) {
+                    PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), get_u64(p + 9), get_u64(p + 17),
+                                            get_u64(p + 25), p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD));
+                    if (rec == NULL || PyList_Append(out, rec) < 0) {
+                        Py_XDECREF(rec);
+                        goto fail;
+                    }
+                    Py_DECREF(rec);
+                    pos = end;
+                    count++;
+                    continue;
+                }
+            }
+            /* not a well-formed PUT: the reference classifies it */
+            PyObject *rec = PyObject_CallFunction(py_decode_one, "OLOOO", buf, pos, a[1], a[2],
+                                                  a[4] ? a[4] : default_max_body);
+            if (rec == NULL)
+                goto fail;
+            if (PyObject_TypeCheck(rec, damage_type)) {
+                Py_SETREF(damage, rec);
+                break;
+            }
+            PyObject *size_obj = PyObject_GetAttr(rec, str_size);
+            if (size_obj == NULL || PyList_Append(out, rec) < 0) {
+                Py_XDECREF(size_obj);
+                Py_DECREF(rec);
+                goto fail;
+            }
+            Py_DECREF(rec);
+            long long size = PyLong_AsLongLong(size_obj);
+            Py_DECREF(size_obj);
+            if (size == -1 && PyErr_Occurred())
+                goto fail;
+            pos += size;
+            count++;
+        }
+        PyBuffer_Release(&view);
+        PyObject *end_obj = PyLong_FromLongLong(pos);
+        if (end_obj == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(damage);
+            return NULL;
+        }
+        return Py_BuildValue("(NNN)", out, end_obj, damage);
+    }
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(out);
+    Py_DECREF(damage);
+    return NULL;
+clear:
+    PyErr_Clear();
+reference:
+    return PyObject_Vectorcall(py_decode_many, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ decode_columns */
+
+/* decode_columns(buf, base_offset, salt, pos, lo, hi, end_offset, max_rows, max_bytes, out):
+ * the columnar twin of journaled.format.columns.decode_columns (see there for what it does).  ``out``
+ * is [ids, add_ms, expire_ms, offsets, data], five bytearrays: ids and times as little-endian
+ * u64, the payloads' end offsets in ``data`` as little-endian int32, the payloads back to back.
+ * Arguments off the fast path (other types, numbers outside their range) go to the reference. */
+
+static PyObject *py_decode_columns = NULL;
+static long long columns_max_bytes = 0;
+
+static PyObject *
+configure_columns(PyObject *self, PyObject *args)
+{
+    PyObject *fallback;
+    long long cap;
+    if (!PyArg_ParseTuple(args, "OL", &fallback, &cap))
+        return NULL;
+    Py_INCREF(fallback);
+    Py_XSETREF(py_decode_columns, fallback);
+    columns_max_bytes = cap;
+    Py_RETURN_NONE;
+}
+
+/* An exact int in [0, 2**62] into *out; 0 (no error set) otherwise. */
+static int
+as_index(PyObject *o, long long *out)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v < 0 || v > (1LL << 62))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static PyObject *
+decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_decode_columns == NULL || default_max_body == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+        return NULL;
+    }
+    long long base_offset, pos, lo, hi, end_offset, max_rows, max_bytes, max_body;
+    uint64_t salt;
+    if (kwnames != NULL || nargs != 10 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[2]))
+        goto reference;
+    if (!as_index(args[1], &base_offset) || !as_index(args[3], &pos) || !as_index(args[4], &lo) ||
+        !as_index(args[5], &hi) || !as_index(args[6], &end_offset) || !as_index(args[7], &max_rows) ||
+        !as_index(args[8], &max_bytes) || max_bytes > columns_max_bytes)
+        goto reference;
+    salt = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (salt == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    PyObject *out = args[9];
+    if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) != 5)
+        goto reference;
+    PyObject *col[5];
+    for (int i = 0; i < 5; i++) {
+        col[i] = PyList_GET_ITEM(out, i);
+        if (!PyByteArray_CheckExact(col[i]))
+            goto reference;
+        for (int j = 0; j < i; j++)
+            if (col[j] == col[i])
+                goto reference;  /* one bytearray for two columns: the reference's appends interleave */
+    }
+    /* as the reference: the row count is len(ids) // 8, offsets continue from len(data) */
+    Py_ssize_t ids0 = PyByteArray_GET_SIZE(col[0]), data0 = PyByteArray_GET_SIZE(col[4]);
+    max_body = PyLong_AsLongLong(default_max_body);
+    if (max_body == -1 && PyErr_Occurred())
+        return NULL;
+    {
+        Py_INCREF(args[0]);  /* the bytes stay alive (and unchanged) while we read them */
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+        long long n = PyBytes_GET_SIZE(args[0]);
+        long long rows = ids0 / 8;
+        /* room for every record the buffer can hold (at most one per PUT_OVERHEAD bytes) */
+        long long room = pos < n ? (n - pos) / PUT_OVERHEAD : 0;
+        if (room > max_rows - rows)
+            room = max_rows - rows > 0 ? max_rows - rows : 0;
+        long long bytes_room = pos < n ? n - pos : 0;
+        Py_ssize_t size0[5];
+        long long grow[5] = {8 * room, 8 * room, 8 * room, 4 * room, bytes_room};
+        for (int i = 0; i < 5; i++) {
+            size0[i] = PyByteArray_GET_SIZE(col[i]);
+            if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)grow[i]) < 0) {
+                for (int j = 0; j < i; j++)
+                    PyByteArray_Resize(col[j], size0[j]);
+                Py_DECREF(args[0]);
+                return NULL;
+            }
+        }
+        unsigned char *w_ids = (unsigned char *)PyByteArray_AS_STRING(col[0]) + size0[0];
+        unsigned char *w_add = (unsigned char *)PyByteArray_AS_STRING(col[1]) + size0[1];
+        unsigned char *w_exp = (unsigned char *)PyByteArray_AS_STRING(col[2]) + size0[2];
+        unsigned char *w_off = (unsigned char *)PyByteArray_AS_STRING(col[3]) + size0[3];
+        unsigned char *w_data = (unsigned char *)PyByteArray_AS_STRING(col[4]) + size0[4];
+        long long dlen = data0, added = 0;
+        uint64_t last_id = 0;
+        int have_last = 0, status = 0;
+        while (1) {
+            if (rows >= max_rows || dlen >= max_bytes) {
+                status = 2;
+                break;
+            }
+            if (pos + PUT_OVERHEAD > n)
+                break;
+            const unsigned char *p = data + pos;
+            uint32_t crc = get_u32(p), length = get_u32(p + 4);
+            long long end = pos + RECORD_HEADER_SIZE + (long long)length;
+            if (p[8] != TYPE_PUT || length < 24 || (long long)length > max_body || end > n)
+                break;
+            long long offset = base_offset + pos;
+            if (crc32c((uint32_t)(salt ^ (uint64_t)offset), p + 4, (size_t)(end - pos - 4)) != crc)
+                break;
+            uint64_t id = get_u64(p + 9);
+            if (id >= (uint64_t)hi || offset >= end_offset) {
+                status = 1;
+                break;
+            }
+            last_id = id;
+            have_last = 1;
+            if (id >= (uint64_t)lo) {
+                long long len = end - pos - PUT_OVERHEAD;
+                memcpy(w_ids + 8 * added, p + 9, 8);
+                memcpy(w_add + 8 * added, p + 17, 8);
+                memcpy(w_exp + 8 * added, p + 25, 8);
+                memcpy(w_data, p + PUT_OVERHEAD, (size_t)len);
+                w_data += len;
+                dlen += len;
+                put_u32(w_off + 4 * added, (uint32_t)dlen);
+                added++;
+                rows++;
+            }
+            pos = end;
+        }
+        Py_DECREF(args[0]);
+        long long used[5] = {8 * added, 8 * added, 8 * added, 4 * added, dlen - data0};
+        for (int i = 0; i < 5; i++)
+            if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)used[i]) < 0)
+                return NULL;
+        PyObject *last = have_last ? PyLong_FromUnsignedLongLong(last_id) : Py_NewRef(Py_None);
+        if (last == NULL)
+            return NULL;
+        return Py_BuildValue("(LNi)", pos, last, status);
+    }
+reference:
+    return PyObject_Vectorcall(py_decode_columns, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ new_items */
+
+static PyTypeObject *item_type = NULL;
+static PyObject *item_fields[5];  /* slot descriptors of Item: id, data, add_time, expire_at, error_count */
+static PyObject *py_new_items = NULL;
+static PyObject *py_new_item = NULL;
+
+static PyObject *
+configure_items(PyObject *self, PyObject *args)
+{
+    PyObject *type, *names, *fallback, *fallback_one;
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyType_Type, &type, &PyTuple_Type, &names, &fallback, &fallback_one))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 5) {
+        PyErr_SetString(PyExc_ValueError, "Item must have five fields");
+        return NULL;
+    }
+    for (int i = 0; i < 5; i++) {
+        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
+        if (d == NULL)
+            return NULL;
+        if (Py_TYPE(d)->tp_descr_set == NULL) {
+            Py_DECREF(d);
+            PyErr_SetString(PyExc_TypeError, "Item's fields must be slots");
+            return NULL;
+        }
+        Py_XSETREF(item_fields[i], d);
+    }
+    Py_INCREF(type);
+    Py_XSETREF(item_type, (PyTypeObject *)type);
+    Py_INCREF(fallback);
+    Py_XSETREF(py_new_items, fallback);
+    Py_INCREF(fallback_one);
+    Py_XSETREF(py_new_item, fallback_one);
+    Py_RETURN_NONE;
+}
+
+/* new_item(id, data, add_time, expire_at=None, error_count=0), positional arguments only. */
+static PyObject *
+new_item(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_new_item == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+        return NULL;
+    }
+    if (kwnames != NULL || nargs < 3 || nargs > 5)
+        return PyObject_Vectorcall(py_new_item, args, (size_t)nargs, kwnames);
+    PyObject *zero = NULL;
+    if (nargs < 5 && (zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    PyObject *vals[5] = {args[0], args[1], args[2], nargs > 3 ? args[3] : Py_None, nargs > 4 ? args[4] : zero};
+    PyObject *obj = item_type->tp_alloc(item_type, 0);
+    if (obj != NULL) {
+        for (int k = 0; k < 5; k++) {
+            if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
+                Py_CLEAR(obj);
+                break;
+            }
+        }
+    }
+    Py_XDECREF(zero);
+    return obj;
+}
+
+/* new_items(first_id, payloads, add_time, expire_at): fresh items with consecutive ids. */
+static PyObject *
+new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_new_items == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+        return NULL;
+    }
+    if (kwnames != NULL || nargs != 4 || !PyLong_CheckExact(args[0]) || !PyList_CheckExact(args[1]))
+        goto reference;
+    long long first_id = PyLong_AsLongLong(args[0]);
+    if (first_id == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    if (first_id < 0 || first_id > (1LL << 62))
+        goto reference;
+    {
+        PyObject *payloads = args[1];
+        Py_ssize_t n = PyList_GET_SIZE(payloads);
+        PyObject *out = PyList_New(n);
+        if (out == NULL)
+            return NULL;
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *vals[5];
+            vals[0] = PyLong_FromLongLong(first_id + i);
+            if (vals[0] == NULL)
+                goto fail;
+            vals[1] = PyList_GET_ITEM(payloads, i);
+            vals[2] = args[2];
+            vals[3] = args[3];
+            vals[4] = zero;
+            PyObject *obj = item_type->tp_alloc(item_type, 0);
+            if (obj == NULL) {
+                Py_DECREF(vals[0]);
+                goto fail;
+            }
+            PyList_SET_ITEM(out, i, obj);
+            for (int k = 0; k < 5; k++) {
+                if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
+                    Py_DECREF(vals[0]);
+                    goto fail;
+                }
+            }
+            Py_DECREF(vals[0]);
+        }
+        Py_DECREF(zero);
+        return out;
+    fail:
+        Py_DECREF(zero);
+        Py_DECREF(out);
+        return NULL;
+    }
+reference:
+    return PyObject_Vectorcall(py_new_items, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ items_from_puts */
+
+/* items_from_puts(recs, errors, want, overhead): the twin of journaled.item.items_from_puts
+ * (read-behind's items for decoded PUT records, stopping before the record that would take the
+ * charge past ``want``).  Anything off the fast path (a record that is not an exact Put, fields
+ * of other types, a mapping that is not a dict) goes to the reference, from the start. */
+
+static PyObject *py_items_from_puts = NULL;
+
+static PyObject *
+configure_refill(PyObject *self, PyObject *args)
+{
+    PyObject *fallback;
+    if (!PyArg_ParseTuple(args, "O", &fallback))
+        return NULL;
+    Py_INCREF(fallback);
+    Py_XSETREF(py_items_from_puts, fallback);
+    Py_RETURN_NONE;
+}
+
+/* A Put's field by its slot descriptor (a new reference), NULL with an error set. */
+static PyObject *
+put_field(PyObject *rec, int k)
+{
+    return Py_TYPE(put_fields[k])->tp_descr_get(put_fields[k], rec, (PyObject *)put_type);
+}
+
+static PyObject *
+items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_items_from_puts == NULL || item_type == NULL || put_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+        return NULL;
+    }
+    long long want, overhead;
+    if (kwnames != NULL || nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
+        !as_index(args[2], &want) || !as_index(args[3], &overhead))
+        goto reference;
+    {
+        PyObject *recs = args[0], *errors = args[1];
+        Py_ssize_t n = PyList_GET_SIZE(recs);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (Py_TYPE(PyList_GET_ITEM(recs, i)) != put_type)
+                goto reference;
+        PyObject *out = PyList_New(0);
+        if (out == NULL)
+            return NULL;
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        long long total = 0;
+        int expiring = 0, off_path = 0;
+        Py_INCREF(recs);  /* the list may not change under us: we call no Python code, but be safe */
+        for (Py_ssize_t i = 0; i < n && !off_path; i++) {
+            PyObject *rec = PyList_GET_ITEM(recs, i);
+            PyObject *id = NULL, *add = NULL, *exp = NULL, *payload = NULL, *vals[5] = {NULL};
+            id = put_field(rec, 2);
+            add = id ? put_field(rec, 3) : NULL;
+            exp = add ? put_field(rec, 4) : NULL;
+            payload = exp ? put_field(rec, 5) : NULL;
+            if (payload == NULL)
+                goto fail_rec;
+            if (!PyLong_CheckExact(id) || !PyLong_CheckExact(add) || !PyLong_CheckExact(exp) ||
+                !PyBytes_CheckExact(payload)) {
+                off_path = 1;
+                goto next;
+            }
+            long long add_ms = PyLong_AsLongLong(add), expire_ms = PyLong_AsLongLong(exp);
+            if ((add_ms == -1 || expire_ms == -1) && PyErr_Occurred()) {
+                PyErr_Clear();
+                off_path = 1;
+                goto next;
+            }
+            if (add_ms < 0 || add_ms > (1LL << 53) || expire_ms < 0 || expire_ms > (1LL << 53)) {
+                off_path = 1;  /* exact float conversion only below 2**53: leave the rest to Python */
+                goto next;
+            }
+            long long charge = (long long)PyBytes_GET_SIZE(payload) + overhead;
+            if (PyList_GET_SIZE(out) > 0 && total + charge > want) {
+                Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
+                break;
+            }
+            total += charge;
+            if (expire_ms)
+                expiring = 1;
+            vals[0] = id;
+            vals[1] = payload;
+            vals[2] = PyFloat_FromDouble((double)add_ms / 1000.0);
+            if (vals[2] == NULL)
+                goto fail_rec;
+            if (expire_ms) {
+                vals[3] = PyFloat_FromDouble((double)expire_ms / 1000.0);
+                if (vals[3] == NULL)
+                    goto fail_rec;
+            } else {
+                vals[3] = Py_None;
+                Py_INCREF(Py_None);
+            }
+            vals[4] = NULL;
+            if (PyDict_GET_SIZE(errors)) {
+                vals[4] = PyDict_GetItemWithError(errors, id);  /* borrowed */
+                if (vals[4] == NULL && PyErr_Occurred())
+                    goto fail_rec;
+            }
+            if (vals[4] == NULL)
+                vals[4] = zero;
+            Py_INCREF(vals[4]);
+            {
+                PyObject *obj = item_type->tp_alloc(item_type, 0);
+                if (obj == NULL)
+                    goto fail_rec;
+                if (PyList_Append(out, obj) < 0) {
+                    Py_DECREF(obj);
+                    goto fail_rec;
+                }
+                Py_DECREF(obj);
+                for (int k = 0; k < 5; k++)
+                    if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0)
+                        goto fail_rec;
+            }
+        next:
+            Py_XDECREF(vals[2]); Py_XDECREF(vals[3]); Py_XDECREF(vals[4]);
+            Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
+            continue;
+        fail_rec:
+            Py_XDECREF(vals[2]); Py_XDECREF(vals[3]); Py_XDECREF(vals[4]);
+            Py_XDECREF(id); Py_XDECREF(add); Py_XDECREF(exp); Py_XDECREF(payload);
+            Py_DECREF(recs);
+            Py_DECREF(zero);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(recs);
+        Py_DECREF(zero);
+        if (off_path) {
+            Py_DECREF(out);
+            goto reference;
+        }
+        PyObject *result = Py_BuildValue("(NLO)", out, total, expiring ? Py_True : Py_False);
+        return result;
+    }
+reference:
+    return PyObject_Vectorcall(py_items_from_puts, args, (size_t)nargs, kwnames);
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "configure(put_type, field_names, encode_puts, decode_many, decode_one, damage_type, max_body)"},
+    {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.record.encode_puts."},
+    {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.record.decode_many."},
+    {"configure_columns", configure_columns, METH_VARARGS, "configure_columns(decode_columns, max_batch_bytes)"},
+    {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.columns.decode_columns."},
+    {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items, new_item)"},
+    {"configure_refill", configure_refill, METH_VARARGS, "configure_refill(items_from_puts)"},
+    {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
+     "items_from_puts(recs, errors, want, overhead) -> (items, total, expiring)"},
+    {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.item.new_item."},
+    {"new_items", (PyCFunction)(void (*)(void))new_items, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.item.new_items."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "journaled.format._speedups",
+    "Compiled twin of journaled.format.record's PUT encode/decode loops (see journaled.format.speedups).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    crc_init();
+    str_size = PyUnicode_InternFromString("size");
+    if (str_size == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddStringConstant(m, "crc", have_hw_crc ? "sse4.2" : "table") < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,448 @@
+"""The on-disk format, as pure functions on bytes (sans-IO).
+
+Nothing here opens a file: the journal and the checkpoint modules hand bytes in and get values
+(or a precise description of the damage) back, which keeps this module trivially fuzzable.
+docs/format.md is the normative description; this module is its executable twin.
+
+Why every CRC is *seeded with the record's position*: a record's CRC32C starts from an initial
+value derived from the file's random salt and the record's byte offset in that file.  The same
+bytes copied anywhere else (inside a payload, into stale garbage, or into another journal file)
+therefore fail the check, so a forward scan after damage cannot be fooled into accepting them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+from crc32c import crc32c
+
+from journaled.errors import CorruptJournal, UnsupportedVersion
+
+# ---------------------------------------------------------------------------------------------
+# Journal file header
+# ---------------------------------------------------------------------------------------------
+
+JOURNAL_MAGIC: Final = b"\x89JRNL\r\n\x1a"
+CHECKPOINT_MAGIC: Final = b"\x89JCKP\r\n\x1a"
+FORMAT_VERSION: Final = 1
+
+# magic(8) version(u16) header_len(u16) salt(u32) first_id(u64) created_ms(u64) name_len(u16)
+_HEADER_FIXED = struct.Struct("<8sHHIQQH")
+HEADER_FIXED_SIZE: Final = _HEADER_FIXED.size  # 34
+MAX_NAME_BYTES: Final = 128
+
+
+@attrs.frozen
+class FileHeader:
+    """The header that opens every journal file."""
+
+    salt: int
+    first_id: int
+    created_ms: int
+    name: str
+
+    @property
+    def size(self) -> int:
+        """Bytes the encoded header occupies (records start at this offset)."""
+        return header_size(self.name)
+
+
+def header_size(name: str) -> int:
+    """Bytes the header of a journal file of queue ``name`` occupies: 38 + the name's length."""
+    return HEADER_FIXED_SIZE + len(name.encode("ascii")) + 4
+
+
+def encode_header(header: FileHeader) -> bytes:
+    """Encode a journal file header (fixed part, queue name, CRC32C of both)."""
+    name = header.name.encode("ascii")
+    if len(name) > MAX_NAME_BYTES:
+        raise ValueError("queue name too long for the header")
+    size = header_size(header.name)
+    body = (
+        _HEADER_FIXED.pack(
+            JOURNAL_MAGIC,
+            FORMAT_VERSION,
+            size,
+            header.salt,
+            header.first_id,
+            header.created_ms,
+            len(name),
+        )
+        + name
+    )
+    return body + struct.pack("<I", crc32c(body))
+
+
+def decode_header(buf: bytes | memoryview, path: str = "<journal>") -> FileHeader:
+    """Decode a journal file header, or raise :class:`CorruptJournal`/:class:`UnsupportedVersion`.
+
+    The version is checked before anything else after the magic, so that a file written by a
+    future format is refused by name rather than reported as damage.
+    """
+    buf = bytes(buf[: HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4])
+    if len(buf) < 10:
+        raise CorruptJournal(path, 0, "file too short for a header")
+    if buf[:8] != JOURNAL_MAGIC:
+        raise CorruptJournal(path, 0, "bad magic number (not a journaled journal file)")
+    (version,) = struct.unpack_from("<H", buf, 8)
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersion(path, 8, f"format version {version} is not supported")
+    if len(buf) < HEADER_FIXED_SIZE:
+        raise CorruptJournal(path, 0, "file too short for a header")
+    _, _, size, salt, first_id, created_ms, name_len = _HEADER_FIXED.unpack_from(buf, 0)
+    if name_len > MAX_NAME_BYTES or size != HEADER_FIXED_SIZE + name_len + 4:
+        raise CorruptJournal(path, 10, "inconsistent header length")
+    if len(buf) < size:
+        raise CorruptJournal(path, 0, "file too short for its header")
+    (crc,) = struct.unpack_from("<I", buf, size - 4)
+    if crc32c(buf[: size - 4]) != crc:
+        raise CorruptJournal(path, size - 4, "header CRC mismatch")
+    try:
+        name = buf[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + name_len].decode("ascii")
+    except UnicodeDecodeError:
+        raise CorruptJournal(path, HEADER_FIXED_SIZE, "queue name is not ASCII") from None
+    return FileHeader(salt=salt, first_id=first_id, created_ms=created_ms, name=name)
+
+
+def near_magic(buf: bytes) -> bool:
+    """``buf`` opens with the journal magic or one with at most 8 of its 64 bits flipped (other
+    bytes come that close with odds below 2**-31): damaged, not foreign."""
+    flipped = int.from_bytes(buf[:8].ljust(8, b"\0"), "little") ^ int.from_bytes(JOURNAL_MAGIC, "little")
+    return len(buf) >= 8 and bin(flipped).count("1") <= 8
+
+
+def salvage_header(buf: bytes, name: str, created_ms: int) -> FileHeader | None:
+    """Rebuild the damaged header of a journal file of queue ``name`` from its records (``buf``:
+    its first bytes; records start at ``header_size(name)``).  The salt is the header's when a
+    record validates with it (only right after the header unless :func:`near_magic`: for bytes
+    we did not write, a 2**-32 accident); else it is solved from the first record's CRC (an
+    invertible function of the seed), accepted only when the next record validates too (so the
+    first was intact).  The first id is the first valid record's.  ``None`` when nothing
+    validates, or for an intact header of another format version."""
+    size = header_size(name)
+    if len(buf) < HEADER_FIXED_SIZE:
+        return None
+    anchored = not near_magic(buf)
+    _, version, hlen, salt, _, _, name_len = _HEADER_FIXED.unpack_from(buf, 0)
+    if version != FORMAT_VERSION and hlen == HEADER_FIXED_SIZE + name_len + 4 <= len(buf):
+        if crc32c(buf[: hlen - 4]) == _CRC.unpack_from(buf, hlen - 4)[0]:
+            return None  # an intact header of another format version: never guessed at
+    pos = find_next_record(buf, size, 0, salt, 0)
+    if pos is None or (anchored and pos != size):
+        solved = _solve_salt(buf, size)
+        if solved is None:
+            return None
+        first = decode_one(buf, size, 0, solved)
+        assert isinstance(first, Put)
+        try:
+            after = decode_one(buf, size + first.size, 0, solved)
+        except UnsupportedVersion:
+            return None
+        if not (isinstance(after, Put) and after.id == first.id + 1):
+            return None  # one record alone cannot tell a wrong salt from a damaged record
+        salt, pos = solved, size
+    rec = decode_one(buf, pos, 0, salt)
+    assert isinstance(rec, Put)
+    return FileHeader(salt=salt, first_id=rec.id, created_ms=created_ms, name=name)
+
+
+def _solve_salt(buf: bytes, offset: int) -> int | None:
+    """The salt under which the PUT at ``offset`` validates (None: no whole PUT there)."""
+    if offset + PUT_OVERHEAD > len(buf):
+        return None
+    crc, length, rtype = _REC_HDR.unpack_from(buf, offset)
+    data = buf[offset + 4 : offset + RECORD_HEADER_SIZE + length]
+    if rtype != TYPE_PUT or length < 24 or len(data) < length + 5:
+        return None
+    # crc32c(data, seed) == crc32c(data, 0) ^ L(seed) with L linear over GF(2) and invertible:
+    # solve L(seed) == target by Gaussian elimination on the images of the 32 unit seeds.
+    target = crc ^ crc32c(data, 0)
+    zeros = bytes(len(data))
+    rows = [(crc32c(zeros, 1 << i) ^ crc32c(zeros, 0), 1 << i) for i in range(32)]
+    seed = 0
+    for bit in range(31, -1, -1):
+        pivot = next(r for r in rows if r[0] >> bit & 1)  # there is one: L is invertible
+        rows.remove(pivot)
+        rows = [(v ^ pivot[0], s ^ pivot[1]) if v >> bit & 1 else (v, s) for v, s in rows]
+        if target >> bit & 1:
+            target ^= pivot[0]
+            seed ^= pivot[1]
+    return (seed ^ offset) & 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------
+
+# crc(u32) length(u32) type(u8): ``length`` counts the body only.
+_REC_HDR = struct.Struct("<IIB")
+RECORD_HEADER_SIZE: Final = _REC_HDR.size  # 9
+# PUT body: id(u64) add_ms(u64) expire_ms(u64, 0 = never) payload
+_PUT_HDR = struct.Struct("<IIBQQQ")
+_PUT_FIELDS = struct.Struct("<QQQ")
+_PUT_TAIL = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
+_CRC = struct.Struct("<I")
+PUT_OVERHEAD: Final = _PUT_HDR.size  # 33: bytes a PUT adds around its payload
+
+TYPE_PUT: Final = 1
+#: Types with this bit set may be skipped by a reader that does not know them; unknown types
+#: without it mean "a newer writer wrote something you must understand" and are refused.
+TYPE_SKIPPABLE: Final = 0x80
+
+#: Largest payload any writer may put (``QueueConfig.max_item_size`` is at most this).
+MAX_PAYLOAD: Final = 1 << 30
+#: Largest body a record may declare: a PUT of MAX_PAYLOAD (24 bytes of fields before it).
+#: Decoding is bounded by this, never by the current ``max_item_size``: lowering that setting
+#: must not turn older, larger records into "damage"; and a larger length is garbage.
+MAX_BODY: Final = MAX_PAYLOAD + 24
+
+
+def record_seed(salt: int, offset: int) -> int:
+    """Initial CRC value of the record at ``offset`` in a file with ``salt``.
+
+    Files are capped below 4 GiB (see ``QueueConfig``), so ``offset`` fits 32 bits and two
+    offsets in one file never share a seed.
+    """
+    return (salt ^ offset) & 0xFFFFFFFF
+
+
+def encode_put(salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> bytes:
+    """Encode one PUT record destined for byte ``offset`` of a file with ``salt``."""
+    rec = _PUT_HDR.pack(0, 24 + len(payload), TYPE_PUT, item_id, add_ms, expire_ms) + payload
+    crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
+    return struct.pack("<I", crc) + rec[4:]
+
+
+def encode_puts(
+    salt: int,
+    offset: int,
+    first_id: int,
+    add_ms: int,
+    expire_ms: int,
+    payloads: Sequence[bytes],
+    out: bytearray,
+) -> list[int]:
+    """Append PUT records for ``payloads`` (consecutive ids) to ``out``; return their offsets.
+
+    The batch form of :func:`encode_put`, kept in one loop with local names because this is the
+    hottest code in the library.
+    """
+    # perf: the CRC is chained over (header tail, payload) instead of over a copy of the
+    # record in ``out``: crc32c(a + b, seed) == crc32c(b, crc32c(a, seed)).  That makes each
+    # record two pack calls, two CRC calls and three appends, with no memoryview and no
+    # zero-filled placeholder; the bytes are identical to encode_put's.
+    pack_tail = _PUT_TAIL.pack
+    pack_crc = _CRC.pack
+    overhead = _PUT_HDR.size
+    offsets: list[int] = []
+    append_offset = offsets.append
+    item_id = first_id
+    for payload in payloads:
+        n = len(payload)
+        append_offset(offset)
+        tail = pack_tail(24 + n, TYPE_PUT, item_id, add_ms, expire_ms)
+        out += pack_crc(crc32c(payload, crc32c(tail, (salt ^ offset) & 0xFFFFFFFF)))
+        out += tail
+        out += payload
+        offset += overhead + n
+        item_id += 1
+    return offsets
+
+
+def encode_record(salt: int, offset: int, rtype: int, body: bytes) -> bytes:
+    """Encode a record of any type (used for future/skippable types and in tests)."""
+    if not 0 < rtype < 256:
+        raise ValueError("record type must be 1..255")
+    rec = _REC_HDR.pack(0, len(body), rtype) + body
+    crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
+    return struct.pack("<I", crc) + rec[4:]
+
+
+@attrs.frozen
+class Put:
+    """A decoded PUT record."""
+
+    offset: int
+    size: int  # bytes the whole record occupies on disk
+    id: int
+    add_ms: int
+    expire_ms: int
+    payload: bytes
+
+
+_put_slots = vars(Put)
+_put_setters = tuple(_put_slots[a.name].__set__ for a in attrs.fields(Put))
+if tuple(a.name for a in attrs.fields(Put)) != ("offset", "size", "id", "add_ms", "expire_ms", "payload"):
+    raise TypeError("journaled.format.record: update _new_put for Put's fields")  # pragma: no cover
+
+
+def _new_put(offset: int, size: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> Put:
+    """``Put(...)`` without attrs' __init__ (perf: decoding is on the read hot path; Put has no
+    validators or converters, and its setters come from ``attrs.fields`` in field order)."""
+    put: Put = object.__new__(Put)
+    s_offset, s_size, s_id, s_add, s_expire, s_payload = _put_setters
+    s_offset(put, offset)
+    s_size(put, size)
+    s_id(put, item_id)
+    s_add(put, add_ms)
+    s_expire(put, expire_ms)
+    s_payload(put, payload)
+    return put
+
+
+@attrs.frozen
+class Skipped:
+    """A valid record of a skippable type this version does not interpret."""
+
+    offset: int
+    size: int
+    rtype: int
+
+
+@attrs.frozen
+class Damage:
+    """Why decoding stopped at ``offset``.
+
+    ``incomplete`` is true when the bytes simply end before the record does (a torn tail, or a
+    record still being written by another process); otherwise the bytes there are wrong.
+    """
+
+    offset: int
+    reason: str
+    incomplete: bool
+
+
+Decoded = Put | Skipped
+
+
+def decode_one(
+    buf: bytes | bytearray | memoryview, pos: int, base_offset: int, salt: int, max_body: int = MAX_BODY
+) -> Decoded | Damage:
+    """Decode the record starting at ``buf[pos]``, which lies at file offset ``base_offset + pos``.
+
+    Never raises on bad bytes except :class:`UnsupportedVersion` for a valid record of a type
+    that must be understood; returns :class:`Damage` instead.
+    """
+    offset = base_offset + pos
+    avail = len(buf) - pos
+    if avail < RECORD_HEADER_SIZE:
+        if avail > 0 and not any(buf[pos:]):
+            return Damage(offset, "zero-filled tail", False)
+        return Damage(offset, "truncated record header", True)
+    crc, length, rtype = _REC_HDR.unpack_from(buf, pos)
+    if rtype == 0:
+        return Damage(offset, "record type 0 (zero-filled or garbage)", False)
+    if length > max_body or (rtype == TYPE_PUT and length < 24):
+        return Damage(offset, f"implausible record length {length}", False)
+    end = pos + RECORD_HEADER_SIZE + length
+    if end > len(buf):
+        return Damage(offset, "truncated record", True)
+    view = memoryview(buf)
+    try:
+        if crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) != crc:
+            return Damage(offset, "record CRC mismatch", False)
+        size = end - pos
+        if rtype == TYPE_PUT:
+            item_id, add_ms, expire_ms = _PUT_FIELDS.unpack_from(buf, pos + RECORD_HEADER_SIZE)
+            payload = bytes(view[pos + PUT_OVERHEAD : end])
+            return Put(offset, size, item_id, add_ms, expire_ms, payload)
+    finally:
+        view.release()
+    if rtype & TYPE_SKIPPABLE:
+        return Skipped(offset, size, rtype)
+    raise UnsupportedVersion("<journal>", offset, f"record type {rtype} is not supported")
+
+
+def decode_many(
+    buf: bytes | bytearray | memoryview,
+    base_offset: int,
+    salt: int,
+    pos: int = 0,
+    max_body: int = MAX_BODY,
+    limit: int | None = None,
+) -> tuple[list[Decoded], int, Damage | None]:
+    """Decode consecutive records from ``buf[pos:]``.
+
+    Returns ``(records, end, damage)``: ``end`` is the buffer position after the last good
+    record, and ``damage`` says why decoding stopped early (``None`` if the buffer ended exactly
+    on a record boundary or ``limit`` records were decoded).
+    """
+    out: list[Decoded] = []
+    n = len(buf)
+    # perf: well-formed PUT records (nearly all of them) are decoded inline here, with one
+    # memoryview for the whole buffer and Put built from its slots; anything else -- another
+    # type, a bad length, a short buffer, a CRC mismatch -- goes through decode_one, which
+    # classifies it exactly as before.  Only records whose CRC verified are ever returned.
+    view = memoryview(buf)
+    try:
+        unpack_hdr, unpack_fields = _REC_HDR.unpack_from, _PUT_FIELDS.unpack_from
+        as_bytes = type(buf) is bytes
+        append = out.append
+        count = 0
+        while pos < n and (limit is None or count < limit):
+            if pos + PUT_OVERHEAD <= n:
+                crc, length, rtype = unpack_hdr(buf, pos)
+                end = pos + RECORD_HEADER_SIZE + length
+                offset = base_offset + pos
+                if (
+                    rtype == TYPE_PUT
+                    and 24 <= length <= max_body
+                    and end <= n
+                    and crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) == crc
+                ):
+                    item_id, add_ms, expire_ms = unpack_fields(buf, pos + RECORD_HEADER_SIZE)
+                    payload = (
+                        buf[pos + PUT_OVERHEAD : end] if as_bytes else bytes(view[pos + PUT_OVERHEAD : end])
+                    )
+                    append(_new_put(offset, end - pos, item_id, add_ms, expire_ms, payload))  # type: ignore[arg-type]
+                    pos = end
+                    count += 1
+                    continue
+            rec = decode_one(buf, pos, base_offset, salt, max_body)
+            if isinstance(rec, Damage):
+                return out, pos, rec
+            append(rec)
+            pos += rec.size
+            count += 1
+    finally:
+        view.release()
+    return out, pos, None
+
+
+def find_next_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base_offset: int,
+    salt: int,
+    min_id: int,
+    max_body: int = MAX_BODY,
+) -> int | None:
+    """Scan forward from ``buf[pos]`` for the next position where a PUT with id >= ``min_id``
+    validates; used to resume after mid-file damage.  Returns the buffer position or ``None``.
+
+    Position-seeded CRCs make a false match a 2**-32 event per candidate offset, and the id
+    check rejects stale records left over from an earlier life of the same offsets.
+    """
+    data = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
+    n = len(data)
+    put_type = bytes([TYPE_PUT])
+    while pos + PUT_OVERHEAD <= n:
+        # Only a PUT can be accepted, so only offsets whose type byte is TYPE_PUT are candidates:
+        # jumping between them keeps a scan over megabytes of zeros or garbage fast.
+        t = data.find(put_type, pos + RECORD_HEADER_SIZE - 1)
+        if t < 0:
+            return None
+        pos = t - (RECORD_HEADER_SIZE - 1)
+        if pos + PUT_OVERHEAD > n:
+            return None
+        try:
+            rec = decode_one(data, pos, base_offset, salt, max_body)
+        except UnsupportedVersion:
+            rec = Damage(pos, "unknown type", False)
+        if isinstance(rec, Put) and rec.id >= min_id:
+            return pos
+        pos += 1
+    return None

@@ -1,0 +1,103 @@
+"""The small files' formats, as pure functions on bytes: reader checkpoints, and the CRC'd text
+files (reader registry, external bookmarks).  docs/format.md describes them byte by byte."""
+
+from __future__ import annotations
+
+import struct
+
+import attrs
+from crc32c import crc32c
+
+from journaled.errors import CorruptJournal, UnsupportedVersion
+from journaled.format.record import CHECKPOINT_MAGIC, FORMAT_VERSION
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+# magic(8) version(u16) flags(u16) head(u64) file_ms(u64) file_offset(u64) n_done(u32) n_err(u32)
+_CKP_FIXED = struct.Struct("<8sHHQQQII")
+
+
+@attrs.frozen
+class CheckpointData:
+    """A reader's durable state: everything below ``head`` is committed, plus ``done`` beyond it.
+
+    ``file_ms``/``file_offset`` locate the record of ``head`` in the journal (a hint: it is
+    verified and ignored if wrong).  ``errors`` maps ids to their abort counts.
+    """
+
+    head: int
+    file_ms: int = 0
+    file_offset: int = 0
+    done: tuple[int, ...] = ()
+    errors: tuple[tuple[int, int], ...] = ()
+
+
+def encode_checkpoint(ck: CheckpointData) -> bytes:
+    """Encode a checkpoint file (fixed part, done ids, error counts, CRC32C of all of it)."""
+    parts = [
+        _CKP_FIXED.pack(
+            CHECKPOINT_MAGIC,
+            FORMAT_VERSION,
+            0,
+            ck.head,
+            ck.file_ms,
+            ck.file_offset,
+            len(ck.done),
+            len(ck.errors),
+        ),
+        struct.pack(f"<{len(ck.done)}Q", *ck.done),
+    ]
+    parts.extend(struct.pack("<QI", i, c) for i, c in ck.errors)
+    body = b"".join(parts)
+    return body + struct.pack("<I", crc32c(body))
+
+
+def decode_checkpoint(buf: bytes, path: str = "<checkpoint>") -> CheckpointData:
+    """Decode a checkpoint, raising :class:`CorruptJournal` on any inconsistency."""
+    if len(buf) < _CKP_FIXED.size + 4:
+        raise CorruptJournal(path, len(buf), "checkpoint truncated")
+    magic, version, _flags, head, file_ms, file_offset, n_done, n_err = _CKP_FIXED.unpack_from(buf)
+    if magic != CHECKPOINT_MAGIC:
+        raise CorruptJournal(path, 0, "bad checkpoint magic")
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersion(path, 8, f"checkpoint version {version} is not supported")
+    expected = _CKP_FIXED.size + 8 * n_done + 12 * n_err + 4
+    if len(buf) != expected:
+        raise CorruptJournal(path, min(len(buf), expected), "checkpoint length mismatch")
+    (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
+    if crc32c(buf[:-4]) != crc:
+        raise CorruptJournal(path, len(buf) - 4, "checkpoint CRC mismatch")
+    pos = _CKP_FIXED.size
+    done = struct.unpack_from(f"<{n_done}Q", buf, pos)
+    pos += 8 * n_done
+    errors = tuple(struct.unpack_from("<QI", buf, pos + 12 * k) for k in range(n_err))
+    return CheckpointData(head, file_ms, file_offset, tuple(done), tuple(errors))
+
+
+# ---------------------------------------------------------------------------------------------
+# Small text files (reader registry, external bookmarks)
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_crc_text(magic: str, lines: list[str]) -> bytes:
+    """A small ASCII file: ``magic`` line, one line per entry, then ``crc32c <hex>`` of all
+    the bytes before it (see docs/format.md)."""
+    body = "\n".join([magic, *lines]).encode("ascii") + b"\n"
+    return body + b"crc32c %08x\n" % crc32c(body)
+
+
+def decode_crc_text(raw: bytes, magic: str) -> list[str] | None:
+    """The entry lines of a file made by :func:`encode_crc_text`, or ``None`` when its magic or
+    CRC does not match (never raises on bad bytes)."""
+    body, sep, tail = raw.rpartition(b"crc32c ")
+    try:
+        if not sep or int(tail.strip(), 16) != crc32c(body):
+            return None
+        lines = body.decode("ascii").splitlines()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not lines or lines[0] != magic:
+        return None
+    return lines[1:]

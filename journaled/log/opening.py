@@ -1,0 +1,152 @@
+"""Opening a journal: list its files, read their headers, apply the recovery plan, find the next id.
+
+Opening scans only the newest file completely (to find a torn tail and the next id); older files
+are known by their headers, so opening a large journal costs one header read per file plus one
+file scan (``strict`` and ``tolerate_tail`` verify every file, as they promise to refuse damage
+up front).  What damage becomes is decided by log/recoveryplan.py's :func:`~journaled.log.recoveryplan.plan`;
+this module carries it out (cutting, setting aside, reporting) and keeps every byte it drops in a
+``*.damaged`` file first.  Runs before the journal is shared, so it takes no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from journaled.disk import fileio
+from journaled.disk.layout import inspect_journal, is_ours, list_journal_files
+from journaled.errors import CorruptJournal, ForeignFile
+from journaled.format.record import header_size
+from journaled.log import recoveryplan
+from journaled.log.state import JournalFile, LogState, RecoveryEvent, keep_aside, now_ms
+from journaled.log.writer import Writer
+
+log = logging.getLogger("journaled")
+
+
+def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
+    """Recover the files of ``state`` (or create the first one) and set ``state.next_id``.
+
+    ``id_floor``: ids below it have been handed out before (the queue derives it from its
+    readers' checkpoints).  If recovery lost the journal's tail, or every file, new items still
+    start at or above it, so an id is never given to two different items.
+    """
+    mode = state.config.recovery
+    found = list_journal_files(state.directory, state.name)
+    for k, (ms, path) in enumerate(found):
+        newest = k == len(found) - 1
+        check = inspect_journal(path, state.name, ms)  # raises UnsupportedVersion: never guessed at
+        if not is_ours(check, state.name, ms):
+            raise ForeignFile(
+                path,
+                f"named like a journal file of queue {state.name!r} but not written by journaled "
+                f"({check.problem}, {check.size} bytes); it is left untouched: move it out of the "
+                "directory",
+            )
+        if check.header is None:
+            # A newest file no longer than a header is a creation interrupted before its first
+            # record: a torn tail, nothing in it was ever acknowledged.
+            torn = newest and check.size <= header_size(state.name)
+            if mode == "strict" or (mode == "tolerate_tail" and not torn):
+                raise CorruptJournal(path, 0, f"{check.problem} (recovery={mode!r})")
+            _set_aside(state, path, check.problem or "unreadable header", check.size)
+            continue
+        if check.problem is not None:
+            if mode in ("strict", "tolerate_tail"):
+                raise CorruptJournal(path, 0, f"{check.problem} (recovery={mode!r})")
+            state.recovery_report.append(RecoveryEvent(path, 0, "recovered-header", check.problem, 0))
+            log.warning("journal file %s: damaged header (%s) rebuilt from its records", path, check.problem)
+        state.files.append(JournalFile(path, ms, check.header, check.size))
+    if not state.files:
+        state.next_id = max(1, id_floor)
+        writer.create_file_locked(now_ms())
+        return
+    if mode in ("strict", "tolerate_tail"):
+        for jf in state.files[:-1]:
+            _recover_file(state, jf, newest=False)
+    next_id, skip_to = _recover_file(state, state.files[-1], newest=True)
+    state.next_id = next_id
+    if id_floor > max(skip_to, next_id):
+        log.warning(
+            "%s: readers have seen ids up to %d but the journal ends at %d (lost tail); "
+            "new items start at %d",
+            state.directory,
+            id_floor - 1,
+            next_id - 1,
+            id_floor,
+        )
+        skip_to = id_floor
+    if skip_to > next_id:
+        # ids of valid records cut off by point-in-time recovery are never reused
+        state.next_id = skip_to
+        writer.create_file_locked(now_ms())
+    else:
+        writer.continue_file(state.files[-1])
+
+
+def _set_aside(state: LogState, path: str, reason: str, size: int) -> None:
+    """Move an unreadable file out of the journal, keeping its bytes for inspection."""
+    state.recovery_report.append(RecoveryEvent(path, 0, "skipped-file", reason, size, kept=path + ".damaged"))
+    log.warning("journal file %s is unreadable (%s); moved to %s.damaged", path, reason, path)
+    fileio.ops.rename(path, path + ".damaged")
+    fileio.ops.fsync_dir(state.directory)
+
+
+def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, int]:
+    """Scan one file completely, apply the recovery mode and index it.  Returns ``(next id
+    after its last kept record, smallest id never used)``."""
+    data = fileio.ops.read_file(jf.path)
+    scan = recoveryplan.scan_file(data, jf.header)
+    plan = recoveryplan.plan(scan, state.config.recovery, jf.path, newest)
+    expected = jf.first_id
+    for item_id, offset, add_ms in scan.records:
+        if offset >= plan.end:
+            break
+        jf.note(item_id, offset)
+        expected = item_id + 1
+        state.last_add_ms = max(state.last_add_ms, add_ms)
+    for span in plan.skipped:
+        assert span.resume is not None
+        lost = recoveryplan.lost_ids(scan, span, jf.first_id)
+        state.recovery_report.append(
+            RecoveryEvent(
+                jf.path, span.offset, "skipped-damage", span.reason, span.resume - span.offset, lost
+            )
+        )
+        log.warning(
+            "%s: damaged bytes %d..%d skipped (%s); ids lost: %s",
+            jf.path,
+            span.offset,
+            span.resume,
+            span.reason,
+            lost,
+        )
+    max_id = scan.max_id()
+    skip_to = max(expected, (max_id or 0) + 1)
+    if plan.cut is not None:
+        cut = len(data) - plan.end
+        torn = plan.cut.torn
+        lost = (expected, max_id) if max_id is not None and max_id >= expected else None
+        kept = None if torn else keep_aside(state, jf.path, plan.end, data[plan.end :])
+        action = "truncated-tail" if torn else "cut-at-damage"
+        state.recovery_report.append(
+            RecoveryEvent(jf.path, plan.end, action, plan.cut.reason, cut, lost, kept=kept)
+        )
+        log.warning(
+            "%s: cut %d bytes at offset %d (%s, recovery=%r); ids lost: %s; kept in %s",
+            jf.path,
+            cut,
+            plan.end,
+            plan.cut.reason,
+            state.config.recovery,
+            lost,
+            kept,
+        )
+        fd = fileio.ops.open(jf.path, os.O_WRONLY, state.config.file_mode)
+        try:
+            fileio.ops.ftruncate(fd, plan.end)
+            fileio.ops.fsync(fd)
+        finally:
+            fileio.ops.close(fd)
+    jf.size = plan.end
+    return expected, skip_to

@@ -1,0 +1,125 @@
+"""Recovery policy: what a damaged journal file becomes, per ``QueueConfig.recovery`` mode.
+
+:func:`scan_file` walks one journal file's bytes (already in memory) with the one record walker
+(log/walker.py), salvage-style: it finds every damaged span and every valid record after it,
+without deciding anything.  :func:`plan` then applies a mode and says where the file ends and
+which spans are skipped, or raises :class:`CorruptJournal`.  No I/O here: the journal at open
+(log/opening.py) and ``journaled check``/``repair`` (offline/repair.py) share this one definition of damage.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from journaled.errors import CorruptJournal
+from journaled.format.record import FileHeader
+from journaled.log.walker import LogReader, Span
+
+#: The modes of ``QueueConfig.recovery``.
+MODES = ("salvage", "point_in_time", "tolerate_tail", "strict")
+
+
+@attrs.frozen
+class FileScan:
+    """Everything valid and everything damaged in one journal file."""
+
+    size: int
+    records: list[tuple[int, int, int]]  # (id, offset, add_ms) of every valid PUT, in order
+    spans: list[Span]
+
+    @property
+    def clean(self) -> bool:
+        return not self.spans
+
+    def max_id(self) -> int | None:
+        return max((r[0] for r in self.records), default=None)
+
+
+@attrs.frozen
+class Plan:
+    """The outcome of one mode on one file: keep records below ``end`` outside ``skipped``."""
+
+    end: int  # the file is valid up to here; bytes beyond are cut
+    skipped: list[Span]  # spans inside [0, end) that are skipped (salvage only)
+    cut: Span | None  # the span at ``end`` that made us cut (None: nothing cut)
+
+
+def scan_file(data: bytes, header: FileHeader) -> FileScan:
+    """Decode every record of a journal file, locating damage and the valid records after it."""
+    records: list[tuple[int, int, int]] = []
+    spans: list[Span] = []
+
+    def report(span: Span, rest: bytes) -> bool:
+        spans.append(span)
+        return True  # keep going: the mode decides later what the spans mean
+
+    walker = LogReader(
+        lambda n, off: data[off : off + n],
+        header.salt,
+        header.size,
+        len(data),
+        header.first_id,
+        report,
+        chunk=max(1, len(data)),
+    )
+    while True:
+        batch = walker.read_batch(max_bytes=1 << 62)
+        if not batch:
+            break
+        records.extend((r.id, r.offset, r.add_ms) for r in batch)
+    return FileScan(len(data), records, spans)
+
+
+def lost_ids(
+    scan: FileScan, span: Span, first_id: int, next_first: int | None = None
+) -> tuple[int, int] | None:
+    """Inclusive range of ids lost in ``span``: between the last valid record before it and the
+    first one after it, or ``next_first`` (the next file's first id) when nothing valid follows
+    in this file.  Ids are consecutive, so the gap is exact even when the damaged bytes say
+    nothing.  None when no id is known to be missing."""
+    end = span.resume if span.resume is not None else scan.size
+    before = [r[0] for r in scan.records if r[1] < span.offset]
+    after = [r[0] for r in scan.records if r[1] >= end]
+    lo = before[-1] + 1 if before else first_id
+    hi = after[0] if after else next_first
+    return (lo, hi - 1) if hi is not None and hi > lo else None
+
+
+def plan(scan: FileScan, mode: str, path: str, newest: bool) -> Plan:
+    """Apply recovery ``mode`` to one scanned file, or raise :class:`CorruptJournal`.
+
+    * ``salvage`` (the default): inner spans are skipped (exactly the damaged bytes; the walk
+      resynchronises on the next record that validates at its own position), only a final
+      span is cut.
+    * ``point_in_time``: the file ends at its first span.
+    * ``tolerate_tail``: only a final span of the newest file may be cut; anything else refuses.
+    * ``strict``: any span refuses.
+    """
+    if not scan.spans:
+        return Plan(scan.size, [], None)
+    first = scan.spans[0]
+    last = scan.spans[-1]
+    if mode == "strict":
+        raise CorruptJournal(path, first.offset, f"{first.reason} (recovery='strict')")
+    if mode == "tolerate_tail":
+        if len(scan.spans) == 1 and first.resume is None and newest:
+            return Plan(first.offset, [], first)
+        where = (
+            "damage before the last valid record"
+            if first.resume is not None
+            else "damaged tail of an older file"
+        )
+        raise CorruptJournal(path, first.offset, f"{first.reason}: {where} (recovery='tolerate_tail')")
+    if mode == "point_in_time":
+        return Plan(first.offset, [], first)
+    if mode == "salvage":
+        if last.resume is None:
+            return Plan(last.offset, list(scan.spans[:-1]), last)
+        return Plan(scan.size, list(scan.spans), None)
+    raise ValueError(f"unknown recovery mode {mode!r}")
+
+
+def ids_between(scan: FileScan, start: int, end: int) -> tuple[int, int] | None:
+    """Inclusive range of valid ids whose records lie in ``[start, end)`` (None if none)."""
+    ids = [r[0] for r in scan.records if start <= r[1] < end]
+    return (min(ids), max(ids)) if ids else None

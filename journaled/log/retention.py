@@ -1,0 +1,62 @@
+"""Retention: which journal files every reader has passed, and archiving them.
+
+A file is archivable when every record in it has an id below ``min_head`` (the smallest head the
+queue's checkpoints and external bookmarks hold); the file being written never is.  Archiving
+deletes the file, or moves it into ``archive_dir`` with its bytes untouched, and forgets it;
+its shared read descriptor is retired (closed once no read holds it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+
+from journaled.disk import fileio
+from journaled.log.state import JournalFile, LogState
+
+log = logging.getLogger("journaled")
+
+
+def archivable(state: LogState, min_head: int) -> list[JournalFile]:
+    """Files whose every record has an id below ``min_head`` (never the active file)."""
+    with state.lock:
+        out = []
+        for jf, nxt in zip(state.files, state.files[1:]):
+            if nxt.first_id <= min_head:
+                out.append(jf)
+            else:
+                break
+        return out
+
+
+def archive(state: LogState, files: list[JournalFile], archive_dir: str | None) -> None:
+    """Delete ``files`` (or move them into ``archive_dir``) and forget them.
+
+    A file is dropped from the list before it is moved, so no read opens it mid-move; if the
+    move or delete fails and the file is still there, it goes back into the list (and the
+    error is raised): the journal never forgets a file that stays in its directory.
+    """
+    for jf in files:
+        with state.lock:
+            if jf not in state.files[:-1]:
+                continue
+            state.files.remove(jf)
+            shared = state.read_fds.pop(jf.ms, None)
+            if shared is not None:
+                shared.retire()
+        try:
+            if archive_dir:
+                fileio.move_into(jf.path, archive_dir)  # copies across file systems
+            else:
+                fileio.ops.unlink(jf.path)
+        except BaseException:
+            if os.path.lexists(jf.path):
+                with state.lock:
+                    bisect.insort(state.files, jf, key=lambda f: f.ms)
+            raise
+        log.info("archived journal file %s", jf.path)
+    if files:
+        fileio.ops.fsync_dir(state.directory)
+        if archive_dir:
+            fileio.ops.fsync_dir(archive_dir)

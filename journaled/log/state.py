@@ -1,0 +1,202 @@
+"""What the parts of the journal share: the list of files, the next id, and the journal lock.
+
+The journal (log/journal.py) is a facade over parts that each do one job on this state: the writer
+(log/writer.py: append, rotate, write out, sync), opening (log/opening.py: recovery at open), reading
+(log/cursors.py: records by cursor, damage met while reading), positions (log/positions.py: ids and times
+to files and offsets) and retention (log/retention.py: archiving).
+
+Locking: every attribute of :class:`LogState` and of each :class:`JournalFile` is guarded by
+``LogState.lock``, *the journal lock*.  It is taken after the queue lock, never before it, and
+nothing waits on I/O while holding it except the writer's ``write()`` of its buffer and a
+rotation (which happen under it by design: they order the bytes).  A file descriptor is used
+outside the lock only by a holder of a reference to it (:class:`SharedFd`), so no thread can
+close a descriptor another is using.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from collections import OrderedDict
+
+import attrs
+
+from journaled.config import QueueConfig
+from journaled.disk import fileio
+from journaled.errors import JournalIOError, QueueClosed, QueueDirectoryGone
+from journaled.format.record import FileHeader
+
+#: One sparse index entry (id, offset) per this many bytes of journal: bounds the in-file scan
+#: when locating an id to ~64 KiB of reading.
+INDEX_EVERY = 64 * 1024
+#: Most read descriptors the journal keeps open between reads, shared by all readers (the least
+#: recently used is closed first): open files stay bounded however many journal files there are.
+READ_FDS = 8
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen
+class RecoveryEvent:
+    """One thing recovery did: which file, where, what, how many bytes and ids were lost."""
+
+    path: str
+    offset: int
+    action: str  # "truncated-tail", "cut-at-damage", "skipped-damage", "skipped-file", "recovered-header"
+    reason: str
+    bytes_lost: int
+    ids_lost: tuple[int, int] | None = None  # inclusive range, when known
+    kept: str | None = None  # where the dropped bytes were saved (``*.damaged``), if anywhere
+
+
+@attrs.frozen
+class Cursor:
+    """A position in the journal: the record of ``next_id`` starts at ``offset`` of file ``ms``."""
+
+    ms: int
+    offset: int
+    next_id: int
+
+
+@attrs.define(eq=False)
+class JournalFile:
+    """What the journal knows about one file without reading all of it."""
+
+    path: str
+    ms: int
+    header: FileHeader
+    size: int  # bytes on disk that hold valid records (for the active file: written so far)
+    index_ids: list[int] = attrs.field(factory=list)
+    index_offsets: list[int] = attrs.field(factory=list)
+    first_add_ms: int | None = None  # add time of the first record, once read (locate_time)
+
+    @property
+    def first_id(self) -> int:
+        return self.header.first_id
+
+    def note(self, item_id: int, offset: int) -> None:
+        """Add a sparse-index point if far enough from the previous one."""
+        if not self.index_offsets or offset - self.index_offsets[-1] >= INDEX_EVERY:
+            self.index_ids.append(item_id)
+            self.index_offsets.append(offset)
+
+
+class SharedFd:
+    """A read descriptor used outside the journal lock: closed only once it is retired *and*
+    its last user released it.  ``acquire``/``release``/``retire`` are called under the lock."""
+
+    __slots__ = ("fd", "users", "retired")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+        self.retired = False
+
+    def acquire(self) -> int:
+        self.users += 1
+        return self.fd
+
+    def release(self) -> None:
+        self.users -= 1
+        if self.retired and self.users == 0:
+            self._close()
+
+    def retire(self) -> None:
+        self.retired = True
+        if self.users == 0:
+            self._close()
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                fileio.ops.close(fd)
+            except OSError:
+                pass
+
+
+class LogState:
+    """The journal's shared state (see the module docstring); guarded by ``lock``."""
+
+    def __init__(self, directory: str, name: str, config: QueueConfig) -> None:
+        self.directory = directory
+        self.name = name
+        self.config = config
+        self.lock = threading.Lock()
+        self.files: list[JournalFile] = []
+        self.next_id = 1
+        self.last_add_ms = 0  # add times never go backwards (binary search relies on it)
+        self.recovery_report: list[RecoveryEvent] = []
+        self.read_fds: OrderedDict[int, SharedFd] = OrderedDict()  # file ms -> fd, LRU first
+        self.closed = False
+        self.poisoned: JournalIOError | None = None
+        self.poisoned_at: float | None = None  # wall-clock time it was poisoned
+
+    def file_index(self, ms: int) -> int:
+        """Index of the file created at ``ms`` in ``files``, or -1."""
+        keys = [f.ms for f in self.files]
+        i = bisect.bisect_left(keys, ms)
+        return i if i < len(keys) and keys[i] == ms else -1
+
+    def file_of(self, item_id: int) -> int:
+        """Index of the file that holds (or would hold) ``item_id``."""
+        return max(0, bisect.bisect_right(self.files, item_id, key=lambda f: f.first_id) - 1)
+
+    def read_fd(self, jf: JournalFile) -> SharedFd:
+        """The shared read descriptor of ``jf``, opened on first use; at most ``READ_FDS`` are
+        kept, and one evicted while a read uses it is closed when that read releases it."""
+        fds = self.read_fds
+        shared = fds.get(jf.ms)
+        if shared is not None:
+            fds.move_to_end(jf.ms)
+            return shared
+        while len(fds) >= READ_FDS:
+            fds.popitem(last=False)[1].retire()
+        shared = fds[jf.ms] = SharedFd(fileio.ops.open(jf.path, os.O_RDONLY))
+        return shared
+
+    def poison(self, exc: OSError) -> JournalIOError:
+        """Refuse every later write: after a failed write or fsync the kernel may have dropped
+        the dirty pages, and a retry could report success for data that is gone."""
+        err = JournalIOError(exc.errno, f"journal write failed: {exc.strerror or exc}", exc.filename)
+        if self.poisoned is None:  # the first failure is the cause: keep it and its time
+            self.poisoned, self.poisoned_at = err, time.time()
+        return err
+
+    def mark_gone(self, what: str, err_no: int) -> QueueDirectoryGone:
+        """The directory or the current file was removed or replaced: refuse every later write
+        (it would land in a file without a name, or in somebody else's directory).  Call with
+        the lock held."""
+        if not isinstance(self.poisoned, QueueDirectoryGone):
+            self.poisoned = QueueDirectoryGone(
+                err_no,
+                f"{what}; the queue refuses writes: close it, then restore the directory",
+                self.directory,
+            )
+            self.poisoned_at = time.time()
+        return self.poisoned
+
+    def check_writable(self) -> None:
+        if self.closed:
+            raise QueueClosed("journal is closed")
+        if isinstance(self.poisoned, QueueDirectoryGone):
+            gone = self.poisoned
+            raise QueueDirectoryGone(gone.errno, gone.strerror, gone.filename)
+        if self.poisoned is not None:
+            raise JournalIOError(
+                self.poisoned.errno,
+                f"queue refuses writes after an earlier I/O failure ({self.poisoned.strerror}); "
+                "close and reopen it",
+            )
+
+
+def keep_aside(state: LogState, path: str, offset: int, data: bytes) -> str:
+    """Save bytes cut from a journal file as ``<file>.at<offset>.damaged`` (durably, before
+    the cut) so nothing recovery drops is gone for good."""
+    kept = f"{path}.at{offset}.damaged"
+    fileio.write_atomic(kept, data, state.config.file_mode)
+    return kept

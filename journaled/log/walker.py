@@ -1,0 +1,190 @@
+"""THE record walker: every reader of journal bytes goes through :class:`LogReader`.
+
+Like LevelDB's ``log::Reader`` with its ``Reporter``, one class answers, for everyone (the
+queue's read path and read-behind, recovery at open, ``journaled check``/``repair``, the
+read-only scanner used by the CLI and tailing processes, and the Spark segment reader), the two
+questions that matter: *what is a valid record* and *where does the next one start after
+damage*.  The answers:
+
+* A record is valid when it decodes (format/record.py) and its position-seeded CRC32C matches; only
+  then is it returned.  A valid PUT whose id is below the id expected next is skipped (it cannot
+  belong to this stretch of the file); a valid PUT whose id is above it is accepted (the ids in
+  between were lost to damage, which the caller sees as a jump).
+* Damage (bad bytes, or bytes that end inside a record) is described once, as a :class:`Span`,
+  and handed to the caller's ``report`` callback together with the bytes from there to the end
+  of the walk.  The span says where the next valid PUT (with an id at or above the expected one)
+  starts, found by :func:`record.find_next_record`, or that none does.  The callback decides:
+  return ``True`` to skip past the damage (to that next record, or to the end when there is
+  none), ``False`` to stop the walk at the damage.
+
+Reading goes through a ``pread(size, offset)`` callable, so the walker serves file descriptors,
+whole files already in memory (recovery) and anything else alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+from journaled.format.record import (
+    MAX_BODY,
+    RECORD_HEADER_SIZE,
+    Damage,
+    Put,
+    find_next_record,
+)
+from journaled.format.speedups import decode_many
+
+#: Bytes read per chunk (at most; a small budget reads a small window).
+READ_CHUNK = 1024 * 1024
+
+Pread = Callable[[int, int], bytes]
+
+
+@attrs.frozen
+class Span:
+    """Damaged bytes from ``offset``: the next valid record starts at ``resume`` (with id
+    ``resume_id``), or nothing after ``offset`` validates (``resume is None``)."""
+
+    offset: int
+    expected: int  # the id the record at ``offset`` should have had
+    resume: int | None
+    resume_id: int | None
+    reason: str
+    incomplete: bool  # the bytes simply end inside a record (an append cut short)
+    torn: bool  # nothing validates after it and it is incomplete or all zeros: an interrupted append
+
+    def length(self, limit: int) -> int:
+        """Bytes the span covers when the walk ends at ``limit``."""
+        return (self.resume if self.resume is not None else limit) - self.offset
+
+    def lost_ids(self) -> tuple[int, int] | None:
+        """Ids the span swallowed, known when a valid record follows it (inclusive range)."""
+        if self.resume_id is not None and self.resume_id > self.expected:
+            return (self.expected, self.resume_id - 1)
+        return None
+
+
+#: ``report(span, rest) -> skip?``: ``rest`` holds the bytes from ``span.offset`` to the walk's end.
+Reporter = Callable[[Span, bytes], bool]
+
+
+def skip_all(span: Span, rest: bytes) -> bool:
+    """A reporter that skips every damaged span without recording it."""
+    return True
+
+
+class LogReader:
+    """Walk the records of one journal file from ``pos`` (a record boundary) to ``limit``.
+
+    ``pos`` is always just past what has been returned (or at a resync point); ``expected`` is
+    the id the next record should have; ``done`` is set at ``limit`` or when the walk stopped at
+    damage (``pos`` then stays at the damage).
+    """
+
+    def __init__(
+        self,
+        pread: Pread,
+        salt: int,
+        pos: int,
+        limit: int,
+        expected: int,
+        report: Reporter = skip_all,
+        chunk: int = READ_CHUNK,
+    ) -> None:
+        self.pread = pread
+        self.salt = salt
+        self.pos = pos
+        self.limit = limit
+        self.expected = expected
+        self.report = report
+        self.chunk = chunk
+        self.done = pos >= limit
+
+    def read_batch(
+        self, max_bytes: int = READ_CHUNK, max_items: int = 1 << 30, at_least_one: bool = True
+    ) -> list[Put]:
+        """The next valid records: at most ``max_items``, and at most ``max_bytes`` of payload
+        (but at least one record when any is left, unless ``at_least_one`` is false).  Empty
+        when the walk is ``done``, or when the next record does not fit the budget."""
+        out: list[Put] = []
+        nbytes = 0
+        salt = self.salt
+        while not self.done and len(out) < max_items and nbytes < max_bytes:
+            if self.pos >= self.limit:
+                self.done = True
+                break
+            # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
+            want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
+            data = self.pread(want, self.pos)
+            recs, end, damage = decode_many(data, self.pos, salt, 0, MAX_BODY, limit=max_items - len(out))
+            full = False
+            expected = self.expected
+            pos = self.pos
+            for rec in recs:
+                if isinstance(rec, Put) and rec.id >= expected:
+                    if (out or not at_least_one) and nbytes + len(rec.payload) > max_bytes:
+                        full = True  # never past max_bytes (but at least one record)
+                        break
+                    out.append(rec)
+                    nbytes += len(rec.payload)
+                    expected = rec.id + 1
+                pos = rec.offset + rec.size
+            self.pos, self.expected = pos, expected
+            if full:
+                break
+            if not data and self.pos < self.limit:
+                damage = Damage(self.pos, "file shorter than expected", True)
+            if damage is None or (damage.incomplete and end > 0):
+                continue  # a window boundary (or max_items): the next read starts at pos
+            if damage.incomplete and self.pos + len(data) < self.limit:
+                big = self._one_big_record()
+                if big is not None:
+                    if big.id >= self.expected:
+                        out.append(big)
+                        nbytes += len(big.payload)
+                        self.expected = big.id + 1
+                    continue
+            self._damaged(damage)
+        return out
+
+    def _one_big_record(self) -> Put | None:
+        """The record at ``pos`` when it is longer than a read window (read exactly it)."""
+        hdr = self.pread(RECORD_HEADER_SIZE, self.pos)
+        length = int.from_bytes(hdr[4:8], "little")
+        if length > MAX_BODY:
+            return None
+        data = self.pread(min(RECORD_HEADER_SIZE + length, self.limit - self.pos), self.pos)
+        recs, end, _ = decode_many(data, self.pos, self.salt, 0, MAX_BODY, limit=1)
+        if not recs:
+            return None
+        self.pos += end
+        rec = recs[0]
+        return rec if isinstance(rec, Put) else None
+
+    def _damaged(self, damage: Damage) -> None:
+        rest = self.pread(self.limit - self.pos, self.pos)
+        nxt = find_next_record(rest, 1, self.pos, self.salt, self.expected, MAX_BODY)
+        resume = resume_id = None
+        if nxt is not None:
+            rec = decode_many(rest, self.pos, self.salt, nxt, MAX_BODY, limit=1)[0][0]
+            assert isinstance(rec, Put)
+            resume, resume_id = self.pos + nxt, rec.id
+        torn = nxt is None and (damage.incomplete or not any(rest))
+        span = Span(self.pos, self.expected, resume, resume_id, damage.reason, damage.incomplete, torn)
+        if not self.report(span, rest):
+            self.done = True  # stopped at the damage: pos stays there
+        elif resume is None:
+            self.pos, self.done = self.limit, True
+        else:
+            self.pos = resume
+
+    def __iter__(self) -> LogReader:
+        return self
+
+    def __next__(self) -> list[Put]:
+        batch = self.read_batch()
+        if not batch:
+            raise StopIteration
+        return batch

@@ -1,0 +1,299 @@
+"""The journal's writer: encode PUT records into a buffer, write it out, rotate files, sync.
+
+Only the newest file is written.  Appends encode into an in-memory buffer under the journal lock
+(format/record.py does the bytes); the buffer is handed to the OS at once under ``sync="never"``, past
+``WRITE_OUT_AT`` bytes, on a rotation, or when a sync asks.  Durability waits go through
+:class:`~journaled.disk.groupcommit.GroupCommit`, so no fsync runs under the journal lock on the hot path:
+the sync takes, under the lock, a reference to the file it will fsync (a
+:class:`~journaled.log.state.SharedFd`), so a rotation that retires the file meanwhile closes its
+descriptor only after the fsync: never a closed or reused descriptor.
+
+Every method named ``*_locked`` must be called with ``LogState.lock`` held.
+
+**Home.**  The writer records the identity (device, inode) of the queue directory when it opens.
+:meth:`Writer.check_home` (called on the maintenance tick, never per put) and every file creation
+compare it again, and ``fstat`` the file being written: a directory removed, renamed or replaced,
+or a current file without any name left (``st_nlink == 0``), poisons the journal with
+:class:`~journaled.errors.QueueDirectoryGone`, so nothing more goes into unnamed files or into
+whatever directory now sits at the path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from collections.abc import Callable, Sequence
+
+from journaled.disk import fileio
+from journaled.disk.groupcommit import GroupCommit
+from journaled.disk.layout import journal_path
+from journaled.errors import QueueDirectoryGone
+from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header
+from journaled.format.speedups import encode_puts
+from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
+
+#: Under a periodic policy the buffer is handed to the OS once it grows past this.
+WRITE_OUT_AT = 1024 * 1024
+
+
+class Writer:
+    """Appends to the newest journal file of ``state`` (one per open journal)."""
+
+    def __init__(self, state: LogState) -> None:
+        self.state = state
+        self.buf = bytearray()
+        self.out: SharedFd | None = None  # the newest file, open for appending
+        # files retired under sync="never", not yet synced: by path, so that no fd stays open
+        # per rotation (that would pin archived files' space and exhaust descriptors)
+        self.unsynced_paths: list[str] = []
+        self.appended = 0  # session byte sequence: appended / written out to the OS
+        self.written = 0
+        self.commits = GroupCommit(self._flush_for_sync)
+        home = os.stat(state.directory)
+        self.home = (home.st_dev, home.st_ino)  # the directory's identity (see "Home" above)
+
+    # ----------------------------------------------------------------------------- home
+    def _home_problem(self) -> tuple[str, int] | None:
+        """What is wrong with the directory at our path, if anything (a stat, no lock)."""
+        path = self.state.directory
+        try:
+            now = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return f"queue directory {path!r} was removed or renamed", errno.ENOENT
+        if (now.st_dev, now.st_ino) != self.home:
+            return f"queue directory {path!r} was replaced by another directory", errno.ESTALE
+        return None
+
+    def check_home(self) -> None:
+        """Raise :class:`QueueDirectoryGone` (and refuse writes from now on) if the directory or
+        the journal file being written was removed or replaced.  Two cheap syscalls; the
+        maintenance thread calls it every tick."""
+        st = self.state
+        if isinstance(st.poisoned, QueueDirectoryGone):
+            raise st.poisoned
+        problem = self._home_problem()  # first: "directory removed" says more than "file removed"
+        with st.lock:
+            if problem is not None:
+                raise st.mark_gone(*problem)
+            out = self.out
+            if st.closed or out is None or out.fd < 0:
+                return
+            if os.fstat(out.fd).st_nlink == 0:
+                raise st.mark_gone(f"journal file {st.files[-1].path!r} was removed", errno.ENOENT)
+
+    @property
+    def gone(self) -> bool:
+        """The directory or the current file was found removed or replaced."""
+        return isinstance(self.state.poisoned, QueueDirectoryGone)
+
+    # ----------------------------------------------------------------------------- files
+    def continue_file(self, jf: JournalFile) -> None:
+        """Append to an existing (recovered) file from now on.  Called before any append."""
+        self.out = SharedFd(fileio.ops.open(jf.path, os.O_WRONLY | os.O_APPEND, self.state.config.file_mode))
+
+    def create_file_locked(self, ms: int) -> None:
+        """Start a new journal file whose first record will get id ``state.next_id``."""
+        st = self.state
+        if st.files and ms <= st.files[-1].ms:
+            ms = st.files[-1].ms + 1  # names must stay unique and sortable
+        path = journal_path(st.directory, st.name, ms)
+        problem = self._home_problem()  # never start a file in somebody else's directory
+        if problem is not None:
+            raise st.mark_gone(*problem)
+        header = FileHeader(salt=secrets.randbits(32), first_id=st.next_id, created_ms=now_ms(), name=st.name)
+        raw = encode_header(header)
+        try:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+            fd = fileio.ops.open(path, flags, st.config.file_mode)
+        except OSError as exc:
+            # after a failed rotation there is no file to append to
+            raise st.poison(exc) from exc
+        try:
+            fileio.ops.write(fd, raw)
+            if st.config.sync != "never":
+                fileio.ops.fdatasync(fd)
+                fileio.ops.fsync_dir(st.directory)
+        except OSError as exc:
+            fileio.ops.close(fd)
+            raise st.poison(exc) from exc
+        self.out = SharedFd(fd)
+        jf = JournalFile(path, ms, header, len(raw))
+        jf.note(st.next_id, len(raw))
+        st.files.append(jf)
+
+    # ----------------------------------------------------------------------------- appending
+    def append_one(self, payload: bytes, add_ms: int) -> tuple[int, int, int]:
+        """``append([payload], add_ms, 0)`` for the plain single put, the hottest call of all
+        (perf: no batch bookkeeping).  Anything unusual -- the record does not fit the current
+        file, the journal is closed or poisoned -- is left to :meth:`append`."""
+        st = self.state
+        with st.lock:
+            jf = st.files[-1]
+            buf = self.buf
+            pos = jf.size + len(buf)
+            size = PUT_OVERHEAD + len(payload)
+            if pos + size <= st.config.journal_size and st.poisoned is None and not st.closed:
+                if add_ms < st.last_add_ms:
+                    add_ms = st.last_add_ms
+                st.last_add_ms = add_ms
+                item_id = st.next_id
+                encode_puts(jf.header.salt, pos, item_id, add_ms, 0, (payload,), buf)
+                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                    jf.note(item_id, pos)
+                st.next_id = item_id + 1
+                self.appended += size
+                if len(buf) >= WRITE_OUT_AT or st.config.sync == "never":
+                    self.write_out_locked()
+                return item_id, add_ms, self.appended
+        return self.append((payload,), add_ms, 0)
+
+    def append(self, payloads: Sequence[bytes], add_ms: int, expire_ms: int) -> tuple[int, int, int]:
+        """Append PUT records; return ``(first_id, add_ms, seq)``.
+
+        ``add_ms`` is the add time actually recorded (never earlier than a previous one).
+        ``seq`` is the byte sequence number to pass to ``wait_durable``.  Items are never split
+        across files: a record that would pass ``journal_size`` goes to a fresh file.
+        """
+        st = self.state
+        with st.lock:
+            st.check_writable()
+            add_ms = max(add_ms, st.last_add_ms)
+            st.last_add_ms = add_ms
+            first_id = st.next_id
+            limit = st.config.journal_size
+            i = 0
+            n = len(payloads)
+            jf = st.files[-1]
+            pos = jf.size + len(self.buf)
+            size = n * PUT_OVERHEAD + sum(map(len, payloads))
+            if pos + size <= limit:
+                # perf: everything fits the current file: one encode call, and the sparse index
+                # is only visited when this batch can reach the next INDEX_EVERY boundary
+                offs = encode_puts(jf.header.salt, pos, first_id, add_ms, expire_ms, payloads, self.buf)
+                if not jf.index_offsets or pos + size - jf.index_offsets[-1] >= INDEX_EVERY:
+                    for k in range(0, n, max(1, n // 8)):
+                        jf.note(first_id + k, offs[k])
+                self.appended += size
+                st.next_id = first_id + n
+                i = n
+            while i < n:
+                jf = st.files[-1]
+                pos = jf.size + len(self.buf)
+                # take as many payloads as fit in this file (at least one in an empty file)
+                j = i
+                end = pos
+                while j < n:
+                    rec = PUT_OVERHEAD + len(payloads[j])
+                    if end + rec > limit and (end > jf.header.size or j > i):
+                        break
+                    end += rec
+                    j += 1
+                if j == i:
+                    self.rotate_locked()
+                    continue
+                before = len(self.buf)
+                offs = encode_puts(
+                    jf.header.salt, pos, st.next_id, add_ms, expire_ms, payloads[i:j], self.buf
+                )
+                for k in range(0, j - i, max(1, (j - i) // 8)):
+                    jf.note(st.next_id + k, offs[k])
+                self.appended += len(self.buf) - before
+                st.next_id += j - i
+                i = j
+            if st.config.sync == "never" or len(self.buf) >= WRITE_OUT_AT:
+                self.write_out_locked()
+            return first_id, add_ms, self.appended
+
+    def write_out_locked(self) -> None:
+        """Hand the buffer to the OS."""
+        if not self.buf:
+            return
+        try:
+            assert self.out is not None
+            fileio.ops.write(self.out.fd, self.buf)
+        except OSError as exc:
+            # A partial write may have reached the file; the owner cuts it on reopen.
+            raise self.state.poison(exc) from exc
+        n = len(self.buf)
+        self.state.files[-1].size += n
+        self.written += n
+        self.buf = bytearray()
+
+    def rotate_locked(self) -> None:
+        """Retire the newest file (synced first unless ``sync="never"``) and start a new one."""
+        st = self.state
+        self.write_out_locked()
+        old, self.out = self.out, None  # never written through again, even if what follows fails
+        assert old is not None
+        try:
+            if st.config.sync != "never":
+                fileio.ops.fdatasync(old.fd)
+                self.commits.mark_durable(self.written)
+            else:
+                self.unsynced_paths.append(st.files[-1].path)
+        except OSError as exc:
+            raise st.poison(exc) from exc
+        finally:
+            old.retire()  # closed now, or by the sync still using it
+        self.create_file_locked(now_ms())
+
+    def write_out(self) -> None:
+        """Hand buffered bytes to the OS (no fsync): makes them visible to other processes."""
+        with self.state.lock:
+            if not self.state.closed:
+                self.write_out_locked()
+
+    # ----------------------------------------------------------------------------- syncing
+    def _flush_for_sync(self) -> tuple[int, Callable[[bool], None]]:
+        st = self.state
+        with st.lock:
+            st.check_writable()
+            self.write_out_locked()
+            unsynced, self.unsynced_paths = self.unsynced_paths, []
+            out = self.out
+            assert out is not None
+            fd = out.acquire()  # a rotation may retire it while we fsync outside the lock
+            target = self.written
+
+        def fsync(needed: bool) -> None:
+            # Under "never" a rotation neither syncs the file it retires nor the directory entry
+            # of the new one, so an explicit sync() must do both or it would claim too much.
+            try:
+                for path in unsynced:
+                    try:
+                        old = fileio.ops.open(path, os.O_RDONLY)
+                    except FileNotFoundError:
+                        continue  # archived since: every reader was done with it
+                    try:
+                        fileio.ops.fdatasync(old)
+                    finally:
+                        fileio.ops.close(old)
+                if unsynced:
+                    fileio.ops.fsync_dir(st.directory)
+                if needed:
+                    fileio.ops.fdatasync(fd)
+            except OSError as exc:
+                raise st.poison(exc) from exc
+            finally:
+                with st.lock:
+                    out.release()
+
+        return target, fsync
+
+    def sync(self) -> None:
+        """Make everything appended so far durable.  Raises :class:`QueueDirectoryGone` once the
+        directory is gone, even with nothing to write: "durable" would be a false claim then."""
+        if self.gone:
+            self.state.check_writable()
+        self.commits.wait_durable(self.appended)
+
+    @property
+    def dirty(self) -> bool:
+        return self.commits.durable < self.appended
+
+    def close_locked(self) -> None:
+        """Release the write descriptor (after a final write out / sync)."""
+        out, self.out = self.out, None
+        if out is not None:
+            out.retire()

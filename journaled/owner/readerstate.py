@@ -1,0 +1,128 @@
+"""Each reader's durable state on disk, and what archiving may delete because of it.
+
+libkestrel's ``Journal`` keeps each reader's head and done set next to the files; here that job
+is :class:`ReaderFiles`: it writes checkpoints (never claiming more than the journal durably
+holds), the reader registry, removes a reader's file, and archives journal files once every
+reader's *checkpointed* head (and every external bookmark) has passed them.
+
+Locks: ``ReaderFiles.lock`` serializes every checkpoint/registry write and removal and the
+archiving decision.  It is taken *before* the queue lock (``queue_lock``), never after it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from journaled.config import QueueConfig
+from journaled.disk import checkpointfiles as ckp
+from journaled.disk import fileio
+from journaled.disk.bookmarks import read_bookmarks
+from journaled.format.smallfiles import CheckpointData
+from journaled.log.journal import Journal
+
+if TYPE_CHECKING:
+    from journaled.core.readercore import ReaderCore
+
+
+class ReaderFiles:
+    """Checkpoints, registry and archiving of one open queue."""
+
+    def __init__(
+        self,
+        directory: str,
+        name: str,
+        config: QueueConfig,
+        journal: Journal,
+        queue_lock: threading.Lock,
+        cores: Callable[[], Sequence[ReaderCore]],
+    ) -> None:
+        self.directory = directory
+        self.name = name
+        self.config = config
+        self.journal = journal
+        self.queue_lock = queue_lock
+        self.cores = cores  # the open readers' cores (read under the queue lock)
+        # where passed files go (None: deleted); relative to the queue directory
+        self.archive_dir = None if config.archive_dir is None else os.path.join(directory, config.archive_dir)
+        if self.archive_dir is not None:
+            if os.path.realpath(self.archive_dir) == os.path.realpath(directory):
+                raise ValueError(f"archive_dir {config.archive_dir!r} is the queue directory itself")
+            fileio.make_dirs(self.archive_dir, 0o700)
+        self.lock = threading.Lock()
+        # each reader's head as its checkpoint file last recorded it (guarded by the queue lock);
+        # archiving goes by these, so after a crash every checkpoint still points into the journal
+        self.heads: dict[str, int] = {}
+        self.archive_wanted = True  # a checkpointed head moved, or a reader left
+
+    def path_of(self, reader: str) -> str:
+        return ckp.checkpoint_path(self.directory, self.name, reader)
+
+    def write_registry(self, names: Sequence[str]) -> None:
+        """Call with :attr:`lock` held (or before the queue's threads start)."""
+        ckp.write_registry(ckp.registry_path(self.directory, self.name), sorted(names), self.config.file_mode)
+
+    def created(self, reader: str, state: CheckpointData, names: Sequence[str]) -> None:
+        """A new reader exists: make it durable before it is returned.  Call with :attr:`lock`."""
+        ckp.write_checkpoint(self.path_of(reader), state, self.config.file_mode)
+        self.write_registry(names)
+
+    def removed(self, reader: str, names: Sequence[str]) -> None:
+        """A reader was removed: forget its file.  Call with :attr:`lock`."""
+        self.write_registry(names)
+        try:
+            fileio.ops.unlink(self.path_of(reader))
+            fileio.ops.fsync_dir(self.directory)
+        except FileNotFoundError:
+            pass
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint of every reader whose state changed."""
+        with self.lock:
+            with self.queue_lock:
+                todo = []
+                dirty = [c for c in self.cores() if c.dirty]
+                for core in dirty:
+                    todo.append((core.name, core.checkpoint_state()))
+                    core.dirty = False
+            if not todo:
+                return
+            written = 0
+            try:
+                # A checkpoint must never claim more than the journal durably holds.
+                if self.config.sync != "never" and self.journal.dirty:
+                    self.journal.sync()
+                for rname, state in todo:
+                    ckp.write_checkpoint(self.path_of(rname), state, self.config.file_mode)
+                    written += 1
+            except BaseException:
+                # not written: the next checkpoint must try again, or an idle reader's file
+                # would stay stale (and hold back archiving) until its state changed again
+                with self.queue_lock:
+                    for core in dirty[written:]:
+                        core.dirty = True
+                raise
+            with self.queue_lock:
+                for rname, state in todo:
+                    if self.heads.get(rname, state.head) < state.head:
+                        self.heads[rname] = state.head
+                        self.archive_wanted = True
+
+    def archive(self) -> None:
+        """Archive the journal files every checkpointed head and external bookmark passed."""
+        external = read_bookmarks(self.directory)  # out-of-process readers (see disk/bookmarks.py)
+        # Under our lock: a reader being created with start="earliest" must not have its first
+        # files deleted between choosing its head and becoming one of the heads here.
+        with self.lock:
+            with self.queue_lock:
+                self.archive_wanted = bool(external)  # their heads move without telling us
+                cores = self.cores()
+                if not cores:
+                    return  # with no readers, everything is kept for the first one
+                heads = [self.heads.get(c.name, 0) for c in cores]
+                min_head = min(heads + list(external.values()))
+            files = self.journal.archivable(min_head)
+            if files:
+                self.journal.archive(files, self.archive_dir)

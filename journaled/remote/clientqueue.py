@@ -1,0 +1,328 @@
+"""``JournaledQueue(path)`` in a process that does not own the directory: a queue served by its owner.
+
+:class:`OpenOrConnect`, the metaclass of :class:`~journaled.JournaledQueue`, first tries to own
+the directory (as before).  If another live process owns it and serves it (remote/server.py), it
+returns a :class:`RemoteQueue` instead, with the same calls (put, put_many, reader, readers,
+stats, sync, close, and on each reader the :class:`~journaled.Reader` calls: remote/clientreader.py)
+carried out by the owner (remote/connections.py, remote/handlers.py).  A second open *in the
+owning process* still raises ``QueueLocked``.
+
+**Failover.**  When the owner closes or dies, the first call that notices (any thread) makes this
+process try to own the directory, with this object's ``config``: whoever wins the lock recovers
+the queue and serves it, the others connect to it.  Calls then go on, with these rules:
+
+* a ``get`` in flight is simply made again on the new owner (nothing was delivered);
+* a ``put``/``put_many`` refused because the owner was closing, or never sent, is made again;
+  one sent to an owner that then died raises :class:`OwnerLost` with ``outcome_unknown=True``:
+  it may or may not be stored (it is stored iff it reached the journal before the owner died,
+  and was durable iff the sync policy had synced it), so it is reported, never retried blindly;
+* a read opened under a previous owner is not open any more: ``commit``/``abort``/``release``
+  of it raise ``OwnerLost`` and the item is delivered again (at least once, as after a crash).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from journaled.config import QueueConfig, ReaderConfig
+from journaled.errors import OwnerLost, QueueLocked, UnknownReader
+from journaled.item import as_payload, epoch_ms
+from journaled.owner import closing
+from journaled.remote import protocol as proto
+from journaled.remote.clientreader import OwnedHere, RemoteReader
+from journaled.remote.connections import Link, closed_error
+from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
+
+#: seconds an open, or a call after the owner went away, keeps trying to reach or become the owner
+CONNECT_TIMEOUT = 10.0
+_RETRY_PAUSE = 0.01  # between attempts while a new owner recovers and starts serving
+
+
+class OpenOrConnect(type):
+    """Metaclass of ``JournaledQueue``: own the directory, or use its owner (module docstring)."""
+
+    def __call__(
+        cls, path: str | os.PathLike[str], config: QueueConfig | None = None, *, name: str | None = None
+    ) -> Any:
+        def open_owner() -> Any:
+            return type.__call__(cls, path, config, name=name)
+
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while True:
+            try:
+                return open_owner()
+            except QueueLocked as exc:
+                if exc.pid == os.getpid():
+                    raise  # the owner is in this very process: use that object
+                try:
+                    link = Link(os.path.abspath(os.fspath(path)))
+                except PermissionError:
+                    raise exc from None
+                except (OSError, proto.ProtocolError):
+                    # an owner still recovering (no socket yet), or one that just died: again
+                    if time.monotonic() >= deadline:
+                        raise exc from None
+                    time.sleep(_RETRY_PAUSE)
+                    continue
+                return RemoteQueue(link, config, open_owner, functools.partial(cls, path, config, name=name))
+
+
+class RemoteQueue(closing.Closing):
+    """A :class:`~journaled.JournaledQueue` owned by another process (see the module docstring).
+
+    ``is_owner`` turns True if this process took the directory over after the owner left.
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        config: QueueConfig | None,
+        open_owner: Callable[[], Any],
+        opener: Callable[[], Any] | None = None,
+    ) -> None:
+        self.path = link.directory
+        self.name = link.name
+        self.config = config if config is not None else QueueConfig()
+        self._link: Link | None = link
+        self._local: Any = None  # the JournaledQueue this process owns after a failover
+        self._open_owner = open_owner
+        self._opener = opener  # picklable: how another process opens this queue
+        self._switch = threading.Lock()
+        self._generation = 0
+        self._closed = False
+        self._readers: dict[str, RemoteReader] = {}
+
+    # ------------------------------------------------------------------ the way to the owner
+    @property
+    def is_owner(self) -> bool:
+        """True when this process owns the directory (it took over after the owner left)."""
+        return self._local is not None
+
+    @property
+    def owner_pid(self) -> int:
+        """The pid of the process serving this queue now."""
+        return os.getpid() if self._local is not None else cast(Link, self._link).owner_pid
+
+    @property
+    def generation(self) -> int:
+        """How many times this object changed owner: a read opened under another is gone."""
+        return self._generation
+
+    def _reconnect(self, generation: int) -> None:
+        """The owner of ``generation`` is gone: own the directory, or connect to who does."""
+        with self._switch:
+            if self._generation != generation or self._closed:
+                return
+            deadline = time.monotonic() + CONNECT_TIMEOUT
+            while True:
+                try:
+                    self._local, self._link = self._open_owner(), None
+                    break
+                except OwnerLost:
+                    pass
+                except QueueLocked:
+                    pass
+                try:
+                    link = Link(self.path)
+                    self._link = link
+                    break
+                except (OSError, proto.ProtocolError):
+                    if time.monotonic() >= deadline:
+                        raise OwnerLost(f"no owner of {self.path} could be reached or become") from None
+                    time.sleep(_RETRY_PAUSE)
+            self._generation += 1
+
+    def call(
+        self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False
+    ) -> tuple[dict[str, Any], bytes, int]:
+        """One request to the owner: its reply, payload and this object's generation.  After a
+        loss that left nothing done, again on the next owner; :class:`OwnedHere` once that owner
+        is this process."""
+        while True:
+            if self._closed:
+                raise closed_error(self.path)
+            generation, link, local = self._generation, self._link, self._local
+            if local is not None:
+                raise OwnedHere(local, generation)
+            try:
+                reply, data = cast(Link, link).call(header, payload, is_put=is_put)
+                return reply, data, generation
+            except OwnerLost as exc:
+                self._reconnect(generation)
+                if exc.outcome_unknown or header["op"] in ("commit", "abort", "release", "reject"):
+                    raise
+
+    # ------------------------------------------------------------------ putting
+    def put(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        expire_at: float | _dt.datetime | None = None,
+        ttl: float | None = None,
+    ) -> int:
+        """Append one item through the owner; return its id (durable as the owner's sync says)."""
+        return self.put_many((data,), expire_at=expire_at, ttl=ttl)[0]
+
+    def put_many(
+        self,
+        items: Iterable[bytes | bytearray | memoryview],
+        *,
+        expire_at: float | _dt.datetime | None = None,
+        ttl: float | None = None,
+    ) -> list[int]:
+        """Append several items with one request (one write at the owner); all or nothing."""
+        payloads = [p if type(p) is bytes else as_payload(p, proto.MAX_PAYLOAD) for p in items]
+        when = epoch_ms(expire_at) / 1000.0 if isinstance(expire_at, _dt.datetime) else expire_at
+        if when is not None and not isinstance(when, (int, float)) or isinstance(when, bool):
+            raise TypeError("'expire_at' must be a number of seconds or a datetime")
+        if ttl is not None and (not isinstance(ttl, (int, float)) or isinstance(ttl, bool)):
+            raise TypeError("'ttl' must be a number of seconds")
+        total = sum(map(len, payloads))
+        if total > proto.MAX_PAYLOAD:
+            raise ValueError(
+                f"a put_many of {total} bytes is more than one request carries ({proto.MAX_PAYLOAD})"
+            )
+        header = {"op": "put_many", "lens": list(map(len, payloads)), "ttl": ttl, "expire_at": when}
+        try:
+            reply, _, _ = self.call(header, b"".join(payloads), is_put=True)
+        except OwnedHere as here:
+            ids = cast("list[int]", here.local.put_many(payloads, expire_at=expire_at, ttl=ttl))
+            if here.local.config.sync != "always":
+                here.local.journal.write_out()  # the same promise as the owner's server makes
+            return ids
+        first, count = int(reply["first"]), int(reply["count"])
+        return list(range(first, first + count))
+
+    async def aput(self, data: bytes | bytearray | memoryview, **kwargs: Any) -> int:
+        """``await q.aput(data)``: :meth:`put` on the loop's default executor."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: self.put(data, **kwargs))
+
+    async def aput_many(self, items: Iterable[bytes | bytearray | memoryview], **kwargs: Any) -> list[int]:
+        """``await q.aput_many(items)``: :meth:`put_many` on the loop's default executor."""
+        import asyncio
+
+        batch = list(items)
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: self.put_many(batch, **kwargs))
+
+    # ------------------------------------------------------------------ readers
+    def reader(self, name: str, config: ReaderConfig | None = None) -> RemoteReader:
+        """The reader ``name`` (created at the owner on first use).  A ``config`` must hold only
+        plain values (no sinks: ``expire_to``/``dead_letter`` belong to the owner's process)."""
+        if config is not None and not isinstance(config, ReaderConfig):
+            raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
+        header = {"op": "reader", "reader": name, "config": _config_dict(config)}
+        try:
+            self.call(header)
+        except OwnedHere as here:
+            here.local.reader(name, config)
+        existing = self._readers.get(name)
+        if existing is None:
+            existing = self._readers[name] = RemoteReader(self, name)
+        return existing
+
+    def readers(self) -> list[str]:
+        """Names of the existing readers, sorted."""
+        try:
+            return list(self.call({"op": "readers"})[0]["readers"])
+        except OwnedHere as here:
+            return cast("list[str]", here.local.readers())
+
+    def remove_reader(self, name: str) -> None:
+        """Delete a reader and its checkpoint (at the owner)."""
+        try:
+            self.call({"op": "remove_reader", "reader": name})
+        except OwnedHere as here:
+            here.local.remove_reader(name)
+
+    def sync(self) -> None:
+        """Return once everything put so far is on stable storage."""
+        try:
+            self.call({"op": "sync"})
+        except OwnedHere as here:
+            here.local.sync()
+
+    def stats(self) -> QueueStats:
+        """The owner's :class:`QueueStats` (``clients`` lists the processes it serves)."""
+        try:
+            raw = self.call({"op": "stats"})[0]["stats"]
+        except OwnedHere as here:
+            return cast(QueueStats, here.local.stats())
+        health = dict(raw["health"], failing=tuple(raw["health"]["failing"]))
+        return QueueStats(
+            **dict(
+                raw,
+                readers=tuple(ReaderStats(**r) for r in raw["readers"]),
+                health=Health(**health),
+                clients=tuple(ClientStats(**c) for c in raw["clients"]),
+            )
+        )
+
+    def reader_stats(self, name: str) -> ReaderStats:
+        """The owner's snapshot of reader ``name`` (``UnknownReader`` if there is none)."""
+        for r in self.stats().readers:
+            if r.name == name:
+                return r
+        raise UnknownReader(f"no reader named {name!r}")
+
+    # ------------------------------------------------------------------ end
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Leave the queue: this process's open reads are aborted by the owner (delivered again);
+        if this process had become the owner, the queue is closed as an owner closes it."""
+        with self._switch:
+            self._closed = True
+            link, local = self._link, self._local
+        if link is not None:
+            link.kill()
+        if local is not None:
+            local.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Sent to another process, the queue is opened there by path (see :func:`reopen`)."""
+        if self._opener is None:
+            raise TypeError("this queue object cannot be sent to another process")
+        return reopen, (self._opener,)
+
+    def __repr__(self) -> str:
+        return f"<JournaledQueue {self.path!r} served by pid {self.owner_pid}>"
+
+
+def reopen(opener: Callable[[], Any]) -> Any:
+    """Unpickling a queue: open it in this process, as ``JournaledQueue(path, config)`` does --
+    as a client of its owner, or as the owner if the directory is free.  This is how a queue
+    passed to a ``multiprocessing`` child (spawn or forkserver start methods) or sent through a
+    ``multiprocessing.Queue`` works there."""
+    return opener()
+
+
+def reduce_owner(queue: object) -> tuple[Any, ...]:
+    """``JournaledQueue.__reduce__``: what :func:`reopen` needs to open ``queue`` elsewhere."""
+    q: Any = queue
+    cls: Callable[..., Any] = type(queue)
+    opener: Callable[[], Any] = functools.partial(cls, q.path, q.config, name=q.name)
+    return reopen, (opener,)
+
+
+def _config_dict(config: ReaderConfig | None) -> dict[str, Any] | None:
+    if config is None:
+        return None
+    if config.expire_to is not None or config.dead_letter is not None:
+        raise TypeError("a reader's sinks (expire_to, dead_letter) can only be set in the owner's process")
+    out = {}
+    for key, value in ((a.name, getattr(config, a.name)) for a in config.__attrs_attrs__):
+        if isinstance(value, _dt.datetime):
+            value = epoch_ms(value) / 1000.0
+        out[key] = value
+    return out

@@ -1,0 +1,313 @@
+"""A reader of a queue that another process owns: the :class:`~journaled.Reader` calls, each
+carried out by the owner (remote/handlers.py), with the same contracts.
+
+The :class:`Item` a ``get`` returns is this delivery's handle, as in-process.  What differs:
+
+* a read opened under an owner that is gone is not open any more: settling it raises
+  :class:`OwnerLost` (it is delivered again), and the scoped forms (``transaction``, ``iter``,
+  ``process`` and their asyncio twins) treat that like a closed queue;
+* ``aget`` waits in a thread in slices of :data:`ASYNC_SLICE` seconds (there is no put on this
+  process to wake it), so a cancelled ``aget`` ends within one slice and never strands an item;
+* ``config``, ``head``, ``done`` and reader sinks exist at the owner only (``stats()`` shows
+  ``head`` and the sizes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+from journaled import txn
+from journaled.aio import AsyncItemIterator, AsyncTransactionContext, aprocess
+from journaled.config import Start
+from journaled.core.retry import check_delay
+from journaled.errors import Empty, OwnerLost, UnknownRead
+from journaled.item import Item, epoch_ms, new_item, read_id
+from journaled.remote import protocol as proto
+from journaled.stats import ReaderStats
+from journaled.txn import ItemIterator, TransactionContext
+
+#: seconds one slice of an ``aget``'s wait lasts (its thread notices a cancellation in between)
+ASYNC_SLICE = 0.25
+
+
+class OwnedHere(Exception):
+    """Signal from :meth:`Served.call`: this process owns the queue now (it took over after the
+    owner left); carry the call out on ``local``, the :class:`~journaled.JournaledQueue`."""
+
+    def __init__(self, local: Any, generation: int) -> None:
+        super().__init__()
+        self.local, self.generation = local, generation
+
+
+class Served(Protocol):
+    """What a remote reader needs of its queue (``remote.RemoteQueue``)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    def call(
+        self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False
+    ) -> tuple[dict[str, Any], bytes, int]: ...
+
+    def reader_stats(self, name: str) -> ReaderStats: ...
+
+
+def _item(meta: dict[str, Any], data: bytes) -> Item:
+    return new_item(
+        int(meta["id"]), data, float(meta["add_time"]), meta["expire_at"], int(meta["error_count"])
+    )
+
+
+class RemoteReader:
+    """A reader of a queue owned by another process (module docstring).  Obtain one with
+    ``queue.reader(name)`` on a client ``JournaledQueue``."""
+
+    def __init__(self, queue: Served, name: str) -> None:
+        self.queue = queue
+        self.name = name
+        self._lock = threading.Lock()  # a leaf: guards _open only
+        self._open: dict[int, tuple[int, Item, Any]] = {}  # id -> (generation, handle, owner's item)
+
+    # ------------------------------------------------------------------ opening reads
+    def get(self, block: bool = True, timeout: float | None = None) -> Item:
+        """Open a read of the next item (blocks as :meth:`journaled.Reader.get` does)."""
+        return self._take("get", block, timeout, 1)[0]
+
+    def get_many(self, max_items: int, timeout: float | None = None, *, block: bool = True) -> list[Item]:
+        """Open up to ``max_items`` reads with one request, as :meth:`journaled.Reader.get_many`:
+        waits for the first (``Empty`` if none comes), then takes what else is ready now."""
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
+            raise ValueError(f"max_items must be a positive int, got {max_items!r}")
+        return self._take("get_many", block, timeout, max_items)
+
+    def _take(self, op: str, block: bool, timeout: float | None, most: int) -> list[Item]:
+        if timeout is not None and not timeout >= 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        header: dict[str, Any] = {
+            "op": op,
+            "reader": self.name,
+            "block": bool(block),
+            "timeout": None if timeout is None or timeout == float("inf") else float(timeout),
+        }
+        if op == "get_many":
+            header["max_items"] = most
+        try:
+            reply, data, generation = self.queue.call(header)
+            if op == "get":
+                items = [_item(reply, data)]
+            else:
+                pieces = proto.split(data, reply.get("lens"))
+                items = [_item(meta, piece) for meta, piece in zip(reply["items"], pieces)]
+            held: list[Any] = [None] * len(items)
+        except OwnedHere as here:
+            local = here.local.reader(self.name)
+            items = held = (
+                [local.get(block, timeout)] if op == "get" else local.get_many(most, timeout, block=block)
+            )
+            generation = here.generation
+        with self._lock:
+            for item, owners in zip(items, held):
+                self._open[item.id] = (generation, item, owners)
+        return items
+
+    # ------------------------------------------------------------------ settling reads
+    def _settle(self, op: str, item: Item | int, **kwargs: Any) -> None:
+        key = item.id if isinstance(item, Item) else read_id(item)
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is None or (isinstance(item, Item) and entry[1] is not item):
+                raise UnknownRead(f"no open read of {key} on reader {self.name!r} in this process")
+            del self._open[key]
+        generation, _handle, held = entry
+        if generation != self.queue.generation:
+            raise OwnerLost(f"read {key} was opened under an owner that is gone; it is delivered again")
+        try:
+            self.queue.call(dict({"op": op, "reader": self.name, "id": key}, **kwargs))
+        except OwnedHere as here:
+            getattr(here.local.reader(self.name), op)(held, **kwargs)
+
+    def commit(self, item: Item | int) -> None:
+        """Finish an open read: the item is never delivered to this reader again."""
+        self._settle("commit", item)
+
+    def commit_many(self, items: Iterable[Item | int]) -> None:
+        """:meth:`journaled.Reader.commit_many` with one request: every item that is an open
+        read of this process is committed; the others raise one :class:`UnknownRead` at the end
+        (:class:`OwnerLost` if they were opened under an owner that is gone)."""
+        batch = list(items)
+        keys = [item.id if isinstance(item, Item) else read_id(item) for item in batch]
+        mine: list[tuple[int, Any]] = []
+        unknown: list[int] = []
+        stale = False
+        with self._lock:
+            for item, key in zip(batch, keys):
+                entry = self._open.get(key)
+                if entry is None or (isinstance(item, Item) and entry[1] is not item):
+                    unknown.append(key)
+                    continue
+                del self._open[key]
+                if entry[0] != self.queue.generation:
+                    stale = True
+                    continue
+                mine.append((key, entry[2]))
+        if mine:
+            try:
+                self.queue.call({"op": "commit_many", "reader": self.name, "ids": [k for k, _ in mine]})
+            except OwnedHere as here:
+                here.local.reader(self.name).commit_many([held for _, held in mine])
+        if stale:
+            raise OwnerLost("some reads were opened under an owner that is gone; they are delivered again")
+        if unknown:
+            raise UnknownRead(f"no open reads of {unknown} on reader {self.name!r} in this process")
+
+    def abort(self, item: Item | int, delay: float | None = None) -> None:
+        """Give an open read back (its error count goes up); ``delay`` as for
+        :meth:`journaled.Reader.abort` (the owner's ``retry_delay`` backoff when ``None``)."""
+        check_delay(delay)
+        self._settle("abort", item, **({} if delay is None else {"delay": delay}))
+
+    def reject(self, item: Item | int, reason: str = "") -> None:
+        """Give up on an open read for good, as :meth:`journaled.Reader.reject` (to the owner's
+        ``dead_letter`` if it has one)."""
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        self._settle("reject", item, reason=reason)
+
+    def release(self, item: Item | int) -> None:
+        """Give an open read back without counting an error."""
+        self._settle("release", item)
+
+    def seek(self, position: Start) -> int:
+        """Move this reader, as :meth:`journaled.Reader.seek` (every open read of it, in every
+        process, is taken back first); returns the new head."""
+        where: Any = position
+        if isinstance(position, _dt.datetime):
+            where = epoch_ms(position) / 1000.0
+        elif isinstance(position, bool) or not isinstance(position, (str, int, float)):
+            raise TypeError(
+                f"position must be 'earliest', 'latest', an id, epoch seconds or a datetime, "
+                f"not {type(position).__name__}"
+            )
+        try:
+            head = int(self.queue.call({"op": "seek", "reader": self.name, "position": where})[0]["head"])
+        except OwnedHere as here:
+            head = int(here.local.reader(self.name).seek(position))
+        with self._lock:
+            self._open.clear()
+        return head
+
+    # ------------------------------------------------------------------ scoped reads and loops
+    def transaction(self, timeout: float | None = None, *, block: bool = True) -> TransactionContext:
+        """``with reader.transaction(timeout) as item:`` as for :meth:`journaled.Reader.transaction`."""
+        return TransactionContext(self, timeout, block=block)
+
+    def iter(self, timeout: float | None = None) -> ItemIterator:
+        """``for item in reader.iter(timeout)`` as for :meth:`journaled.Reader.iter`."""
+        return ItemIterator(self, timeout)
+
+    def process(
+        self,
+        fn: Callable[[Item], object],
+        timeout: float | None = None,
+        *,
+        on_error: Callable[[Item, Exception], object] | None = None,
+    ) -> int:
+        """The worker loop of :meth:`journaled.Reader.process`."""
+        return txn.process(self, fn, timeout, on_error)
+
+    async def aget(self, timeout: float | None = None) -> Item:
+        """``await reader.aget(timeout)``: :meth:`get` without blocking the event loop.  A
+        cancelled ``aget`` returns once any item it got meanwhile is back at the head,
+        uncounted (within one :data:`ASYNC_SLICE`), so the order of the items is kept."""
+        txn.check_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Item] = loop.create_future()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stop = threading.Event()
+
+        def give_back(item: Item) -> None:
+            txn.settle(self, item, None, commit=False)
+
+        def post(item: Item | None, exc: BaseException | None) -> None:
+            if future.cancelled():
+                if item is not None:
+                    give_back(item)  # on the loop: done before the cancelled aget returns
+            elif exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(item)  # type: ignore[arg-type]
+
+        def wait() -> None:
+            while not stop.is_set():
+                left = ASYNC_SLICE if deadline is None else min(ASYNC_SLICE, deadline - time.monotonic())
+                try:
+                    item: Item | None = self.get(True, max(left, 0.0))
+                    exc: BaseException | None = None
+                except Empty as empty:
+                    if deadline is None or time.monotonic() < deadline:
+                        continue
+                    item, exc = None, empty
+                except BaseException as failure:
+                    item, exc = None, failure
+                if stop.is_set():
+                    if item is not None:
+                        give_back(item)
+                    return
+                try:
+                    loop.call_soon_threadsafe(post, item, exc)
+                except RuntimeError:  # the loop is closed: nobody will take it
+                    if item is not None:
+                        give_back(item)
+                return
+
+        thread = threading.Thread(target=wait, name=f"journaled-aget-{self.name}", daemon=True)
+        thread.start()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            stop.set()
+            # its last post (if any) was queued before it ended, so it runs before we go on
+            await loop.run_in_executor(None, thread.join)
+            raise
+
+    def atransaction(self, timeout: float | None = None) -> AsyncTransactionContext:
+        """``async with reader.atransaction(timeout) as item:`` as in-process."""
+        return AsyncTransactionContext(self, timeout)
+
+    def aiter(self, timeout: float | None = None) -> AsyncItemIterator:
+        """``async for item in reader.aiter(timeout)`` as in-process."""
+        return AsyncItemIterator(self, timeout)
+
+    def __aiter__(self) -> AsyncItemIterator:
+        """``async for item in reader``: :meth:`aiter` without a timeout."""
+        return AsyncItemIterator(self)
+
+    async def aprocess(
+        self,
+        fn: Callable[[Item], Awaitable[object] | object],
+        timeout: float | None = None,
+        *,
+        on_error: Callable[[Item, Exception], object] | None = None,
+    ) -> int:
+        """``await reader.aprocess(fn)``: :meth:`process` for asyncio."""
+        return await aprocess(self, fn, timeout, on_error)
+
+    # ------------------------------------------------------------------ state
+    def stats(self) -> ReaderStats:
+        """This reader's snapshot, from the owner."""
+        return self.queue.reader_stats(self.name)
+
+    def __len__(self) -> int:
+        """Items waiting for delivery (not counting open reads), at the owner."""
+        return self.stats().items_waiting
+
+    def __repr__(self) -> str:
+        return f"<RemoteReader {self.name!r}>"
+
+
+__all__ = ["ASYNC_SLICE", "OwnedHere", "RemoteReader", "Served"]

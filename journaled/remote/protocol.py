@@ -1,0 +1,126 @@
+"""The wire format between a queue's owner and the other processes using it, as pure code on bytes.
+
+A *frame* is ``HEAD`` (two big-endian unsigned 32-bit lengths: header, payload), then a UTF-8
+JSON object (the header), then the raw payload bytes.  Payloads are opaque bytes and are never
+interpreted; nothing on this path is ever unpickled.  Requests are headers with an ``"op"``;
+replies carry ``"ok": true`` or ``"ok": false`` with an ``"error"`` class name from
+:data:`ERRORS` and a ``"message"``.  Several payloads travel as one payload plus their
+``"lens"`` list.  Anything that breaks these rules raises :class:`ProtocolError`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from journaled import errors
+
+#: header length, payload length (both big-endian uint32)
+HEAD = struct.Struct(">II")
+#: a header is small: ops, names, numbers
+MAX_HEADER = 1 << 20
+#: a payload: one put_many (items up to ``max_item_size`` each, so a client splits batches)
+MAX_PAYLOAD = 256 << 20
+#: the socket's file name inside a queue directory
+SOCKET_NAME = ".journaled.sock"
+#: bumped on an incompatible change; a hello with another version is refused
+VERSION = 1
+
+#: error classes a reply may name; anything else arrives as a plain ``JournaledError``
+ERRORS: dict[str, type[Exception]] = {
+    name: getattr(errors, name)
+    for name in (
+        "Empty",
+        "Full",
+        "InvalidName",
+        "ItemTooLarge",
+        "QueueClosed",
+        "UnknownRead",
+        "UnknownReader",
+        "JournaledError",
+        "CorruptJournal",
+        "JournalIOError",
+        "QueueDirectoryGone",
+        "OwnerLost",
+    )
+}
+ERRORS.update({"TypeError": TypeError, "ValueError": ValueError})
+
+
+class ProtocolError(errors.JournaledError):
+    """A frame or message that breaks the wire format (the connection is closed)."""
+
+
+def encode(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    """One frame: lengths, JSON header, payload."""
+    head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    return HEAD.pack(len(head), len(payload)) + head + payload
+
+
+def lengths(prefix: bytes) -> tuple[int, int]:
+    """The header and payload lengths announced by a frame's first ``HEAD.size`` bytes."""
+    hlen, plen = HEAD.unpack(prefix)
+    if not 2 <= hlen <= MAX_HEADER or plen > MAX_PAYLOAD:
+        raise ProtocolError(f"bad frame lengths: header {hlen}, payload {plen}")
+    return hlen, plen
+
+
+def decode_header(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a header, or :class:`ProtocolError`."""
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("header is not a JSON object")
+    return header
+
+
+def split(payload: bytes, lens: object) -> list[bytes]:
+    """Cut ``payload`` into pieces of ``lens`` bytes; they must cover it exactly."""
+    if not isinstance(lens, list) or not all(type(n) is int and n >= 0 for n in lens):
+        raise ProtocolError("'lens' must be a list of non-negative integers")
+    if sum(lens) != len(payload):
+        raise ProtocolError("'lens' does not add up to the payload's length")
+    out, pos = [], 0
+    view = memoryview(payload)
+    for n in lens:
+        out.append(bytes(view[pos : pos + n]))
+        pos += n
+    return out
+
+
+def field(header: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    """``header[key]`` checked to be of ``kind`` (``bool`` is not an ``int`` here), or
+    :class:`ProtocolError`; ``default`` when missing, if given."""
+    if key not in header:
+        if default is ...:
+            raise ProtocolError(f"missing field {key!r}")
+        return default
+    value = header[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ProtocolError(f"field {key!r} has the wrong type")
+    if not isinstance(value, kinds):
+        raise ProtocolError(f"field {key!r} has the wrong type")
+    return value
+
+
+def error_reply(exc: BaseException) -> dict[str, Any]:
+    """The reply header reporting ``exc`` (its class name if the other side knows it)."""
+    name = type(exc).__name__
+    if name not in ERRORS:
+        name = next(
+            (n for n, c in ERRORS.items() if isinstance(exc, c) and n != "JournaledError"), "JournaledError"
+        )
+    return {"ok": False, "error": name, "message": str(exc)}
+
+
+def raise_error(header: dict[str, Any]) -> None:
+    """Raise the exception a reply header describes (its constructor's own arguments are not
+    sent: the instance carries the owner's message only)."""
+    cls = ERRORS.get(str(header.get("error")), errors.JournaledError)
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, str(header.get("message", "")))
+    raise exc

@@ -1,0 +1,708 @@
+"""docs/format.md, executable: every MUST of the spec (tagged ``[F-n]`` there) has a test here.
+
+Files are generated with the library, damaged by hand, then read by the library and by
+tests/format/spec_reader.py, a minimal reader written from the spec alone (it imports nothing from
+``journaled``); both must agree byte for byte and item for item.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import re
+import struct
+import time
+
+import pytest
+from crc32c import crc32c
+
+import spec_reader as spec
+from conftest import ready_items
+from journaled import JournaledQueue, QueueConfig
+from journaled.disk.bookmarks import read_bookmark, write_bookmark
+from journaled.disk.layout import detect_queue_name
+from journaled.disk.spoolfiles import pending_batches, spool_put
+from journaled.errors import ForeignFile, UnsupportedVersion
+from journaled.format.record import FileHeader, encode_header, encode_put, header_size
+from journaled.format.smallfiles import decode_crc_text, encode_crc_text
+from journaled.offline.repair import check_dir, repair_dir
+from journaled.offline.scan import JournalScanner
+from journaled.offline.segments import QueueView, read_segment
+
+pytestmark = pytest.mark.usefixtures("quiet")
+
+from support.paths import ROOT  # noqa: E402
+
+SPEC = os.path.join(ROOT, "docs", "format.md")
+
+PAYLOAD = 40
+REC = 33 + PAYLOAD
+HL = header_size("q")  # 39
+
+
+def payload(i: int) -> bytes:
+    return (b"item-%06d-" % i).ljust(PAYLOAD, b"x")
+
+
+def fill(path: str, n: int, per_file: int | None = None) -> list[str]:
+    size = HL + per_file * REC if per_file else 64 * 1024 * 1024
+    with JournaledQueue(path, QueueConfig(sync="never", journal_size=size), name="q") as q:
+        q.reader("r")
+        for i in range(1, n + 1):
+            assert q.put(payload(i)) == i
+    return journal_files(path)
+
+
+def journal_files(path: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(path, "q.[0-9]*")), key=lambda p: int(p.rsplit(".", 1)[1]))
+
+
+def at(files: list[str], item_id: int, per_file: int) -> tuple[str, int]:
+    k, j = divmod(item_id - 1, per_file)
+    return files[k], HL + j * REC
+
+
+def patch(path: str, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def flip(path: str, offset: int, n: int = 4) -> None:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        old = f.read(n)
+    patch(path, offset, bytes(b ^ 0xFF for b in old))
+
+
+def drain(path: str, reader: str = "r", **config: object) -> tuple[list[int], list]:
+    with JournaledQueue(path, QueueConfig(**config), name="q") as q:  # type: ignore[arg-type]
+        r = q.reader(reader)
+        got = []
+        for item in ready_items(r):
+            got.append(item.id)
+            r.commit(item)
+        return got, list(q.recovery_report)
+
+
+def lost(events: list) -> list[tuple[int, int]]:
+    return sorted(e.ids_lost for e in events if e.ids_lost)
+
+
+def spark_ids(path: str) -> list[int]:
+    view = QueueView(path, "q")
+    lo, hi = view.locate(view.first_id()), view.tail()
+    return [r.id for seg in view.plan(lo, hi, 500) for r in read_segment(seg)]
+
+
+# ------------------------------------------------------------------------------ the mapping
+def test_every_must_of_the_spec_has_a_test_here() -> None:
+    """Each ``[F-n]`` of docs/format.md is named by a test of this file, and the spec's MUSTs
+    all carry an id."""
+    with open(SPEC, encoding="utf-8") as f:
+        text = f.read()
+    ids = set(re.findall(r"\[F-\d+\]", text))
+    assert len(ids) >= 30
+    with open(__file__, encoding="utf-8") as f:
+        here = f.read()
+    missing = sorted((i for i in ids if i not in here), key=lambda i: int(i[3:-1]))
+    assert not missing, missing
+    for para in re.split(r"\n\s*\n", text):
+        if "MUST" in para and "RFC 2119" not in para:
+            assert re.search(r"\[F-\d+\]", para), para[:200]
+
+
+# ------------------------------------------------------------------------------ 1. directory
+def test_queue_name_comes_from_journal_files_else_the_directory(tmp_path) -> None:
+    """[F-1] [F-2]: a checkpoint ``Q.read.7`` matches the journal pattern of a queue ``Q.read``
+    but its bytes are a checkpoint's, so it names no queue."""
+    path = str(tmp_path / "dir")
+    with JournaledQueue(path, name="Q") as q:
+        q.reader("7")
+        q.put(b"x")
+    assert os.path.exists(os.path.join(path, "Q.read.7"))
+    assert detect_queue_name(path) == spec.queue_name(path) == "Q"
+    empty = tmp_path / "plain"
+    empty.mkdir()
+    (empty / "app.1").write_bytes(b"a rotated log\n")  # named like a journal, bytes say no
+    assert detect_queue_name(str(empty)) == spec.queue_name(str(empty)) == "plain"
+    odd = tmp_path / "not valid"
+    odd.mkdir()
+    assert detect_queue_name(str(odd)) == spec.queue_name(str(odd)) == "queue"
+
+
+def test_files_are_ordered_by_the_number_in_their_name_not_created_ms(tmp_path) -> None:
+    """[F-3]: ``created_ms`` is independent of the file name; only the name orders files."""
+    path = str(tmp_path / "q")
+    files = fill(path, 30, per_file=10)
+    with open(files[0], "rb") as f:
+        head = bytearray(f.read(HL))
+    head[24:32] = struct.pack("<Q", 9_999_999_999_999)  # far later than every other file
+    head[HL - 4 :] = struct.pack("<I", crc32c(bytes(head[: HL - 4])))
+    patch(files[0], 0, bytes(head))
+    assert [p[0] for p in spec.read_queue(path).puts] == list(range(1, 31))
+    assert [r.id for r in JournalScanner(path, "q").records()] == list(range(1, 31))
+    got, events = drain(path)
+    assert got == list(range(1, 31)) and events == []
+
+
+def test_every_entry_journaled_creates_is_in_the_directory_inventory(tmp_path) -> None:
+    """[F-4]: journal files, checkpoints, registry, lock, spool/, external/, archive and
+    repair backups are all listed in section 1."""
+    path = str(tmp_path / "q")
+    cfg = QueueConfig(journal_size=HL + 3 * REC, archive_dir="archive", sync="never")
+    with JournaledQueue(path, cfg, name="q") as q:
+        r = q.reader("r")
+        for i in range(12):
+            q.put(payload(i))
+        spool_put(path, [b"s1", b"s2"], key="k1")
+        q.adopt_spool()
+        for item in ready_items(r):
+            r.commit(item)
+        q.checkpoint()
+        q.archive()
+    write_bookmark(path, "spark", 3)
+    flip(journal_files(path)[-1], HL + 10)
+    repair_dir(path)
+    patterns = [
+        r"q\.\d{1,20}",
+        r"q\.read\.[A-Za-z0-9_.:-]+",
+        r"q\.readers",
+        r"\.journaled\.lock",
+        r"q\.\d{1,20}(\.at\d+)?\.damaged",
+        r"spool",
+        r"external",
+        r"archive",
+        r"repair-\d{8}T\d{6}Z",
+    ]
+    entries = os.listdir(path)
+    assert {"spool", "external", "archive"} <= set(entries)
+    assert any(e.startswith("repair-") for e in entries)
+    for e in entries:
+        assert any(re.fullmatch(p, e) for p in patterns), e
+    for e in os.listdir(os.path.join(path, "spool")):
+        assert re.fullmatch(r"ledger|rejected|\d{20}-\d+-[0-9a-f]{8}\.batch", e), e
+    assert os.listdir(os.path.join(path, "archive")) and all(
+        re.fullmatch(r"q\.\d{1,20}", e) for e in os.listdir(os.path.join(path, "archive"))
+    )
+
+
+# ------------------------------------------------------------------------------ 3. header, 11. vector
+def test_the_test_vector_is_what_both_readers_write(tmp_path) -> None:
+    """[F-5] [F-10]: header and record bytes of section 11, from the library, from the spec
+    reader, and as printed in the spec."""
+    with open(SPEC, encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("The complete 82-byte file:", 1)[1].split("```")[1]
+    printed = bytes.fromhex("".join(block.split()))
+    lib = encode_header(FileHeader(salt=0x01020304, first_id=1, created_ms=1700000000000, name="events"))
+    lib += encode_put(0x01020304, len(lib), 1, 1700000000000, 0, b"hello")
+    mine = spec.encode_header(0x01020304, 1, 1700000000000, "events")
+    mine += spec.encode_put(0x01020304, len(mine), 1, 1700000000000, 0, b"hello")
+    assert lib == mine == printed and len(printed) == 82
+    header, verdict = spec.parse_header(printed, "events", 1700000000000)
+    assert verdict == "ok" and header is not None and header.size == 44
+    assert spec.walk(printed, header.salt, 44, 82, 1)[0] == [(1, 44, 1700000000000, 0, b"hello")]
+
+
+def test_another_version_under_a_valid_crc_is_refused_not_guessed(tmp_path) -> None:
+    """[F-6]"""
+    path = str(tmp_path / "q")
+    files = fill(path, 5)
+    with open(files[0], "rb") as f:
+        head = bytearray(f.read(HL))
+    head[8:10] = struct.pack("<H", 2)
+    head[HL - 4 :] = struct.pack("<I", crc32c(bytes(head[: HL - 4])))
+    patch(files[0], 0, bytes(head))
+    before = open(files[0], "rb").read()
+    with pytest.raises(UnsupportedVersion):
+        JournaledQueue(path, name="q")
+    with pytest.raises(spec.Unsupported):
+        spec.read_queue(path, "q")
+    assert open(files[0], "rb").read() == before
+
+
+@pytest.mark.parametrize(
+    "where, n", [("created_ms", 2), ("salt", 4), ("magic", 1), ("version", 1), ("name", 1)]
+)
+def test_a_damaged_header_is_rebuilt_from_the_records(tmp_path, where: str, n: int) -> None:
+    """[F-7]: salt from the header field or solved from the first record's CRC, first_id from
+    the first valid PUT, created_ms from the file name; the file's bytes untouched."""
+    path = str(tmp_path / "q")
+    files = fill(path, 30, per_file=10)
+    at_ = {"created_ms": 24, "salt": 12, "magic": 3, "version": 8, "name": 34}[where]
+    salt = struct.unpack_from("<I", open(files[1], "rb").read(16), 12)[0]
+    flip(files[1], at_, n)
+    before = open(files[1], "rb").read()
+    got = spec.read_queue(path, "q")
+    assert [p[0] for p in got.puts] == list(range(1, 31))
+    header = got.files[1][1]
+    assert got.files[1][2] == "rebuilt" and header is not None and header.first_id == 11
+    assert header.created_ms == int(files[1].rsplit(".", 1)[1])
+    assert header.salt == salt
+    ids, events = drain(path)
+    assert ids == list(range(1, 31))
+    assert [e.action for e in events] == ["recovered-header"]
+    assert open(files[1], "rb").read() == before
+
+
+def test_a_file_that_is_not_ours_is_refused_and_never_touched(tmp_path) -> None:
+    """[F-8]: no magic, no record, longer than a header: ``ForeignFile``, bytes untouched."""
+    path = str(tmp_path / "q")
+    fill(path, 3)
+    alien = os.path.join(path, "q.1999999999999")
+    data = os.urandom(HL + 1).replace(b"\x89", b"\x00")
+    with open(alien, "wb") as f:
+        f.write(data)
+    with pytest.raises(ForeignFile):
+        JournaledQueue(path, name="q")
+    assert spec.parse_header(data, "q", 1999999999999) == (None, "foreign")
+    assert open(alien, "rb").read() == data and sorted(os.listdir(path)).count("q.1999999999999.damaged") == 0
+
+
+def test_a_newest_file_no_longer_than_a_header_is_set_aside_as_damaged(tmp_path) -> None:
+    """[F-9]: 38 + len(name) bytes of anything: an interrupted creation, renamed ``.damaged``
+    and reported as ``skipped-file`` (one byte more would be a foreign file)."""
+    path = str(tmp_path / "q")
+    fill(path, 3)
+    stub = os.path.join(path, "q.1999999999999")
+    data = b"\x01" * (38 + len("q"))
+    with open(stub, "wb") as f:
+        f.write(data)
+    assert spec.parse_header(data, "q", 1999999999999) == (None, "unreadable")
+    ids, events = drain(path)
+    assert ids == [1, 2, 3]
+    assert [e.action for e in events] == ["skipped-file"]
+    assert open(stub + ".damaged", "rb").read() == data and not os.path.exists(stub)
+
+
+# ------------------------------------------------------------------------------ 4. records
+def append_raw(path: str, build) -> None:
+    """Append what ``build(salt, offset)`` returns to the newest journal file."""
+    f = journal_files(path)[-1]
+    salt = struct.unpack_from("<I", open(f, "rb").read(16), 12)[0]
+    patch(f, os.path.getsize(f), build(salt, os.path.getsize(f)))
+
+
+def test_skippable_types_are_skipped_and_must_understand_types_refused(tmp_path) -> None:
+    """[F-11]"""
+    path = str(tmp_path / "q")
+    fill(path, 2)
+    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 0x90, b"an index, say"))
+    append_raw(path, lambda salt, off: spec.encode_put(salt, off, 3, 0, 0, payload(3)))
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3]
+    assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3]
+    assert drain(path)[0] == [1, 2, 3]
+    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 0x02, b"new meaning"))
+    with pytest.raises(spec.Unsupported):
+        spec.read_queue(path, "q")
+    with pytest.raises(UnsupportedVersion):
+        list(JournalScanner(path, "q").records())
+
+
+@pytest.mark.parametrize("length", [23, (1 << 30) + 25])
+def test_a_length_out_of_bounds_is_damage(tmp_path, length: int) -> None:
+    """[F-12]: a PUT body below 24 bytes or above 2^30 + 24 is damage, skipped like any other."""
+    path = str(tmp_path / "q")
+    files = fill(path, 5)
+    patch(files[0], HL + 2 * REC + 4, struct.pack("<I", length))
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 4, 5]
+    ids, events = drain(path)
+    assert ids == [1, 2, 4, 5] and lost(events) == [(3, 3)]
+
+
+def test_a_smaller_id_is_skipped_and_a_larger_one_accepted(tmp_path) -> None:
+    """[F-13]: ids 1, 2, then a valid PUT of id 1 (skipped), then 5 (accepted: 3-4 lost)."""
+    path = str(tmp_path / "q")
+    fill(path, 2)
+    append_raw(path, lambda salt, off: spec.encode_put(salt, off, 1, 0, 0, payload(1)))
+    append_raw(path, lambda salt, off: spec.encode_put(salt, off, 5, 0, 0, payload(5)))
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 5]
+    assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 5]
+    assert spark_ids(path) == [1, 2, 5]
+    ids, _ = drain(path)
+    assert ids == [1, 2, 5]
+    with JournaledQueue(path, name="q") as q:
+        assert q.put(b"next") == 6
+
+
+def test_a_record_validates_only_at_its_own_offset(tmp_path) -> None:
+    """[F-14]: the same bytes one record further on fail the CRC (they are damage)."""
+    path = str(tmp_path / "q")
+    files = fill(path, 3)
+    rec1 = open(files[0], "rb").read()[HL : HL + REC]
+    patch(files[0], HL + REC, rec1)  # record 1's bytes where record 2 was
+    kind = spec.decode(
+        open(files[0], "rb").read(), HL + REC, spec.parse_header(open(files[0], "rb").read(), "q", 1)[0].salt
+    )[0]  # type: ignore[union-attr]
+    assert kind == "damage"
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 3]
+    ids, events = drain(path)
+    assert ids == [1, 3] and lost(events) == [(2, 2)]
+
+
+def test_ids_cut_by_recovery_are_never_reused(tmp_path) -> None:
+    """[F-15]: point_in_time cuts valid records 4-5 after damage at 3; the next put gets 6."""
+    path = str(tmp_path / "q")
+    files = fill(path, 5)
+    flip(files[0], HL + 2 * REC + 20)
+    ids, events = drain(path, recovery="point_in_time")
+    assert ids == [1, 2] and [e.action for e in events] == ["cut-at-damage"]
+    with JournaledQueue(path, name="q") as q:
+        assert q.put(b"after") == 6
+    on_disk = [p[0] for p in spec.read_queue(path, "q").puts]
+    assert on_disk[-1] == 6 and not {3, 4, 5} & set(on_disk)
+
+
+# ------------------------------------------------------------------------------ 6. damage
+def test_zeros_and_type_zero_are_damage_and_the_scan_goes_on(tmp_path) -> None:
+    """[F-16]: a zeroed record mid-file is skipped like any damage; fewer than 9 zero bytes at
+    the end are damage too (a zero-filled tail), not "incomplete"."""
+    path = str(tmp_path / "q")
+    files = fill(path, 6)
+    patch(files[0], HL + 2 * REC, bytes(REC))
+    data = open(files[0], "rb").read()
+    salt = spec.parse_header(data, "q", 1)[0].salt  # type: ignore[union-attr]
+    assert spec.decode(data, HL + 2 * REC, salt)[0] == "damage"
+    assert spec.decode(data + bytes(5), len(data), salt)[0] == "damage"
+    assert spec.decode(data + b"\x01" * 5, len(data), salt)[0] == "incomplete"
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 4, 5, 6]
+    patch(files[0], len(data), bytes(5))
+    ids, events = drain(path)
+    assert ids == [1, 2, 4, 5, 6]
+    assert sorted(e.action for e in events) == ["skipped-damage", "truncated-tail"]
+    assert os.path.getsize(files[0]) == len(data)
+
+
+@pytest.mark.parametrize(
+    "damage, action, kept",
+    [("cut", "truncated-tail", False), ("zeros", "truncated-tail", False), ("crc", "cut-at-damage", True)],
+)
+def test_only_a_cut_off_record_or_zeros_is_a_torn_tail(
+    tmp_path, damage: str, action: str, kept: bool
+) -> None:
+    """[F-17]: a CRC mismatch in the last record is damage: cut, its bytes kept aside."""
+    path = str(tmp_path / "q")
+    files = fill(path, 5)
+    last = HL + 4 * REC
+    size = os.path.getsize(files[0])
+    if damage == "cut":
+        os.truncate(files[0], size - 7)
+    elif damage == "zeros":
+        patch(files[0], size, bytes(100))
+    else:
+        flip(files[0], last + 30)
+    data = open(files[0], "rb").read()
+    salt = spec.parse_header(data, "q", 1)[0].salt  # type: ignore[union-attr]
+    puts, spans = spec.walk(data, salt, HL, len(data), 1)
+    assert [p[0] for p in puts] == ([1, 2, 3, 4, 5] if damage == "zeros" else [1, 2, 3, 4])
+    assert spec.torn(data, spans[0]) is not kept
+    ids, events = drain(path)
+    assert ids == [p[0] for p in puts]
+    assert [e.action for e in events] == [action]
+    assert (events[0].kept is not None) is kept
+    if kept:
+        assert open(events[0].kept, "rb").read() == data[last:]
+
+
+def damage_all(path: str, files: list[str], per_file: int) -> None:
+    """One of each kind of damage in the older files and the newest."""
+    f, off = at(files, 3, per_file)
+    flip(f, off + 20)  # CRC mismatch mid-file
+    f, off = at(files, 7, per_file)
+    patch(f, off + 4, struct.pack("<I", 100_000))  # a length running past the end of the file
+    f, off = at(files, 10, per_file)
+    flip(f, off + 30)  # the last record of the oldest file
+    f, off = at(files, 14, per_file)
+    patch(f, off, bytes(2 * REC))  # two records zeroed
+    f, off = at(files, 22, per_file)
+    patch(f, off + 8, b"\x00")  # type 0
+    f, off = at(files, 33, per_file)
+    patch(f, off + 4, struct.pack("<I", 5))  # a PUT length below 24, in the newest file
+
+
+EXPECTED_LOST = [(3, 3), (7, 7), (10, 10), (14, 15), (22, 22), (33, 33)]
+
+
+def test_owner_scanner_check_spark_and_spec_reader_agree_on_a_damaged_queue(tmp_path) -> None:
+    """[F-18] [F-19]: the default open, JournalScanner, ``check``, Spark's segment reader and the
+    spec reader deliver the same items and name the same lost ids."""
+    path = str(tmp_path / "q")
+    files = fill(path, 40, per_file=10)
+    damage_all(path, files, 10)
+    expected = [i for i in range(1, 41) if not any(lo <= i <= hi for lo, hi in EXPECTED_LOST)]
+    mine = spec.read_queue(path, "q")
+    assert [p[0] for p in mine.puts] == expected
+    assert all(p[4] == payload(p[0]) for p in mine.puts)
+    assert sorted(mine.lost) == EXPECTED_LOST
+    assert [r.id for r in JournalScanner(path, "q").records()] == expected
+    assert spark_ids(path) == expected
+    assert sorted(f.ids_lost for f in check_dir(path).findings if f.ids_lost) == EXPECTED_LOST
+    ids, events = drain(path)
+    assert ids == expected
+    assert lost(events) == EXPECTED_LOST
+
+
+def test_point_in_time_keeps_aside_what_follows_a_length_running_past_an_older_files_end(tmp_path) -> None:
+    """[F-20]: valid records follow the damage, so the cut bytes are saved, not dropped."""
+    path = str(tmp_path / "q")
+    files = fill(path, 30, per_file=10)
+    f, off = at(files, 2, 10)
+    patch(f, off + 4, struct.pack("<I", 100_000))
+    data = open(f, "rb").read()
+    ids, events = drain(path, recovery="point_in_time")
+    assert ids == [1] + list(range(11, 31))
+    (event,) = events
+    assert event.action == "cut-at-damage" and event.ids_lost == (2, 10)
+    assert event.kept is not None and open(event.kept, "rb").read() == data[off:]
+
+
+def test_a_scanner_treats_an_incomplete_newest_tail_as_not_yet(tmp_path) -> None:
+    """[F-21]"""
+    path = str(tmp_path / "q")
+    files = fill(path, 4)
+    whole = spec.encode_put(
+        spec.parse_header(open(files[0], "rb").read(), "q", 1)[0].salt,  # type: ignore[union-attr]
+        os.path.getsize(files[0]),
+        5,
+        0,
+        0,
+        payload(5),
+    )
+    patch(files[0], os.path.getsize(files[0]), whole[:20])
+    assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3, 4]
+    patch(files[0], os.path.getsize(files[0]), whole[20:])
+    assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3, 4, 5]
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3, 4, 5]
+    # a newest file whose header is still being written
+    partial = os.path.join(path, "q.1999999999999")
+    with open(partial, "wb") as f:
+        f.write(spec.encode_header(7, 6, 1999999999999, "q")[:20])
+    assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3, 4, 5]
+    assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3, 4, 5]
+
+
+# ------------------------------------------------------------------------------ 7. checkpoints
+def make_readers(path: str) -> None:
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        r = q.reader("r")
+        for i in range(1, 11):
+            q.put(payload(i))
+        items = list(ready_items(r))
+        for item in items:
+            if item.id in (1, 2, 5, 7):
+                r.commit(item)
+            elif item.id == 4:
+                r.abort(item)
+            else:
+                r.release(item)
+
+
+def test_a_library_checkpoint_decodes_by_the_spec(tmp_path) -> None:
+    """[F-22]"""
+    path = str(tmp_path / "q")
+    make_readers(path)
+    raw = open(os.path.join(path, "q.read.r"), "rb").read()
+    ck = spec.decode_checkpoint(raw)
+    assert ck is not None and ck.head == 3 and ck.done == [5, 7] and ck.flags == 0
+    assert ck.errors == [(4, 1)]
+    assert len(raw) == 48 + 8 * len(ck.done) + 12 * len(ck.errors)
+    puts = spec.read_queue(path, "q").puts
+    assert drain(path)[0] == spec.to_deliver(puts, ck, int(time.time() * 1000))
+
+
+@pytest.mark.parametrize("damage", ["version", "length", "crc", "magic"])
+def test_an_invalid_checkpoint_means_replay_from_the_oldest_item(tmp_path, damage: str) -> None:
+    """[F-23]: a checkpoint of another version is treated like a damaged one: replay."""
+    path = str(tmp_path / "q")
+    make_readers(path)
+    ckp = os.path.join(path, "q.read.r")
+    if damage == "version":
+        raw = spec.encode_checkpoint(3, 0, 0, [5, 7], [], version=2)
+    else:
+        raw = bytearray(open(ckp, "rb").read())
+        if damage == "length":
+            raw += b"\0"
+        elif damage == "crc":
+            raw[-1] ^= 1
+        else:
+            raw[1] ^= 1
+        raw = bytes(raw)
+    with open(ckp, "wb") as f:
+        f.write(raw)
+    assert spec.decode_checkpoint(raw) is None
+    assert drain(path)[0] == list(range(1, 11))
+
+
+def test_checkpoint_flags_are_ignored(tmp_path) -> None:
+    """[F-24]"""
+    path = str(tmp_path / "q")
+    make_readers(path)
+    ckp = os.path.join(path, "q.read.r")
+    with open(ckp, "wb") as f:
+        f.write(spec.encode_checkpoint(3, 0, 0, [5, 7], [], flags=0xFFFF))
+    assert drain(path)[0] == [3, 4, 6, 8, 9, 10]
+
+
+def test_done_may_be_unsorted_and_ids_below_head_are_dropped(tmp_path) -> None:
+    """[F-25]"""
+    path = str(tmp_path / "q")
+    make_readers(path)
+    raw = spec.encode_checkpoint(4, 0, 0, [9, 2, 6, 3], [(1, 5), (8, 2)])
+    with open(os.path.join(path, "q.read.r"), "wb") as f:
+        f.write(raw)
+    ck = spec.decode_checkpoint(raw)
+    want = spec.to_deliver(spec.read_queue(path, "q").puts, ck, int(time.time() * 1000))
+    assert want == [4, 5, 7, 8, 10]
+    with JournaledQueue(path, name="q") as q:
+        items = list(ready_items(q.reader("r")))
+    assert [it.id for it in items] == want
+    assert {it.id: it.error_count for it in items} == {4: 0, 5: 0, 7: 0, 8: 2, 10: 0}
+
+
+def test_a_wrong_position_hint_is_ignored(tmp_path) -> None:
+    """[F-26]: a hint at a record whose id is above ``head``, or at no record, is not used."""
+    path = str(tmp_path / "q")
+    files = fill(path, 10)
+    ms = int(files[0].rsplit(".", 1)[1])
+    for off in (HL + 6 * REC, HL + 3, 10**6):
+        with open(os.path.join(path, "q.read.r"), "wb") as f:
+            f.write(spec.encode_checkpoint(4, ms, off, [], []))
+        assert drain(path)[0] == list(range(4, 11))
+    with open(os.path.join(path, "q.read.r"), "wb") as f:
+        f.write(spec.encode_checkpoint(4, ms, HL + 1 * REC, [], []))  # id 2 <= head: a good hint
+    assert drain(path)[0] == list(range(4, 11))
+
+
+# ------------------------------------------------------------------------------ 8. registry
+def test_registry_is_canonical_and_readers_accept_any_hex_case_and_width(tmp_path) -> None:
+    """[F-27]"""
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, name="q") as q:
+        q.reader("b")
+        q.reader("a")
+    raw = open(os.path.join(path, "q.readers"), "rb").read()
+    assert raw == spec.encode_crc_text("journaled-readers 1", ["a", "b"])
+    assert re.fullmatch(rb"journaled-readers 1\na\nb\ncrc32c [0-9a-f]{8}\n", raw)
+    body = raw.rsplit(b"crc32c ", 1)[0]
+    variant = body + b"crc32c %X\n" % crc32c(body)  # upper case, no leading zeros
+    assert (
+        decode_crc_text(variant, "journaled-readers 1")
+        == spec.decode_crc_text(variant, "journaled-readers 1")
+        == ["a", "b"]
+    )
+    assert encode_crc_text("journaled-readers 1", ["a", "b"]) == raw
+
+
+def test_a_bookmark_is_one_decimal_id_and_a_damaged_one_counts_as_zero(tmp_path) -> None:
+    """[F-28]"""
+    path = str(tmp_path / "q")
+    os.makedirs(path)
+    write_bookmark(path, "spark", 1234)
+    p = os.path.join(path, "external", "spark")
+    raw = open(p, "rb").read()
+    assert spec.decode_crc_text(raw, "journaled-bookmark 1") == ["1234"]
+    with open(p, "wb") as f:
+        f.write(raw.replace(b"1234", b"1235"))
+    assert read_bookmark(path, "spark") == 0
+
+
+# ------------------------------------------------------------------------------ 12. spool
+def test_a_spool_batch_and_the_ledger_decode_by_the_spec(tmp_path) -> None:
+    """[F-29] [F-30]"""
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, name="q") as q:
+        q.reader("r")
+    assert spool_put(path, [b"one", b"two"], key="k\u00e9y", expire_at=4_000_000_000)
+    (batch,) = pending_batches(path)
+    assert re.fullmatch(r"\d{20}-\d+-[0-9a-f]{8}\.batch", os.path.basename(batch))
+    assert spec.decode_batch(open(batch, "rb").read()) == (
+        "k\u00e9y",
+        [(b"one", 4_000_000_000_000), (b"two", 4_000_000_000_000)],
+    )
+    with JournaledQueue(path, name="q") as q:
+        assert q.adopt_spool() in (0, 2)
+    ledger = open(os.path.join(path, "spool", "ledger"), "rb").read()
+    assert spec.ledger_adopted(ledger) == {"k\u00e9y"}
+    assert not spool_put(path, [b"again"], key="k\u00e9y")
+
+
+# ------------------------------------------------------------------------------ 13. delivery
+def test_a_reopened_reader_delivers_by_head_done_and_expiry(tmp_path) -> None:
+    """[F-31] [F-32]: expire_ms = add_ms + int(ttl * 1000); expired items are never delivered."""
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        r = q.reader("r")
+        q.put(b"a")
+        q.put(b"b", ttl=0.0015)
+        q.put(b"c", ttl=3600.25)
+        q.put(b"d", ttl=0)
+        q.put(b"e")
+        first = r.get(block=False)
+        r.commit(first)
+    puts = spec.read_queue(path, "q").puts
+    assert puts[1][3] == puts[1][2] + 1 and puts[2][3] == puts[2][2] + 3_600_250
+    time.sleep(0.01)
+    ck = spec.decode_checkpoint(open(os.path.join(path, "q.read.r"), "rb").read())
+    want = spec.to_deliver(puts, ck, int(time.time() * 1000))
+    assert want == [3, 5]
+    assert drain(path)[0] == want
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_reader_agrees_under_random_damage(tmp_path, seed: int) -> None:
+    """[F-18] [F-19]: random flips, zeroed stretches and bad lengths anywhere after the headers;
+    the owner, the scanner, check, Spark and the spec reader deliver the same ids and name the
+    same lost ids."""
+    rnd = random.Random(seed)
+    path = str(tmp_path / "q")
+    files = fill(path, 120, per_file=20)
+    for _ in range(rnd.randint(1, 6)):
+        f = rnd.choice(files)
+        off = rnd.randrange(HL, os.path.getsize(f))
+        kind = rnd.choice(["flip", "zeros", "length"])
+        if kind == "flip":
+            flip(f, off, rnd.randint(1, 4))
+        elif kind == "zeros":
+            patch(f, off, bytes(min(rnd.randint(1, 3 * REC), os.path.getsize(f) - off)))
+        else:
+            rec = HL + (off - HL) // REC * REC
+            patch(f, rec + 4, struct.pack("<I", rnd.choice([0, 23, 10_000, (1 << 30) + 25])))
+    read = spec.read_queue(path, "q")
+    mine = [p[0] for p in read.puts]
+    assert [r.id for r in JournalScanner(path, "q").records()] == mine
+    assert spark_ids(path) == mine
+    report = check_dir(path)
+    assert report.records == len(mine)
+    assert sorted(f.ids_lost for f in report.findings if f.ids_lost) == sorted(read.lost)
+    ids, events = drain(path)
+    assert ids == mine
+    assert lost(events) == sorted(read.lost)
+
+
+@pytest.mark.parametrize("seed", [*range(8), 56, 58, 82])
+def test_owner_and_spec_reader_agree_on_random_header_damage(tmp_path, seed: int) -> None:
+    """[F-7] [F-8] [F-9]: random damage to headers as well as records: the same items and lost
+    ids, the same files rebuilt, and a foreign file exactly where the owner refuses to open."""
+    rnd = random.Random(seed)
+    path = str(tmp_path / "q")
+    files = fill(path, 120, per_file=20)
+    for _ in range(rnd.randint(1, 6)):
+        f = rnd.choice(files)
+        off = rnd.randrange(0, HL) if rnd.random() < 0.5 else rnd.randrange(HL, os.path.getsize(f))
+        if rnd.random() < 0.5:
+            flip(f, off, rnd.randint(1, 4))
+        else:
+            patch(f, off, bytes(min(rnd.randint(1, 3 * REC), os.path.getsize(f) - off)))
+    read = spec.read_queue(path, "q")
+    verdicts = [v for _, _, v in read.files]
+    if "foreign" in verdicts:
+        with pytest.raises(ForeignFile):
+            JournaledQueue(path, name="q")
+        return
+    ids, events = drain(path)
+    assert ids == [p[0] for p in read.puts]
+    assert lost(events) == sorted(read.lost)
+    assert sum(e.action == "recovered-header" for e in events) == verdicts.count("rebuilt")
+    assert sum(e.action == "skipped-file" for e in events) == verdicts.count("unreadable")

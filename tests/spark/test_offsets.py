@@ -1,0 +1,282 @@
+"""The Spark source the way Kafka users expect it: minOffsetsPerTrigger with maxTriggerDelay,
+the latest offset in the query's progress, the query's bookmark in `journaled stat`, and the
+"coming from Kafka" table in docs/spark.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import journaled
+from journaled.config import QueueConfig
+from journaled.disk.bookmarks import write_bookmark
+from support.paths import ROOT as PROJECT_ROOT
+
+ROOT = Path(PROJECT_ROOT)
+SMALL = QueueConfig(journal_size=4096, sync="never")
+
+
+def fill(path, items, config=SMALL):
+    with journaled.JournaledQueue(path, config) as q:
+        return q.put_many(items)
+
+
+def stat_json(path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "journaled", "stat", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# ---------------------------------------------------------------- journaled stat (no Spark)
+
+
+def test_stat_shows_an_external_reader_bookmark_with_its_lag(tmp_path):
+    q = tmp_path / "q"
+    fill(str(q), [b"x"] * 30)  # ids 1..30
+    write_bookmark(str(q), "spark", 21)  # the query still needs ids 21.. : 10 behind
+    st = stat_json(q)
+    assert [(r["name"], r["head"], r["lag"]) for r in st["external_readers"]] == [("spark", 21, 10)]
+    assert st["external_readers"][0]["bookmark_age_s"] >= 0
+    text = subprocess.run(
+        [sys.executable, "-m", "journaled", "stat", str(q)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout
+    assert "external reader spark: head 21, lag 10" in text
+
+
+# ---------------------------------------------------------------- docs/spark.md: coming from Kafka
+
+KAFKA_SOURCE_OPTIONS = [
+    "assign",
+    "subscribe",
+    "subscribePattern",
+    "kafka.bootstrap.servers",
+    "startingOffsets",
+    "startingOffsetsByTimestamp",
+    "startingTimestamp",
+    "endingOffsets",
+    "endingOffsetsByTimestamp",
+    "endingTimestamp",
+    "failOnDataLoss",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "groupIdPrefix",
+    "kafka.group.id",
+    "includeHeaders",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+]
+
+
+def _section(text: str, title: str) -> str:
+    m = re.search(rf"^(#+) {re.escape(title)}.*?$(.*?)(?=^#{{1,3}} |\Z)", text, re.M | re.S | re.I)
+    assert m, f"docs/spark.md has no section {title!r}"
+    return m.group(2)
+
+
+def test_spark_md_maps_every_kafka_source_option_to_ours():
+    text = (ROOT / "docs" / "spark.md").read_text(encoding="utf-8")
+    table = _section(text, "Coming from Kafka")
+    rows = [line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| `")]
+    kafka = {name for cells in rows for name in re.findall(r"`([^`]+)`", cells[0])}
+    assert set(KAFKA_SOURCE_OPTIONS) <= kafka, set(KAFKA_SOURCE_OPTIONS) - kafka
+    ours_documented = set(re.findall(r"^\| `(\w+)`", _section(text, "Source:"), re.M))
+    for cells in rows:
+        for ours in re.findall(r"`(\w+)`", cells[1]):
+            if ours[0].islower() and any(c.isupper() for c in ours):  # an option name (camelCase)
+                assert ours in ours_documented, f"{ours} (for {cells[0].strip()}) is not a documented option"
+
+
+# ---------------------------------------------------------------- the stream reader, driven directly
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+
+
+def stream_reader(path, **options):
+    from pyspark.sql.types import StructType
+
+    from journaled.spark.source import JournaledStreamReader
+
+    return JournaledStreamReader({"path": str(path), "startingOffsets": "earliest", **options}, StructType())
+
+
+def ids(offset):
+    return next(iter(offset.values()))["id"]
+
+
+def test_min_offsets_per_trigger_holds_back_a_batch_until_enough_ids_or_max_trigger_delay(tmp_path):
+    q = str(tmp_path / "q")
+    fill(q, [b"a"] * 5)
+    r = stream_reader(q, minOffsetsPerTrigger="10", maxTriggerDelay="800ms")
+    limit = r.getDefaultReadLimit()
+    start = r.initialOffset()
+    assert ids(start) == 1
+    first = r.latestOffset(start, limit)
+    assert ids(first) == 6  # like Kafka, the first batch is never held back
+    fill(q, [b"b"] * 3)
+    assert r.latestOffset(first, limit) == first  # 3 < 10 waiting: no batch
+    fill(q, [b"c"] * 7)
+    second = r.latestOffset(first, limit)
+    assert ids(second) == 16  # 10 waiting
+    fill(q, [b"d"] * 2)
+    assert r.latestOffset(second, limit) == second
+    time.sleep(1.0)  # past maxTriggerDelay: the 2 go, fewer than the minimum
+    assert ids(r.latestOffset(second, limit)) == 18
+
+
+def test_min_offsets_per_trigger_combines_with_max_and_never_holds_back_available_now(tmp_path):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    q = str(tmp_path / "q")
+    fill(q, [b"a"] * 100)
+    r = stream_reader(q, minOffsetsPerTrigger="20", maxOffsetsPerTrigger="30", maxTriggerDelay="1h")
+    assert r.getDefaultReadLimit() == ReadMaxRows(30)  # Kafka's name for maxRecordsPerTrigger
+    start = r.initialOffset()
+    first = r.latestOffset(start, r.getDefaultReadLimit())
+    assert ids(first) == 31
+    nearly = {k: {"id": 90} for k in first}
+    assert r.latestOffset(nearly, r.getDefaultReadLimit()) == nearly  # 11 < 20 waiting
+    r.prepareForTriggerAvailableNow()
+    assert ids(r.latestOffset(nearly, r.getDefaultReadLimit())) == 101  # must finish: no waiting
+
+
+def test_trigger_options_are_checked(tmp_path):
+    from journaled.spark import OptionError
+
+    q = str(tmp_path / "q")
+    fill(q, [])
+    for bad in (
+        {"maxTriggerDelay": "soon"},
+        {"maxTriggerDelay": "5 parsecs"},
+        {"minOffsetsPerTrigger": "-1"},
+        {"maxRecordsPerTrigger": "10", "maxOffsetsPerTrigger": "20"},
+    ):
+        with pytest.raises(OptionError):
+            stream_reader(q, **bad)
+    assert stream_reader(q, minOffsetsPerTrigger="5").max_delay_s == 15 * 60  # Kafka's default, 15m
+    assert stream_reader(q, maxTriggerDelay="2s").max_delay_s == 2
+
+
+def test_offsets_behind_reads_the_lag_from_a_progress_source():
+    from journaled.spark import offsets_behind
+
+    src = {
+        "endOffset": '{"/a": {"id": 11}, "/b": {"id": 5}}',
+        "latestOffset": '{"/a": {"id": 101}, "/b": {"id": 5}}',
+    }
+    assert offsets_behind(src) == {"/a": 90, "/b": 0}
+    assert offsets_behind({"endOffset": None, "latestOffset": None}) == {}
+
+
+# ---------------------------------------------------------------- a real Spark session
+
+if __import__("shutil").which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java, and there is none here", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    from pyspark.sql import SparkSession
+
+    from journaled.spark import JournaledDataSource
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("journaled-option-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(JournaledDataSource)
+    yield session
+
+
+def wait_for(pred, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_running_query_waits_for_min_offsets_per_trigger(spark, tmp_path):
+    q = str(tmp_path / "q")
+    fill(q, [b"a"] * 50)
+    query = (
+        spark.readStream.format("journaled")
+        .option("startingOffsets", "earliest")
+        .option("minOffsetsPerTrigger", 50)
+        .option("maxTriggerDelay", "1h")
+        .load(q)
+        .writeStream.format("memory")
+        .queryName("min_offsets")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+
+        def count():
+            return spark.sql("select count(*) from min_offsets").collect()[0][0]
+
+        assert wait_for(lambda: count() == 50)
+        fill(q, [b"b"] * 30)
+        time.sleep(4)  # about 20 triggers: each one finds fewer than 50 waiting
+        assert count() == 50
+        fill(q, [b"c"] * 20)
+        assert wait_for(lambda: count() == 100)
+    finally:
+        query.stop()
+
+
+def test_progress_reports_the_queues_latest_offset_and_the_query_lag(spark, tmp_path):
+    from journaled.spark import offsets_behind
+
+    q, dst = str(tmp_path / "q"), str(tmp_path / "dst")
+    fill(q, [b"x"] * 100)
+    query = (
+        spark.readStream.format("journaled")
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", 25)
+        .load(q)
+        .selectExpr("value")
+        .writeStream.format("journaled")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    query.awaitTermination()
+    batches = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+    key = os.path.normpath(q)
+    assert [json.loads(s["latestOffset"]) for s in batches] == [{key: {"id": 101}}] * 4
+    assert [offsets_behind(s) for s in batches] == [{key: 75}, {key: 50}, {key: 25}, {key: 0}]
+    # and the query's committed offset is visible to lag monitoring: `journaled stat`
+    (ext,) = stat_json(q)["external_readers"]
+    assert ext["name"] == "spark" and ext["head"] in (76, 101) and ext["lag"] == 101 - ext["head"]

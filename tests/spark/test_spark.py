@@ -1,0 +1,375 @@
+"""The Spark source and sink, on one local SparkSession shared by the whole test session."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs Java, and there is none here", allow_module_level=True)
+
+import journaled  # noqa: E402
+from journaled.config import QueueConfig  # noqa: E402
+from journaled.disk.bookmarks import read_bookmark  # noqa: E402
+from journaled.offline.scan import JournalScanner  # noqa: E402
+from journaled.owner import adoption  # noqa: E402
+
+SMALL = QueueConfig(journal_size=4096, sync="never")
+
+
+from support.paths import ROOT  # noqa: E402
+
+AUTO_REGISTERED: list[bool] = []
+
+
+@pytest.fixture(scope="session")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # An editable install hides pyspark_journaled.py from the workers' module scan; a regular
+    # install puts it in site-packages.  The repository root on the path stands in for that.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    from pyspark.sql import SparkSession
+
+    from journaled.spark import JournaledDataSource
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("journaled-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    AUTO_REGISTERED.append(
+        session._jsparkSession.sessionState().dataSourceManager().dataSourceExists("journaled")
+    )
+    session.dataSource.register(JournaledDataSource)
+    yield session
+    session.stop()
+
+
+def fill(path, items, config=SMALL):
+    with journaled.JournaledQueue(path, config) as q:
+        return q.put_many(items)
+
+
+def delivered(path):
+    """(id, payload) of every item in a queue, after adopting what the sink spooled."""
+    with journaled.JournaledQueue(path):
+        pass
+    return [(r.id, r.payload) for r in JournalScanner(path).records()]
+
+
+def stream_copy(spark, src, dst, cp, **options):
+    """Run one availableNow query copying ``src`` into queue ``dst``; return rows per batch."""
+    reader = spark.readStream.format("journaled")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (
+        (reader.load(src) if src else reader.load())
+        .selectExpr("value")
+        .writeStream.format("journaled")
+        .option("checkpointLocation", cp)
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    query.awaitTermination()
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_batch_read_gives_every_item_once_with_its_columns_across_partitions(spark, tmp_path):
+    q = str(tmp_path / "events")
+    items = [f"event-{i}".encode() * (1 + i % 7) for i in range(300)]
+    one_file = QueueConfig(journal_size=1 << 20, sync="never")
+    fill(q, items[:100], one_file)
+    with journaled.JournaledQueue(q, one_file) as jq:
+        jq.put_many(items[100:], expire_at=4_000_000_000)
+    df = spark.read.format("journaled").option("maxPartitionBytes", "8000").load(q)
+    assert df.rdd.getNumPartitions() >= 3  # one journal file, split by byte ranges
+    rows = sorted(df.collect(), key=lambda r: r.id)
+    assert [r.id for r in rows] == list(range(1, 301))
+    assert [r.value for r in rows] == items
+    assert {r.queue for r in rows} == {os.path.normpath(q)}
+    assert rows[0].expire_at is None and rows[150].expire_at.year == 2096
+    assert all(r.timestamp is not None for r in rows)
+
+
+def test_the_journaled_format_is_registered_automatically(spark):
+    assert AUTO_REGISTERED == [True]
+
+
+def test_batch_read_of_an_empty_queue_gives_no_rows(spark, tmp_path):
+    q = str(tmp_path / "empty")
+    fill(q, [])
+    assert spark.read.format("journaled").load(q).collect() == []
+
+
+def test_batch_read_honours_starting_and_ending_offsets_and_timestamp(spark, tmp_path):
+    q = str(tmp_path / "q")
+    fill(q, [b"x%d" % i for i in range(50)])
+    key = os.path.normpath(q)
+    df = (
+        spark.read.format("journaled")
+        .option("startingOffsets", json.dumps({key: {"id": 11}}))
+        .option("endingOffsets", json.dumps({key: {"id": 21}}))
+        .load(q)
+    )
+    assert sorted(r.id for r in df.collect()) == list(range(11, 21))
+    (first,) = [r for r in JournalScanner(q).records() if r.id == 30]
+    later = spark.read.format("journaled").option("startingTimestamp", str(first.add_ms)).load(q)
+    ids = sorted(r.id for r in later.collect())
+    assert ids[-1] == 50 and ids[0] <= 30
+
+
+def test_streaming_available_now_honours_max_records_per_trigger(spark, tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    items = [b"r%03d" % i for i in range(70)]
+    fill(src, items)
+    batches = stream_copy(
+        spark, src, dst, str(tmp_path / "cp"), startingOffsets="earliest", maxRecordsPerTrigger=30
+    )
+    assert batches == [30, 30, 10]
+    assert [p for _, p in delivered(dst)] == items
+
+
+def test_streaming_available_now_honours_max_bytes_per_trigger(spark, tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    items = [b"y" * 67 for _ in range(30)]  # 100 bytes a record on disk
+    fill(src, items)
+    batches = stream_copy(
+        spark, src, dst, str(tmp_path / "cp"), startingOffsets="earliest", maxBytesPerTrigger=1000
+    )
+    assert sum(batches) == 30 and len(batches) >= 3 and max(batches) <= 11
+    assert len(delivered(dst)) == 30
+
+
+def test_restart_from_checkpoint_loses_nothing_and_duplicates_nothing(spark, tmp_path):
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [b"a%d" % i for i in range(40)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=25)
+    fill(src, [b"b%d" % i for i in range(30)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=50)
+    got = [p for _, p in delivered(dst)]
+    assert got == [b"a%d" % i for i in range(40)] + [b"b%d" % i for i in range(30)]
+    # the query registered itself as an external reader, one batch behind at most
+    bookmark = read_bookmark(src, "spark")
+    assert bookmark is not None and 26 <= bookmark <= 71
+
+
+def test_sink_drops_a_replayed_micro_batch(spark, tmp_path):
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [b"m%d" % i for i in range(20)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=10)
+    # Forget that the last batch committed: Spark replays it on restart, as after a crash
+    # between the sink's commit and the commit log write.
+    last = max(int(n) for n in os.listdir(os.path.join(cp, "commits")) if n.isdigit())
+    os.remove(os.path.join(cp, "commits", str(last)))
+    if os.path.exists(os.path.join(cp, "commits", f".{last}.crc")):
+        os.remove(os.path.join(cp, "commits", f".{last}.crc"))
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=10)
+    assert [p for _, p in delivered(dst)] == [b"m%d" % i for i in range(20)]
+
+
+def test_stream_writer_commit_of_the_same_batch_twice_publishes_once(tmp_path):
+    from pyspark.sql import Row
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from journaled.spark.sink import JournaledStreamWriter, StagedPart, stage
+
+    dst = str(tmp_path / "dst")
+    schema = StructType([StructField("value", BinaryType())])
+    writer = JournaledStreamWriter({"path": dst, "sinkId": "s"}, schema, False)
+    for _ in range(2):
+        part = stage(dst, iter([Row(value=b"once")]))
+        assert isinstance(part, StagedPart)
+        writer.commit([part], 7)
+    assert [p for _, p in delivered(dst)] == [b"once"]
+    writer.commit([stage(dst, iter([Row(value=b"once")]))], 7)  # after adoption, too
+    assert [p for _, p in delivered(dst)] == [b"once"]
+    assert os.listdir(os.path.join(adoption.spool_dir(dst), adoption.STAGING)) == []
+
+
+def test_batch_write_appends_strings_and_bytes(spark, tmp_path):
+    dst = str(tmp_path / "dst")
+    spark.createDataFrame([("a",), ("b",)], "value STRING").write.format("journaled").mode("append").save(dst)
+    assert sorted(p for _, p in delivered(dst)) == [b"a", b"b"]
+
+
+def test_many_queues_in_one_query(spark, tmp_path):
+    paths = [str(tmp_path / f"host{k}" / "events") for k in range(3)]
+    for k, p in enumerate(paths):
+        fill(p, [b"%d-%d" % (k, i) for i in range(10 * (k + 1))])
+    df = spark.read.format("journaled").option("paths", ",".join(paths)).load()
+    counts = collections.Counter(r.queue for r in df.select("queue").collect())
+    assert counts == {os.path.normpath(p): 10 * (k + 1) for k, p in enumerate(paths)}
+    dst = str(tmp_path / "dst")
+    batches = stream_copy(
+        spark,
+        "",
+        dst,
+        str(tmp_path / "cp"),
+        paths=",".join(paths),
+        startingOffsets="earliest",
+        maxRecordsPerTrigger=40,
+    )
+    assert batches == [40, 20]
+    assert sorted(p for _, p in delivered(dst)) == sorted(
+        b"%d-%d" % (k, i) for k in range(3) for i in range(10 * (k + 1))
+    )
+
+
+def archived_queue(path):
+    """A queue whose oldest files were archived: ids 1.. are gone, the rest is there."""
+    with journaled.JournaledQueue(path, QueueConfig(journal_size=600, sync="never")) as q:
+        r = q.reader("r")
+        q.put_many([b"z" * 40 for _ in range(60)])
+        for _ in range(30):
+            r.commit(r.get(timeout=1).id)
+        q.checkpoint()
+        q.archive()
+    first = next(iter(JournalScanner(path).records())).id
+    assert first > 1
+    return first
+
+
+def test_fail_on_data_loss_true_refuses_archived_offsets(spark, tmp_path):
+    q = str(tmp_path / "q")
+    archived_queue(q)
+    start = json.dumps({os.path.normpath(q): {"id": 1}})
+    with pytest.raises(Exception, match="no longer in the journal"):
+        spark.read.format("journaled").option("startingOffsets", start).load(q).collect()
+    with pytest.raises(Exception, match="no longer in the journal"):
+        stream_copy(spark, q, str(tmp_path / "dst"), str(tmp_path / "cp"), startingOffsets=start)
+
+
+def test_fail_on_data_loss_false_skips_to_what_is_left(spark, tmp_path):
+    q = str(tmp_path / "q")
+    first = archived_queue(q)
+    start = json.dumps({os.path.normpath(q): {"id": 1}})
+    df = (
+        spark.read.format("journaled")
+        .option("startingOffsets", start)
+        .option("failOnDataLoss", "false")
+        .load(q)
+    )
+    assert sorted(r.id for r in df.collect()) == list(range(first, 61))
+    dst = str(tmp_path / "dst")
+    stream_copy(spark, q, dst, str(tmp_path / "cp"), startingOffsets=start, failOnDataLoss="false")
+    assert len(delivered(dst)) == 61 - first
+
+
+PRODUCER = textwrap.dedent(
+    """
+    import sys, time, journaled
+    cfg = journaled.QueueConfig(journal_size=8192, sync=0.01)
+    with journaled.JournaledQueue(sys.argv[1], cfg) as q:
+        for i in range(int(sys.argv[2])):
+            q.put(b"p%05d" % i + b"." * (i % 50))
+            if i % 50 == 0:
+                time.sleep(0.01)
+    """
+)
+
+
+def test_streaming_while_a_producer_process_writes(spark, tmp_path):
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [])
+    n = 1500
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, src, str(n)])
+    try:
+        runs = 0
+        while producer.poll() is None or runs == 0:
+            stream_copy(spark, src, dst, cp, startingOffsets="earliest")
+            runs += 1
+        stream_copy(spark, src, dst, cp, startingOffsets="earliest")  # whatever came last
+    finally:
+        producer.wait(timeout=60)
+    assert producer.returncode == 0
+    got = [p for _, p in delivered(dst)]
+    assert got == [b"p%05d" % i + b"." * (i % 50) for i in range(n)]
+
+
+def test_offsets_are_json_with_sorted_queue_keys_and_round_trip():
+    from journaled.spark.offsets import OptionError, decode, encode
+
+    off = encode({"b": 2, "a": 1, "c/d": 3})
+    assert json.dumps(off) == '{"a": {"id": 1}, "b": {"id": 2}, "c/d": {"id": 3}}'
+    assert decode(json.dumps(off)) == {"a": 1, "b": 2, "c/d": 3}
+    with pytest.raises(OptionError):
+        decode('{"a": {"offset": 1}}')
+
+
+def test_row_budget_is_shared_in_proportion_to_what_waits(tmp_path):
+    from journaled.spark.offsets import Planner
+
+    p = Planner({"a": str(tmp_path / "a"), "b": str(tmp_path / "b")})
+    assert p.cap_rows({"a": 1, "b": 1}, {"a": 301, "b": 101}, 100) == {"a": 76, "b": 26}
+    assert p.cap_rows({"a": 1, "b": 1}, {"a": 3, "b": 1}, 100) == {"a": 3, "b": 1}
+
+
+def _columns_of(batches):
+    out = []
+    for b in batches:
+        if isinstance(b, tuple):  # support.segment_columns.read_segment_columns: lists
+            out += list(zip(b[0], b[1], b[2], b[3]))
+        else:  # arrowread.read_segment_arrays: Arrow arrays
+            out += list(
+                zip(b.ids.to_pylist(), b.values.to_pylist(), b.add_ms.to_pylist(), b.expire_ms.to_pylist())
+            )
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_arrow_segment_reader_reads_what_the_record_reader_reads_damaged_or_not(tmp_path, seed):
+    """The columnar reader (compiled or pure, whichever runs) against the list-based reader it
+    replaces, on queues damaged after planning: the same rows and the same gaps, whatever the
+    split, batch size and byte budget."""
+    import random
+
+    from journaled.offline.segments import QueueView
+    from journaled.spark.arrowread import read_segment_arrays
+    from support.segment_columns import read_segment_columns
+
+    rnd = random.Random(seed)
+    q = str(tmp_path / "q")
+    items = [rnd.randbytes(rnd.choice([0, 1, 10, 100, 700])) for _ in range(rnd.randint(1, 120))]
+    with journaled.JournaledQueue(
+        q, QueueConfig(journal_size=rnd.choice([4096, 20000, 1 << 20]), sync="never")
+    ) as jq:
+        for k in range(0, len(items), 17):
+            jq.put_many(items[k : k + 17], expire_at=rnd.choice([None, 4_000_000_000]))
+    view = QueueView(q)
+    lo, hi = view.locate(rnd.randint(1, len(items))), view.tail()
+    segments = view.plan(lo, hi, rnd.choice([64, 500, 3000, 1 << 20]))
+    for _ in range(rnd.randint(0, 3)):  # damage after planning: flip, zero or cut
+        f = rnd.choice(view.files)
+        size = os.path.getsize(f.path)
+        at = rnd.randrange(f.header.size, size) if size > f.header.size else size
+        with open(f.path, "r+b") as fh:
+            kind = rnd.choice(["flip", "zero", "cut"])
+            if kind == "cut":
+                fh.truncate(at)
+            else:
+                fh.seek(at)
+                old = fh.read(8)
+                fh.seek(at)
+                fh.write(bytes(b ^ 0x10 for b in old) if kind == "flip" else bytes(len(old)))
+    rows, nbytes = rnd.choice([1, 3, 32768]), rnd.choice([1, 150, 1 << 26])
+    for seg in segments:
+        gaps_a, gaps_b = [], []
+        got = _columns_of(read_segment_arrays(seg, gaps_a, rows, nbytes))
+        want = _columns_of(read_segment_columns(seg, gaps_b, rows))
+        assert got == want
+        assert gaps_a == gaps_b
