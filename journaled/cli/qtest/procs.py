@@ -121,7 +121,7 @@ class Conductor:
         self.produced: set[int] = set()
         self.finished: dict[int, bool] = {}  # index -> whether it owned the queue then
         self.gets = [0] * self.n
-        self.run.put_count = [0] * self.n  # the progress bar's figures
+        self.run.count_producers(self.n)  # the progress bar's figures
         self.fsyncs: int | None = None
         self.t0 = 0.0
         self.killed: dict[str, Any] | None = None
@@ -149,7 +149,8 @@ class Conductor:
         word, *rest = line.split()
         if word == "N":
             self.last_progress[index] = line
-            self.run.put_count[index], self.gets[index] = int(rest[0]), int(rest[1])
+            self.run.note_puts(index, int(rest[0]))
+            self.gets[index] = int(rest[1])
         elif word == "R":
             self.ready[index] = int(rest[0])
         elif word == "P":
@@ -262,25 +263,12 @@ class Conductor:
         """Fold the workers' ledgers into the run's; returns the (producer, seq) delivered by the
         first owner at least once, and the workers' other figures."""
         ledger = self.run.ledger
-        ledger.produced = {}
         pre: set[tuple[int, int]] = set()
         figures: dict[str, Any] = {"commits_refused": 0, "owner_after": None}
         for k in range(self.n):
             with open(os.path.join(self.ledgers, f"ledger-{k}.json")) as f:
                 data = json.load(f)
-            for p, count in data["produced"].items():
-                ledger.add_produced(int(p), count, 0, set(data["unknown"].get(p, ())))
-            ledger.put_bytes += data["put_bytes"]
-            ledger.latencies.extend(data["latencies"])
-            log = ledger.new_log(READER)
-            for i, p, s, e, first in data["log"]:
-                log.append((i, p, s, e))
-                if first:
-                    pre.add((p, s))
-            ledger.bad_payloads.extend(data["bad_payloads"])
-            ledger.failures.extend(data["failures"])
-            ledger.leftovers += data["leftovers"]
-            ledger.timeouts += data["timeouts"]
+            pre.update((p, s) for _i, p, s, _e, first in ledger.absorb(READER, data) if first)
             figures["commits_refused"] += data["commits_refused"]
             if data["is_owner"]:
                 figures["owner_after"] = {"worker": k, "pid": data["pid"]}
@@ -310,7 +298,7 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
         finally:
             c.stop_all()
         if interrupted or problems:
-            ledger.produced = dict(enumerate(run.put_count))  # figures only: nothing is checked
+            ledger.produced_figures(run.put_count)
             took = time.monotonic() - c.t0 if c.t0 else 0.0
             put_s, get_s = put_s or took, get_s or took
             errors = problems

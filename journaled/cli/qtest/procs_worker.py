@@ -52,8 +52,8 @@ class Worker:
         self.plan, self.index = plan, index
         self.args = plan_args(plan)
         self.run = Run(self.args)
-        self.run.ledger.first_id = int(plan["first_id"])
-        self.run.put_count = [0] * (self.args.writers * self.args.processes)
+        self.run.ledger.starts_at(int(plan["first_id"]))
+        self.run.count_producers(self.args.writers * self.args.processes)
         self.go, self.done, self.leave = threading.Event(), threading.Event(), threading.Event()
         self.out_lock = threading.Lock()
         self.log: list[tuple[int, int, int, int, int]] = []  # id, producer, seq, errors, pre-kill
@@ -82,7 +82,7 @@ class Worker:
         try:
             target(*args)
         except Exception as exc:  # noqa: BLE001 - reported to the parent in the ledger
-            self.run.ledger.failures.append(f"worker {self.index} {what}: {type(exc).__name__}: {exc}")
+            self.run.ledger.note_failure(f"worker {self.index} {what}: {type(exc).__name__}: {exc}")
             traceback.print_exc()
 
     def consume(self, q: Any, reader: Any, first_owner: int) -> None:
@@ -109,7 +109,7 @@ class Worker:
                     p, s = check_payload(item.data)
                     self.log.append((item.id, p, s, item.error_count, int(before == first_owner)))
                 except ValueError as exc:
-                    self.run.ledger.bad_payloads.append(f"item {item.id}: {exc}")
+                    self.run.ledger.note_bad_payload(f"item {item.id}: {exc}")
             try:
                 reader.commit(item)
             except OwnerLost:

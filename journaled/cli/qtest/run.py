@@ -155,6 +155,41 @@ class Ledger:
             return
         log.append((item.id, p, s, item.error_count))
 
+    def produced_figures(self, counts: list[int]) -> None:
+        """An interrupted run's puts per producer, as figures only (nothing is validated)."""
+        with self._lock:
+            self.produced = dict(enumerate(counts))
+
+    def starts_at(self, first_id: int) -> None:
+        """Items below ``first_id`` were in the directory before this run: counted, never checked."""
+        self.first_id = first_id
+
+    def note_failure(self, text: str) -> None:
+        """A worker thread could not go on: reported by ``validate`` as an error."""
+        with self._lock:
+            self.failures.append(text)
+
+    def note_bad_payload(self, text: str) -> None:
+        """A delivered payload that fails its check: reported by ``validate`` as an error."""
+        with self._lock:
+            self.bad_payloads.append(text)
+
+    def absorb(self, reader: str, data: dict[str, Any]) -> list[tuple[int, int, int, int, int]]:
+        """Fold in the ledger a worker process wrote (``procs_worker.py``'s JSON), its deliveries
+        as one log of ``reader``; returns them as (id, producer, seq, errors, pre-kill flag)."""
+        for p, count in data["produced"].items():
+            self.add_produced(int(p), count, 0, set(data["unknown"].get(p, ())))
+        entries = [(int(i), int(p), int(s), int(e), int(first)) for i, p, s, e, first in data["log"]]
+        self.new_log(reader).extend((i, p, s, e) for i, p, s, e, _first in entries)
+        with self._lock:
+            self.put_bytes += data["put_bytes"]
+            self.latencies.extend(data["latencies"])
+            self.bad_payloads.extend(data["bad_payloads"])
+            self.failures.extend(data["failures"])
+            self.leftovers += data["leftovers"]
+            self.timeouts += data["timeouts"]
+        return entries
+
     def delivered(self, reader: str | None = None) -> int:
         names = [reader] if reader is not None else list(self.logs)
         return sum(len(log) for n in names for log in self.logs.get(n, []))
@@ -245,14 +280,22 @@ class Run:
         self.directory = args.dir or tempfile.mkdtemp(prefix="qtest-")
         self.config = QueueConfig(sync=args.sync, journal_size=int(args.journal_size * MiB))
         self.reader_config = ReaderConfig(max_memory=int(args.reader_memory * MiB))
-        self.put_count = [0] * max(1, args.writers)
+        self.put_count = [0] * max(1, args.writers)  # per producer, for the progress display
         self._filler = random.Random(args.seed).randbytes(args.size[1] + _FILLER_SPREAD)
+
+    def count_producers(self, n: int) -> None:
+        """The progress display counts ``n`` producers (threads of every process) from zero."""
+        self.put_count = [0] * n
+
+    def note_puts(self, producer: int, puts: int) -> None:
+        """Producer ``producer`` (of any process) has put ``puts`` items so far."""
+        self.put_count[producer] = puts
 
     def open(self) -> JournaledQueue:
         q = JournaledQueue(self.directory, self.config, name="qtest")
         if not self.opened:
             self.opened = True
-            self.ledger.first_id = q.stats().next_id
+            self.ledger.starts_at(q.stats().next_id)
         return q
 
     def start(self, target: Callable[..., Any], *args: Any, **kwargs: Any) -> threading.Thread:
