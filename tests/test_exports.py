@@ -22,7 +22,8 @@ import journaled
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHANGELOG = os.path.join(ROOT, "CHANGELOG.md")
 
-#: Modules at the package root that users import by name.
+#: Modules users import by name: the package root's, and the one subpackage module the docs
+#: send users to.
 PUBLIC_MODULES = [
     "journaled.txn",
     "journaled.aio",
@@ -37,6 +38,7 @@ PUBLIC_MODULES = [
     "journaled.reader",
     "journaled.queue",
     "journaled.spark",
+    "journaled.disk.bookmarks",  # external-reader bookmarks (docs/spark.md, docs/reference.md)
 ]
 
 
