@@ -65,11 +65,6 @@ def test_all_has_no_duplicates():
     assert len(set(journaled.__all__)) == len(journaled.__all__)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="journaled/__init__.py lists ForeignFile before Empty and QueueDirectoryGone before "
-    "QueueConfig; sort __all__ there and remove this mark (strict: the test fails once it is sorted)",
-)
 def test_all_is_sorted():
     assert journaled.__all__ == sorted(journaled.__all__)
 
