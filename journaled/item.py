@@ -6,8 +6,7 @@ import datetime as _dt
 import math
 import numbers
 import operator
-from collections.abc import Mapping, Sequence
-from typing import Any, SupportsIndex
+from typing import SupportsIndex
 
 import attrs
 
@@ -34,99 +33,12 @@ class Item:
     error_count: int = 0
 
 
-# --------------------------------------------------------------------------------- fast paths
-# perf: attrs' generated __init__ for a frozen slots class sets each field through
-# ``object.__setattr__`` (an attribute lookup per field); calling the slot descriptors directly
-# builds the same object several times faster.  Item has no validators, converters or
-# __attrs_post_init__, so nothing is skipped; the check below fails loudly at import if a field
-# is ever added without updating these helpers.
-_FIELDS = ("id", "data", "add_time", "expire_at", "error_count")
-if tuple(a.name for a in attrs.fields(Item)) != _FIELDS:  # pragma: no cover - a developer error
-    raise TypeError("journaled.item: update new_item/new_items for Item's fields")
-_new = object.__new__
-_slots = vars(Item)  # the member descriptors of the slots
-_set_id = _slots["id"].__set__
-_set_data = _slots["data"].__set__
-_set_add_time = _slots["add_time"].__set__
-_set_expire_at = _slots["expire_at"].__set__
-_set_error_count = _slots["error_count"].__set__
-
-
-def new_item(
-    id: int, data: bytes, add_time: float, expire_at: float | None = None, error_count: int = 0
-) -> Item:
-    """``Item(id, data, add_time, expire_at, error_count)``, built faster (hot paths only)."""
-    item: Item = _new(Item)
-    _set_id(item, id)
-    _set_data(item, data)
-    _set_add_time(item, add_time)
-    _set_expire_at(item, expire_at)
-    _set_error_count(item, error_count)
-    return item
-
-
-def new_items(first_id: int, payloads: list[bytes], add_time: float, expire_at: float | None) -> list[Item]:
-    """Fresh items ``first_id, first_id + 1, ...`` for ``payloads`` (error count 0)."""
-    new, set_id, set_data = _new, _set_id, _set_data
-    set_add_time, set_expire_at, set_error_count = _set_add_time, _set_expire_at, _set_error_count
-    out: list[Item] = []
-    append = out.append
-    item_id = first_id
-    for data in payloads:
-        item = new(Item)
-        set_id(item, item_id)
-        set_data(item, data)
-        set_add_time(item, add_time)
-        set_expire_at(item, expire_at)
-        set_error_count(item, 0)
-        append(item)
-        item_id += 1
-    return out
-
-
-def items_from_puts(
-    recs: Sequence[Any], errors: Mapping[int, int], want: int, overhead: int
-) -> tuple[list[Item], int, bool]:
-    """Read-behind's items for decoded PUT records (``record.Put``), in order: each charged
-    ``len(payload) + overhead``, stopping before the record that would take the total past
-    ``want`` (the first always goes); error counts from ``errors``.  Returns the items, their
-    total charge, and whether any of them expires."""
-    out: list[Item] = []
-    total = 0
-    expiring = False
-    for rec in recs:
-        payload = rec.payload
-        charge = len(payload) + overhead
-        if out and total + charge > want:
-            break
-        total += charge
-        expire_ms = rec.expire_ms
-        if expire_ms:
-            expiring = True
-        out.append(
-            new_item(
-                rec.id,
-                payload,
-                rec.add_ms / 1000.0,
-                expire_ms / 1000.0 if expire_ms else None,
-                errors.get(rec.id, 0),
-            )
-        )
-    return out, total, expiring
-
-
-#: The pure-Python references of :func:`new_item`, :func:`new_items` and
-#: :func:`items_from_puts` (journaled.format.speedups says which implementation runs).
-py_new_item = new_item
-py_new_items = new_items
-py_items_from_puts = items_from_puts
-if speedups.native is not None:
-    speedups.native.configure_items(Item, _FIELDS, py_new_items, py_new_item)
-    new_item = speedups.native.new_item  # noqa: F811
-    new_items = speedups.native.new_items  # noqa: F811
-    if hasattr(speedups.native, "items_from_puts"):  # an extension built before it existed lacks it
-        speedups.native.configure_refill(py_items_from_puts)
-        items_from_puts = speedups.native.items_from_puts  # noqa: F811
+#: The hot paths' item builders (journaled.format.speedups picks the compiled twins or the references
+#: of journaled.format.fallback, built for this class): ``new_item(id, data, add_time, expire_at=None,
+#: error_count=0)`` is ``Item(...)`` built faster; ``new_items(first_id, payloads, add_time,
+#: expire_at)`` fresh items with consecutive ids; ``items_from_puts(recs, errors, want, overhead)``
+#: read-behind's items for decoded PUT records, up to a charge of ``want``.
+new_item, new_items, items_from_puts = speedups.item_twins(Item)
 
 
 def as_payload(data: object, limit: int) -> bytes:

@@ -1,10 +1,14 @@
-/* The compiled hot path of journaled: PUT record encoding and decoding (docs/format.md).
+/* The compiled hot path of journaled: the twins of the per-record loops (docs/format.md).
  *
- * format/record.py is the reference; this file is its twin for the two loops that run once per record:
- * encode_puts and decode_many.  Anything unusual -- an argument of an unexpected type, a number
- * out of the fast path's range, a record that is not a well-formed PUT -- is handed to the
- * pure-Python code (given to configure()), so both implementations return the same values and
- * raise the same errors by construction; tests/format/test_speedups.py checks it with hypothesis.
+ * format/fallback.py holds the pure-Python reference of every function here, and each section below
+ * names its reference.  Anything unusual -- an argument of an unexpected type, a number out of the
+ * fast path's range, a record that is not a well-formed PUT -- is handed to that reference (given to
+ * configure()), so both implementations return the same values and raise the same errors by
+ * construction; tests/format/test_speedups.py checks it with hypothesis.
+ *
+ * format/speedups.py is the only importer: it checks ABI_VERSION, then calls configure() once with
+ * record.py's layout constants (checked against the ones below), the classes the twins build and the
+ * references; item.py's import calls configure_items() once with the Item class.
  *
  * CRC32C is computed here (the SSE4.2 instruction when the CPU has it, else slicing-by-8
  * tables): calling the crc32c package would cost a Python-level call per record, which is
@@ -20,11 +24,60 @@
 #include <nmmintrin.h>
 #endif
 
-#define RECORD_HEADER_SIZE 9
-#define PUT_OVERHEAD 33
-#define TYPE_PUT 1
+/* What format/speedups.py expects (its ABI_VERSION): raise it whenever configure()'s or
+ * configure_items()'s arguments or a twin's contract change, so a stale build is refused (the
+ * switch then runs the pure-Python references and says why in describe()). */
+#define ABI_VERSION 2
 
-/* ------------------------------------------------------------------------------ CRC32C */
+/* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
+ * receives record.py's values and refuses to run if any differs, so a format change there cannot
+ * silently diverge from this file. */
+#define RECORD_CRC_AT 0       /* u32: CRC32C, seeded by position, of the record from RECORD_LENGTH_AT on */
+#define RECORD_LENGTH_AT 4    /* u32: bytes of the body (what follows the record header) */
+#define RECORD_TYPE_AT 8      /* u8 */
+#define RECORD_HEADER_SIZE 9  /* crc, length, type */
+#define PUT_ID_AT 9           /* u64 */
+#define PUT_ADD_MS_AT 17      /* u64 */
+#define PUT_EXPIRE_MS_AT 25   /* u64, 0 = never */
+#define PUT_FIELDS_SIZE 24    /* id, add_ms, expire_ms: the least body a PUT has */
+#define PUT_OVERHEAD 33       /* bytes a PUT adds around its payload: where the payload starts */
+#define TYPE_PUT 1
+#define MAX_BODY ((1LL << 30) + 24)    /* largest body a record may declare */
+#define MAX_BATCH_BYTES (1LL << 30)    /* columns.py: largest max_bytes of decode_columns */
+
+static const struct {
+    const char *name;
+    long long value;
+} layout[] = {
+    {"RECORD_CRC_AT", RECORD_CRC_AT},
+    {"RECORD_LENGTH_AT", RECORD_LENGTH_AT},
+    {"RECORD_TYPE_AT", RECORD_TYPE_AT},
+    {"RECORD_HEADER_SIZE", RECORD_HEADER_SIZE},
+    {"PUT_ID_AT", PUT_ID_AT},
+    {"PUT_ADD_MS_AT", PUT_ADD_MS_AT},
+    {"PUT_EXPIRE_MS_AT", PUT_EXPIRE_MS_AT},
+    {"PUT_FIELDS_SIZE", PUT_FIELDS_SIZE},
+    {"PUT_OVERHEAD", PUT_OVERHEAD},
+    {"TYPE_PUT", TYPE_PUT},
+    {"MAX_BODY", MAX_BODY},
+    {"MAX_BATCH_BYTES", MAX_BATCH_BYTES},
+};
+#define LAYOUT_SIZE ((Py_ssize_t)(sizeof(layout) / sizeof(layout[0])))
+
+/* The fast paths take offsets, ids, positions and counts up to this (sums of two never overflow);
+ * larger numbers go to the reference. */
+#define INDEX_MAX (1LL << 62)
+/* Integers up to this convert to a double exactly (items_from_puts' times). */
+#define EXACT_DOUBLE_MAX (1LL << 53)
+
+/* The fields of record.Put and of journaled.item.Item, in the order configure() checks. */
+enum { PUT_OFFSET, PUT_SIZE, PUT_ID, PUT_ADD_MS, PUT_EXPIRE_MS, PUT_PAYLOAD, PUT_NFIELDS };
+static const char *const put_field_names[PUT_NFIELDS] = {"offset", "size", "id", "add_ms", "expire_ms", "payload"};
+enum { ITEM_ID, ITEM_DATA, ITEM_ADD_TIME, ITEM_EXPIRE_AT, ITEM_ERROR_COUNT, ITEM_NFIELDS };
+static const char *const item_field_names[ITEM_NFIELDS] = {"id", "data", "add_time", "expire_at", "error_count"};
+
+/* ------------------------------------------------------------------------------ crc32c
+ * reference: the crc32c package (which format/fallback.py calls) */
 
 static uint32_t crc_table[8][256];
 static int have_hw_crc = 0;
@@ -126,55 +179,189 @@ get_u64(const unsigned char *p)
     return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
 }
 
-/* ------------------------------------------------------------------------------ configuration */
+/* ------------------------------------------------------------------------------ configuration
+ * reference: format/speedups.py, which calls configure() once (and item.py configure_items()) */
 
 static PyTypeObject *put_type = NULL;
-static PyObject *put_fields[6];  /* slot descriptors of Put, in field order */
+static PyObject *put_fields[PUT_NFIELDS]; /* slot descriptors of Put, in field order */
+static PyTypeObject *damage_type = NULL;
 static PyObject *py_encode_puts = NULL;
 static PyObject *py_decode_many = NULL;
 static PyObject *py_decode_one = NULL;
-static PyTypeObject *damage_type = NULL;
+static PyObject *py_decode_columns = NULL;
+static PyTypeObject *item_type = NULL;
+static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in field order */
+static PyObject *py_new_item = NULL;
+static PyObject *py_new_items = NULL;
+static PyObject *py_items_from_puts = NULL;
 static PyObject *str_size = NULL;
-static PyObject *default_max_body = NULL;
+static PyObject *max_body_obj = NULL; /* MAX_BODY as an int: decode_many's default max_body */
 
 static PyObject *
-configure(PyObject *self, PyObject *args)
+not_configured(void)
 {
-    PyObject *type, *names, *enc, *dec, *one, *dmg, *maxb;
-    if (!PyArg_ParseTuple(args, "O!O!OOOO!O!", &PyType_Type, &type, &PyTuple_Type, &names, &enc, &dec, &one,
-                          &PyType_Type, &dmg, &PyLong_Type, &maxb))
-        return NULL;
-    if (PyTuple_GET_SIZE(names) != 6) {
-        PyErr_SetString(PyExc_ValueError, "Put must have six fields");
-        return NULL;
-    }
-    for (int i = 0; i < 6; i++) {
-        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
-        if (d == NULL)
-            return NULL;
-        if (Py_TYPE(d)->tp_descr_set == NULL) {
-            Py_DECREF(d);
-            PyErr_SetString(PyExc_TypeError, "Put's fields must be slots");
-            return NULL;
+    PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
+    return NULL;
+}
+
+/* 0 when ``constants`` (name -> int, from format/record.py) holds exactly the layout compiled in
+ * above, with the same values; else -1 with ValueError (or TypeError) naming the first difference. */
+static int
+check_layout(PyObject *constants)
+{
+    for (Py_ssize_t i = 0; i < LAYOUT_SIZE; i++) {
+        PyObject *v = PyDict_GetItemString(constants, layout[i].name); /* borrowed */
+        if (v == NULL) {
+            PyErr_Format(PyExc_ValueError, "journaled.format._speedups needs format/record.py's %s", layout[i].name);
+            return -1;
         }
-        Py_XSETREF(put_fields[i], d);
+        long long got = PyLong_AsLongLong(v);
+        if (got == -1 && PyErr_Occurred())
+            return -1;
+        if (got != layout[i].value) {
+            PyErr_Format(PyExc_ValueError,
+                         "journaled.format._speedups was built with %s = %lld but format/record.py says %lld: "
+                         "update _speedups.c and rebuild it (pip install -e .)",
+                         layout[i].name, layout[i].value, got);
+            return -1;
+        }
     }
-    Py_INCREF(type);
-    Py_XSETREF(put_type, (PyTypeObject *)type);
-    Py_INCREF(enc);
-    Py_XSETREF(py_encode_puts, enc);
-    Py_INCREF(dec);
-    Py_XSETREF(py_decode_many, dec);
-    Py_INCREF(one);
-    Py_XSETREF(py_decode_one, one);
-    Py_INCREF(dmg);
-    Py_XSETREF(damage_type, (PyTypeObject *)dmg);
-    Py_INCREF(maxb);
-    Py_XSETREF(default_max_body, maxb);
+    if (PyDict_GET_SIZE(constants) != LAYOUT_SIZE) {
+        PyObject *key, *value;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(constants, &pos, &key, &value)) {
+            int known = 0;
+            for (Py_ssize_t i = 0; i < LAYOUT_SIZE && !known; i++)
+                known = PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, layout[i].name) == 0;
+            if (!known) {
+                PyErr_Format(PyExc_ValueError, "journaled.format._speedups does not know the constant %R", key);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The slot descriptors of ``type``'s fields into ``out`` (new references), after checking that
+ * ``names`` (the class's field names, in order) are ``expected``; -1 with an error otherwise. */
+static int
+field_slots(PyObject *type, PyObject *names, const char *const *expected, int n, PyObject **out)
+{
+    const char *tname = ((PyTypeObject *)type)->tp_name;
+    int ok = PyTuple_GET_SIZE(names) == n;
+    for (int i = 0; ok && i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        ok = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, expected[i]) == 0;
+    }
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s has the fields %R, which journaled.format._speedups does not build",
+                     tname, names);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
+        if (d != NULL && Py_TYPE(d)->tp_descr_set == NULL) {
+            Py_CLEAR(d);
+            PyErr_Format(PyExc_TypeError, "%s's fields must be slots", tname);
+        }
+        if (d == NULL) {
+            for (int j = 0; j < i; j++)
+                Py_CLEAR(out[j]);
+            return -1;
+        }
+        out[i] = d;
+    }
+    return 0;
+}
+
+static int
+all_callable(PyObject *const *fns, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!PyCallable_Check(fns[i])) {
+            PyErr_Format(PyExc_TypeError, "a reference must be callable, not %.100s", Py_TYPE(fns[i])->tp_name);
+            return 0;
+        }
+    return 1;
+}
+
+/* configure(*, constants, put_type, put_fields, damage_type, encode_puts, decode_many, decode_one,
+ * decode_columns): everything is checked before anything is kept, so a refused call leaves the
+ * module as it was. */
+static PyObject *
+configure(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"constants", "put_type", "put_fields", "damage_type", "encode_puts",
+                             "decode_many", "decode_one", "decode_columns", NULL};
+    PyObject *constants = NULL, *type = NULL, *names = NULL, *dmg = NULL, *refs[4] = {NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!OOOO:configure", kwlist, &PyDict_Type, &constants,
+                                     &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &dmg, &refs[0],
+                                     &refs[1], &refs[2], &refs[3]))
+        return NULL;
+    if (!constants || !type || !names || !dmg || !refs[0] || !refs[1] || !refs[2] || !refs[3]) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes all of its keyword arguments");
+        return NULL;
+    }
+    PyObject *slots[PUT_NFIELDS];
+    if (check_layout(constants) < 0 || !all_callable(refs, 4) ||
+        field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
+        return NULL;
+    for (int i = 0; i < PUT_NFIELDS; i++)
+        Py_XSETREF(put_fields[i], slots[i]);
+    Py_XSETREF(put_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(damage_type, (PyTypeObject *)Py_NewRef(dmg));
+    Py_XSETREF(py_encode_puts, Py_NewRef(refs[0]));
+    Py_XSETREF(py_decode_many, Py_NewRef(refs[1]));
+    Py_XSETREF(py_decode_one, Py_NewRef(refs[2]));
+    Py_XSETREF(py_decode_columns, Py_NewRef(refs[3]));
     Py_RETURN_NONE;
 }
 
-/* ------------------------------------------------------------------------------ encode_puts */
+/* configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts): the class the
+ * item twins build and their references; checked before kept, as configure(). */
+static PyObject *
+configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"item_type", "item_fields", "new_item", "new_items", "items_from_puts", NULL};
+    PyObject *type = NULL, *names = NULL, *refs[3] = {NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOO:configure_items", kwlist, &PyType_Type, &type,
+                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2]))
+        return NULL;
+    if (!type || !names || !refs[0] || !refs[1] || !refs[2]) {
+        PyErr_SetString(PyExc_TypeError, "configure_items() takes all of its keyword arguments");
+        return NULL;
+    }
+    PyObject *slots[ITEM_NFIELDS];
+    if (!all_callable(refs, 3) || field_slots(type, names, item_field_names, ITEM_NFIELDS, slots) < 0)
+        return NULL;
+    for (int i = 0; i < ITEM_NFIELDS; i++)
+        Py_XSETREF(item_fields[i], slots[i]);
+    Py_XSETREF(item_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(py_new_item, Py_NewRef(refs[0]));
+    Py_XSETREF(py_new_items, Py_NewRef(refs[1]));
+    Py_XSETREF(py_items_from_puts, Py_NewRef(refs[2]));
+    Py_RETURN_NONE;
+}
+
+/* An exact int in [0, INDEX_MAX] into *out; 0 (no error set) otherwise. */
+static int
+as_index(PyObject *o, long long *out)
+{
+    if (!PyLong_CheckExact(o))
+        return 0;
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v < 0 || v > INDEX_MAX)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------ encode_puts
+ * reference: format/fallback.py, encode_puts */
 
 /* Read a non-negative int below 2**64 into *out; 0 when ``o`` is not one (no error set). */
 static int
@@ -194,10 +381,8 @@ as_u64(PyObject *o, uint64_t *out)
 static PyObject *
 encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_encode_puts == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
-        return NULL;
-    }
+    if (py_encode_puts == NULL)
+        return not_configured();
     uint64_t salt, offset, first_id, add_ms, expire_ms;
     PyObject *payloads, *out;
     if (kwnames != NULL || nargs != 7)
@@ -220,7 +405,7 @@ encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             if (!PyBytes_CheckExact(items[i]))
                 goto reference;
             Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
-            if ((uint64_t)len > 0xFFFFFFFFu - 24 || total > PY_SSIZE_T_MAX - PUT_OVERHEAD - len)
+            if ((uint64_t)len > UINT32_MAX - PUT_FIELDS_SIZE || total > PY_SSIZE_T_MAX - PUT_OVERHEAD - len)
                 goto reference;
             total += PUT_OVERHEAD + len;
         }
@@ -249,13 +434,14 @@ encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         uint64_t item_id = first_id;
         for (Py_ssize_t i = 0; i < n; i++) {
             Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
-            put_u32(p + 4, (uint32_t)(24 + len));
-            p[8] = TYPE_PUT;
-            put_u64(p + 9, item_id);
-            put_u64(p + 17, add_ms);
-            put_u64(p + 25, expire_ms);
+            put_u32(p + RECORD_LENGTH_AT, (uint32_t)(PUT_FIELDS_SIZE + len));
+            p[RECORD_TYPE_AT] = TYPE_PUT;
+            put_u64(p + PUT_ID_AT, item_id);
+            put_u64(p + PUT_ADD_MS_AT, add_ms);
+            put_u64(p + PUT_EXPIRE_MS_AT, expire_ms);
             memcpy(p + PUT_OVERHEAD, PyBytes_AS_STRING(items[i]), (size_t)len);
-            put_u32(p, crc32c((uint32_t)(salt ^ offset), p + 4, (size_t)(PUT_OVERHEAD - 4 + len)));
+            put_u32(p + RECORD_CRC_AT, crc32c((uint32_t)(salt ^ offset), p + RECORD_LENGTH_AT,
+                                              (size_t)(PUT_OVERHEAD - RECORD_LENGTH_AT + len)));
             p += PUT_OVERHEAD + len;
             offset += PUT_OVERHEAD + (uint64_t)len;
             item_id++;
@@ -266,34 +452,36 @@ reference:
     return PyObject_Vectorcall(py_encode_puts, args, (size_t)nargs, kwnames);
 }
 
-/* ------------------------------------------------------------------------------ decode_many */
+/* ------------------------------------------------------------------------------ decode_many
+ * reference: format/fallback.py, decode_many (and record.py's decode_one for what is not a
+ * well-formed PUT) */
 
 static PyObject *
 new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
         const unsigned char *payload, Py_ssize_t len)
 {
-    PyObject *vals[6];
-    vals[0] = PyLong_FromLongLong(offset);
-    vals[1] = PyLong_FromSsize_t(size);
-    vals[2] = PyLong_FromUnsignedLongLong(id);
-    vals[3] = PyLong_FromUnsignedLongLong(add_ms);
-    vals[4] = PyLong_FromUnsignedLongLong(expire_ms);
-    vals[5] = PyBytes_FromStringAndSize((const char *)payload, len);
+    PyObject *vals[PUT_NFIELDS];
+    vals[PUT_OFFSET] = PyLong_FromLongLong(offset);
+    vals[PUT_SIZE] = PyLong_FromSsize_t(size);
+    vals[PUT_ID] = PyLong_FromUnsignedLongLong(id);
+    vals[PUT_ADD_MS] = PyLong_FromUnsignedLongLong(add_ms);
+    vals[PUT_EXPIRE_MS] = PyLong_FromUnsignedLongLong(expire_ms);
+    vals[PUT_PAYLOAD] = PyBytes_FromStringAndSize((const char *)payload, len);
     PyObject *obj = NULL;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < PUT_NFIELDS; i++)
         if (vals[i] == NULL)
             goto done;
     obj = put_type->tp_alloc(put_type, 0);
     if (obj == NULL)
         goto done;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < PUT_NFIELDS; i++) {
         if (Py_TYPE(put_fields[i])->tp_descr_set(put_fields[i], obj, vals[i]) < 0) {
             Py_CLEAR(obj);
             goto done;
         }
     }
 done:
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < PUT_NFIELDS; i++)
         Py_XDECREF(vals[i]);
     return obj;
 }
@@ -301,10 +489,8 @@ done:
 static PyObject *
 decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_decode_many == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
-        return NULL;
-    }
+    if (py_decode_many == NULL)
+        return not_configured();
     /* decode_many(buf, base_offset, salt, pos=0, max_body=MAX_BODY, limit=None): the fast path
      * takes them positionally, with ``limit`` by keyword or not; anything else goes to the
      * reference. */
@@ -331,7 +517,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     base_offset = PyLong_AsLongLong(a[1]);
     if (base_offset == -1 && PyErr_Occurred())
         goto clear;
-    if (base_offset < 0 || base_offset > (1LL << 62))
+    if (base_offset < 0 || base_offset > INDEX_MAX)
         goto reference;
     salt = PyLong_AsUnsignedLongLongMask(a[2]);
     if (salt == (uint64_t)-1 && PyErr_Occurred())
@@ -344,11 +530,11 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         pos0 = PyLong_AsLongLong(a[3]);
         if (pos0 == -1 && PyErr_Occurred())
             goto clear;
-        if (pos0 < 0 || pos0 > (1LL << 62))
+        if (pos0 < 0 || pos0 > INDEX_MAX)
             goto reference;
     }
     {
-        PyObject *mb = a[4] != NULL ? a[4] : default_max_body;
+        PyObject *mb = a[4] != NULL ? a[4] : max_body_obj;
         if (!PyLong_CheckExact(mb))
             goto reference;
         max_body = PyLong_AsLongLong(mb);
@@ -384,13 +570,16 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         while (pos < n && count < limit) {
             if (pos + PUT_OVERHEAD <= n) {
                 const unsigned char *p = data + pos;
-                uint32_t crc = get_u32(p), length = get_u32(p + 4);
+                uint32_t crc = get_u32(p + RECORD_CRC_AT), length = get_u32(p + RECORD_LENGTH_AT);
                 long long end = pos + RECORD_HEADER_SIZE + (long long)length;
                 long long offset = base_offset + pos;
-                if (p[8] == TYPE_PUT && length >= 24 && (long long)length <= max_body && end <= n &&
-                    crc32c((uint32_t)(salt ^ (uint64_t)offset), p + 4, (size_t)(end - pos - 4)) == crc) {
-                    PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), get_u64(p + 9), get_u64(p + 17),
-                                            get_u64(p + 25), p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD));
+                if (p[RECORD_TYPE_AT] == TYPE_PUT && length >= PUT_FIELDS_SIZE && (long long)length <= max_body &&
+                    end <= n &&
+                    crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
+                           (size_t)(end - pos - RECORD_LENGTH_AT)) == crc) {
+                    PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), get_u64(p + PUT_ID_AT),
+                                            get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
+                                            p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD));
                     if (rec == NULL || PyList_Append(out, rec) < 0) {
                         Py_XDECREF(rec);
                         goto fail;
@@ -403,7 +592,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             }
             /* not a well-formed PUT: the reference classifies it */
             PyObject *rec = PyObject_CallFunction(py_decode_one, "OLOOO", buf, pos, a[1], a[2],
-                                                  a[4] ? a[4] : default_max_body);
+                                                  a[4] ? a[4] : max_body_obj);
             if (rec == NULL)
                 goto fail;
             if (PyObject_TypeCheck(rec, damage_type)) {
@@ -444,61 +633,31 @@ reference:
     return PyObject_Vectorcall(py_decode_many, args, (size_t)nargs, kwnames);
 }
 
-/* ------------------------------------------------------------------------------ decode_columns */
+/* ------------------------------------------------------------------------------ decode_columns
+ * reference: format/fallback.py, decode_columns */
 
-/* decode_columns(buf, base_offset, salt, pos, lo, hi, end_offset, max_rows, max_bytes, out):
- * the columnar twin of journaled.format.columns.decode_columns (see there for what it does).  ``out``
- * is [ids, add_ms, expire_ms, offsets, data], five bytearrays: ids and times as little-endian
- * u64, the payloads' end offsets in ``data`` as little-endian int32, the payloads back to back.
- * Arguments off the fast path (other types, numbers outside their range) go to the reference. */
+/* decode_columns(buf, base_offset, salt, pos, lo, hi, end_offset, max_rows, max_bytes, out): see the
+ * reference for what it does.  ``out`` is [ids, add_ms, expire_ms, offsets, data] (columns.py's
+ * layout), five bytearrays: ids and times as little-endian u64, the payloads' end offsets in
+ * ``data`` as little-endian int32, the payloads back to back.  Arguments off the fast path (other
+ * types, numbers outside their range) go to the reference. */
 
-static PyObject *py_decode_columns = NULL;
-static long long columns_max_bytes = 0;
-
-static PyObject *
-configure_columns(PyObject *self, PyObject *args)
-{
-    PyObject *fallback;
-    long long cap;
-    if (!PyArg_ParseTuple(args, "OL", &fallback, &cap))
-        return NULL;
-    Py_INCREF(fallback);
-    Py_XSETREF(py_decode_columns, fallback);
-    columns_max_bytes = cap;
-    Py_RETURN_NONE;
-}
-
-/* An exact int in [0, 2**62] into *out; 0 (no error set) otherwise. */
-static int
-as_index(PyObject *o, long long *out)
-{
-    if (!PyLong_CheckExact(o))
-        return 0;
-    long long v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (v < 0 || v > (1LL << 62))
-        return 0;
-    *out = v;
-    return 1;
-}
+enum { COL_IDS, COL_ADD_MS, COL_EXPIRE_MS, COL_OFFSETS, COL_DATA, NCOLUMNS };
+#define U64 8 /* bytes of one id or time in its column */
+#define I32 4 /* bytes of one payload end offset in its column */
 
 static PyObject *
 decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_decode_columns == NULL || default_max_body == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
-        return NULL;
-    }
-    long long base_offset, pos, lo, hi, end_offset, max_rows, max_bytes, max_body;
+    if (py_decode_columns == NULL)
+        return not_configured();
+    long long base_offset, pos, lo, hi, end_offset, max_rows, max_bytes;
     uint64_t salt;
     if (kwnames != NULL || nargs != 10 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[2]))
         goto reference;
     if (!as_index(args[1], &base_offset) || !as_index(args[3], &pos) || !as_index(args[4], &lo) ||
         !as_index(args[5], &hi) || !as_index(args[6], &end_offset) || !as_index(args[7], &max_rows) ||
-        !as_index(args[8], &max_bytes) || max_bytes > columns_max_bytes)
+        !as_index(args[8], &max_bytes) || max_bytes > MAX_BATCH_BYTES)
         goto reference;
     salt = PyLong_AsUnsignedLongLongMask(args[2]);
     if (salt == (uint64_t)-1 && PyErr_Occurred()) {
@@ -506,10 +665,10 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         goto reference;
     }
     PyObject *out = args[9];
-    if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) != 5)
+    if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) != NCOLUMNS)
         goto reference;
-    PyObject *col[5];
-    for (int i = 0; i < 5; i++) {
+    PyObject *col[NCOLUMNS];
+    for (int i = 0; i < NCOLUMNS; i++) {
         col[i] = PyList_GET_ITEM(out, i);
         if (!PyByteArray_CheckExact(col[i]))
             goto reference;
@@ -518,23 +677,20 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
                 goto reference;  /* one bytearray for two columns: the reference's appends interleave */
     }
     /* as the reference: the row count is len(ids) // 8, offsets continue from len(data) */
-    Py_ssize_t ids0 = PyByteArray_GET_SIZE(col[0]), data0 = PyByteArray_GET_SIZE(col[4]);
-    max_body = PyLong_AsLongLong(default_max_body);
-    if (max_body == -1 && PyErr_Occurred())
-        return NULL;
+    Py_ssize_t ids0 = PyByteArray_GET_SIZE(col[COL_IDS]), data0 = PyByteArray_GET_SIZE(col[COL_DATA]);
     {
         Py_INCREF(args[0]);  /* the bytes stay alive (and unchanged) while we read them */
         const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
         long long n = PyBytes_GET_SIZE(args[0]);
-        long long rows = ids0 / 8;
+        long long rows = ids0 / U64;
         /* room for every record the buffer can hold (at most one per PUT_OVERHEAD bytes) */
         long long room = pos < n ? (n - pos) / PUT_OVERHEAD : 0;
         if (room > max_rows - rows)
             room = max_rows - rows > 0 ? max_rows - rows : 0;
         long long bytes_room = pos < n ? n - pos : 0;
-        Py_ssize_t size0[5];
-        long long grow[5] = {8 * room, 8 * room, 8 * room, 4 * room, bytes_room};
-        for (int i = 0; i < 5; i++) {
+        Py_ssize_t size0[NCOLUMNS];
+        long long grow[NCOLUMNS] = {U64 * room, U64 * room, U64 * room, I32 * room, bytes_room};
+        for (int i = 0; i < NCOLUMNS; i++) {
             size0[i] = PyByteArray_GET_SIZE(col[i]);
             if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)grow[i]) < 0) {
                 for (int j = 0; j < i; j++)
@@ -543,11 +699,11 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
                 return NULL;
             }
         }
-        unsigned char *w_ids = (unsigned char *)PyByteArray_AS_STRING(col[0]) + size0[0];
-        unsigned char *w_add = (unsigned char *)PyByteArray_AS_STRING(col[1]) + size0[1];
-        unsigned char *w_exp = (unsigned char *)PyByteArray_AS_STRING(col[2]) + size0[2];
-        unsigned char *w_off = (unsigned char *)PyByteArray_AS_STRING(col[3]) + size0[3];
-        unsigned char *w_data = (unsigned char *)PyByteArray_AS_STRING(col[4]) + size0[4];
+        unsigned char *w_ids = (unsigned char *)PyByteArray_AS_STRING(col[COL_IDS]) + size0[COL_IDS];
+        unsigned char *w_add = (unsigned char *)PyByteArray_AS_STRING(col[COL_ADD_MS]) + size0[COL_ADD_MS];
+        unsigned char *w_exp = (unsigned char *)PyByteArray_AS_STRING(col[COL_EXPIRE_MS]) + size0[COL_EXPIRE_MS];
+        unsigned char *w_off = (unsigned char *)PyByteArray_AS_STRING(col[COL_OFFSETS]) + size0[COL_OFFSETS];
+        unsigned char *w_data = (unsigned char *)PyByteArray_AS_STRING(col[COL_DATA]) + size0[COL_DATA];
         long long dlen = data0, added = 0;
         uint64_t last_id = 0;
         int have_last = 0, status = 0;
@@ -559,14 +715,15 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             if (pos + PUT_OVERHEAD > n)
                 break;
             const unsigned char *p = data + pos;
-            uint32_t crc = get_u32(p), length = get_u32(p + 4);
+            uint32_t crc = get_u32(p + RECORD_CRC_AT), length = get_u32(p + RECORD_LENGTH_AT);
             long long end = pos + RECORD_HEADER_SIZE + (long long)length;
-            if (p[8] != TYPE_PUT || length < 24 || (long long)length > max_body || end > n)
+            if (p[RECORD_TYPE_AT] != TYPE_PUT || length < PUT_FIELDS_SIZE || (long long)length > MAX_BODY || end > n)
                 break;
             long long offset = base_offset + pos;
-            if (crc32c((uint32_t)(salt ^ (uint64_t)offset), p + 4, (size_t)(end - pos - 4)) != crc)
+            if (crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
+                       (size_t)(end - pos - RECORD_LENGTH_AT)) != crc)
                 break;
-            uint64_t id = get_u64(p + 9);
+            uint64_t id = get_u64(p + PUT_ID_AT);
             if (id >= (uint64_t)hi || offset >= end_offset) {
                 status = 1;
                 break;
@@ -575,21 +732,21 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             have_last = 1;
             if (id >= (uint64_t)lo) {
                 long long len = end - pos - PUT_OVERHEAD;
-                memcpy(w_ids + 8 * added, p + 9, 8);
-                memcpy(w_add + 8 * added, p + 17, 8);
-                memcpy(w_exp + 8 * added, p + 25, 8);
+                memcpy(w_ids + U64 * added, p + PUT_ID_AT, U64);
+                memcpy(w_add + U64 * added, p + PUT_ADD_MS_AT, U64);
+                memcpy(w_exp + U64 * added, p + PUT_EXPIRE_MS_AT, U64);
                 memcpy(w_data, p + PUT_OVERHEAD, (size_t)len);
                 w_data += len;
                 dlen += len;
-                put_u32(w_off + 4 * added, (uint32_t)dlen);
+                put_u32(w_off + I32 * added, (uint32_t)dlen);
                 added++;
                 rows++;
             }
             pos = end;
         }
         Py_DECREF(args[0]);
-        long long used[5] = {8 * added, 8 * added, 8 * added, 4 * added, dlen - data0};
-        for (int i = 0; i < 5; i++)
+        long long used[NCOLUMNS] = {U64 * added, U64 * added, U64 * added, I32 * added, dlen - data0};
+        for (int i = 0; i < NCOLUMNS; i++)
             if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)used[i]) < 0)
                 return NULL;
         PyObject *last = have_last ? PyLong_FromUnsignedLongLong(last_id) : Py_NewRef(Py_None);
@@ -601,60 +758,25 @@ reference:
     return PyObject_Vectorcall(py_decode_columns, args, (size_t)nargs, kwnames);
 }
 
-/* ------------------------------------------------------------------------------ new_items */
-
-static PyTypeObject *item_type = NULL;
-static PyObject *item_fields[5];  /* slot descriptors of Item: id, data, add_time, expire_at, error_count */
-static PyObject *py_new_items = NULL;
-static PyObject *py_new_item = NULL;
-
-static PyObject *
-configure_items(PyObject *self, PyObject *args)
-{
-    PyObject *type, *names, *fallback, *fallback_one;
-    if (!PyArg_ParseTuple(args, "O!O!OO", &PyType_Type, &type, &PyTuple_Type, &names, &fallback, &fallback_one))
-        return NULL;
-    if (PyTuple_GET_SIZE(names) != 5) {
-        PyErr_SetString(PyExc_ValueError, "Item must have five fields");
-        return NULL;
-    }
-    for (int i = 0; i < 5; i++) {
-        PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
-        if (d == NULL)
-            return NULL;
-        if (Py_TYPE(d)->tp_descr_set == NULL) {
-            Py_DECREF(d);
-            PyErr_SetString(PyExc_TypeError, "Item's fields must be slots");
-            return NULL;
-        }
-        Py_XSETREF(item_fields[i], d);
-    }
-    Py_INCREF(type);
-    Py_XSETREF(item_type, (PyTypeObject *)type);
-    Py_INCREF(fallback);
-    Py_XSETREF(py_new_items, fallback);
-    Py_INCREF(fallback_one);
-    Py_XSETREF(py_new_item, fallback_one);
-    Py_RETURN_NONE;
-}
+/* ------------------------------------------------------------------------------ new_items
+ * reference: format/fallback.py, new_item and new_items (built by item_references) */
 
 /* new_item(id, data, add_time, expire_at=None, error_count=0), positional arguments only. */
 static PyObject *
 new_item(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_new_item == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
-        return NULL;
-    }
+    if (py_new_item == NULL)
+        return not_configured();
     if (kwnames != NULL || nargs < 3 || nargs > 5)
         return PyObject_Vectorcall(py_new_item, args, (size_t)nargs, kwnames);
     PyObject *zero = NULL;
     if (nargs < 5 && (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
-    PyObject *vals[5] = {args[0], args[1], args[2], nargs > 3 ? args[3] : Py_None, nargs > 4 ? args[4] : zero};
+    PyObject *vals[ITEM_NFIELDS] = {args[0], args[1], args[2], nargs > 3 ? args[3] : Py_None,
+                                   nargs > 4 ? args[4] : zero};
     PyObject *obj = item_type->tp_alloc(item_type, 0);
     if (obj != NULL) {
-        for (int k = 0; k < 5; k++) {
+        for (int k = 0; k < ITEM_NFIELDS; k++) {
             if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
                 Py_CLEAR(obj);
                 break;
@@ -669,10 +791,8 @@ new_item(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
 static PyObject *
 new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_new_items == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
-        return NULL;
-    }
+    if (py_new_items == NULL)
+        return not_configured();
     if (kwnames != NULL || nargs != 4 || !PyLong_CheckExact(args[0]) || !PyList_CheckExact(args[1]))
         goto reference;
     long long first_id = PyLong_AsLongLong(args[0]);
@@ -680,7 +800,7 @@ new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         PyErr_Clear();
         goto reference;
     }
-    if (first_id < 0 || first_id > (1LL << 62))
+    if (first_id < 0 || first_id > INDEX_MAX)
         goto reference;
     {
         PyObject *payloads = args[1];
@@ -694,27 +814,27 @@ new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             return NULL;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *vals[5];
-            vals[0] = PyLong_FromLongLong(first_id + i);
-            if (vals[0] == NULL)
+            PyObject *vals[ITEM_NFIELDS];
+            vals[ITEM_ID] = PyLong_FromLongLong(first_id + i);
+            if (vals[ITEM_ID] == NULL)
                 goto fail;
-            vals[1] = PyList_GET_ITEM(payloads, i);
-            vals[2] = args[2];
-            vals[3] = args[3];
-            vals[4] = zero;
+            vals[ITEM_DATA] = PyList_GET_ITEM(payloads, i);
+            vals[ITEM_ADD_TIME] = args[2];
+            vals[ITEM_EXPIRE_AT] = args[3];
+            vals[ITEM_ERROR_COUNT] = zero;
             PyObject *obj = item_type->tp_alloc(item_type, 0);
             if (obj == NULL) {
-                Py_DECREF(vals[0]);
+                Py_DECREF(vals[ITEM_ID]);
                 goto fail;
             }
             PyList_SET_ITEM(out, i, obj);
-            for (int k = 0; k < 5; k++) {
+            for (int k = 0; k < ITEM_NFIELDS; k++) {
                 if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
-                    Py_DECREF(vals[0]);
+                    Py_DECREF(vals[ITEM_ID]);
                     goto fail;
                 }
             }
-            Py_DECREF(vals[0]);
+            Py_DECREF(vals[ITEM_ID]);
         }
         Py_DECREF(zero);
         return out;
@@ -727,25 +847,13 @@ reference:
     return PyObject_Vectorcall(py_new_items, args, (size_t)nargs, kwnames);
 }
 
-/* ------------------------------------------------------------------------------ items_from_puts */
+/* ------------------------------------------------------------------------------ items_from_puts
+ * reference: format/fallback.py, items_from_puts (built by item_references) */
 
-/* items_from_puts(recs, errors, want, overhead): the twin of journaled.item.items_from_puts
- * (read-behind's items for decoded PUT records, stopping before the record that would take the
- * charge past ``want``).  Anything off the fast path (a record that is not an exact Put, fields
- * of other types, a mapping that is not a dict) goes to the reference, from the start. */
-
-static PyObject *py_items_from_puts = NULL;
-
-static PyObject *
-configure_refill(PyObject *self, PyObject *args)
-{
-    PyObject *fallback;
-    if (!PyArg_ParseTuple(args, "O", &fallback))
-        return NULL;
-    Py_INCREF(fallback);
-    Py_XSETREF(py_items_from_puts, fallback);
-    Py_RETURN_NONE;
-}
+/* items_from_puts(recs, errors, want, overhead): read-behind's items for decoded PUT records,
+ * stopping before the record that would take the charge past ``want``.  Anything off the fast path
+ * (a record that is not an exact Put, fields of other types, a mapping that is not a dict) goes to
+ * the reference, from the start. */
 
 /* A Put's field by its slot descriptor (a new reference), NULL with an error set. */
 static PyObject *
@@ -757,10 +865,8 @@ put_field(PyObject *rec, int k)
 static PyObject *
 items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_items_from_puts == NULL || item_type == NULL || put_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "journaled.format._speedups is not configured");
-        return NULL;
-    }
+    if (py_items_from_puts == NULL || put_type == NULL)
+        return not_configured();
     long long want, overhead;
     if (kwnames != NULL || nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
         !as_index(args[2], &want) || !as_index(args[3], &overhead))
@@ -784,11 +890,11 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         Py_INCREF(recs);  /* the list may not change under us: we call no Python code, but be safe */
         for (Py_ssize_t i = 0; i < n && !off_path; i++) {
             PyObject *rec = PyList_GET_ITEM(recs, i);
-            PyObject *id = NULL, *add = NULL, *exp = NULL, *payload = NULL, *vals[5] = {NULL};
-            id = put_field(rec, 2);
-            add = id ? put_field(rec, 3) : NULL;
-            exp = add ? put_field(rec, 4) : NULL;
-            payload = exp ? put_field(rec, 5) : NULL;
+            PyObject *id = NULL, *add = NULL, *exp = NULL, *payload = NULL, *vals[ITEM_NFIELDS] = {NULL};
+            id = put_field(rec, PUT_ID);
+            add = id ? put_field(rec, PUT_ADD_MS) : NULL;
+            exp = add ? put_field(rec, PUT_EXPIRE_MS) : NULL;
+            payload = exp ? put_field(rec, PUT_PAYLOAD) : NULL;
             if (payload == NULL)
                 goto fail_rec;
             if (!PyLong_CheckExact(id) || !PyLong_CheckExact(add) || !PyLong_CheckExact(exp) ||
@@ -802,8 +908,8 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
                 off_path = 1;
                 goto next;
             }
-            if (add_ms < 0 || add_ms > (1LL << 53) || expire_ms < 0 || expire_ms > (1LL << 53)) {
-                off_path = 1;  /* exact float conversion only below 2**53: leave the rest to Python */
+            if (add_ms < 0 || add_ms > EXACT_DOUBLE_MAX || expire_ms < 0 || expire_ms > EXACT_DOUBLE_MAX) {
+                off_path = 1; /* the reference's division would round: leave it to Python */
                 goto next;
             }
             long long charge = (long long)PyBytes_GET_SIZE(payload) + overhead;
@@ -814,28 +920,27 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
             total += charge;
             if (expire_ms)
                 expiring = 1;
-            vals[0] = id;
-            vals[1] = payload;
-            vals[2] = PyFloat_FromDouble((double)add_ms / 1000.0);
-            if (vals[2] == NULL)
+            vals[ITEM_ID] = id;
+            vals[ITEM_DATA] = payload;
+            vals[ITEM_ADD_TIME] = PyFloat_FromDouble((double)add_ms / 1000.0);
+            if (vals[ITEM_ADD_TIME] == NULL)
                 goto fail_rec;
             if (expire_ms) {
-                vals[3] = PyFloat_FromDouble((double)expire_ms / 1000.0);
-                if (vals[3] == NULL)
+                vals[ITEM_EXPIRE_AT] = PyFloat_FromDouble((double)expire_ms / 1000.0);
+                if (vals[ITEM_EXPIRE_AT] == NULL)
                     goto fail_rec;
             } else {
-                vals[3] = Py_None;
-                Py_INCREF(Py_None);
+                vals[ITEM_EXPIRE_AT] = Py_NewRef(Py_None);
             }
-            vals[4] = NULL;
+            vals[ITEM_ERROR_COUNT] = NULL;
             if (PyDict_GET_SIZE(errors)) {
-                vals[4] = PyDict_GetItemWithError(errors, id);  /* borrowed */
-                if (vals[4] == NULL && PyErr_Occurred())
+                vals[ITEM_ERROR_COUNT] = PyDict_GetItemWithError(errors, id); /* borrowed */
+                if (vals[ITEM_ERROR_COUNT] == NULL && PyErr_Occurred())
                     goto fail_rec;
             }
-            if (vals[4] == NULL)
-                vals[4] = zero;
-            Py_INCREF(vals[4]);
+            if (vals[ITEM_ERROR_COUNT] == NULL)
+                vals[ITEM_ERROR_COUNT] = zero;
+            Py_INCREF(vals[ITEM_ERROR_COUNT]);
             {
                 PyObject *obj = item_type->tp_alloc(item_type, 0);
                 if (obj == NULL)
@@ -845,16 +950,16 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
                     goto fail_rec;
                 }
                 Py_DECREF(obj);
-                for (int k = 0; k < 5; k++)
+                for (int k = 0; k < ITEM_NFIELDS; k++)
                     if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0)
                         goto fail_rec;
             }
         next:
-            Py_XDECREF(vals[2]); Py_XDECREF(vals[3]); Py_XDECREF(vals[4]);
+            Py_XDECREF(vals[ITEM_ADD_TIME]); Py_XDECREF(vals[ITEM_EXPIRE_AT]); Py_XDECREF(vals[ITEM_ERROR_COUNT]);
             Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
             continue;
         fail_rec:
-            Py_XDECREF(vals[2]); Py_XDECREF(vals[3]); Py_XDECREF(vals[4]);
+            Py_XDECREF(vals[ITEM_ADD_TIME]); Py_XDECREF(vals[ITEM_EXPIRE_AT]); Py_XDECREF(vals[ITEM_ERROR_COUNT]);
             Py_XDECREF(id); Py_XDECREF(add); Py_XDECREF(exp); Py_XDECREF(payload);
             Py_DECREF(recs);
             Py_DECREF(zero);
@@ -875,28 +980,30 @@ reference:
 }
 
 static PyMethodDef methods[] = {
-    {"configure", configure, METH_VARARGS, "configure(put_type, field_names, encode_puts, decode_many, decode_one, damage_type, max_body)"},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(*, constants, put_type, put_fields, damage_type, encode_puts, decode_many, decode_one, "
+     "decode_columns): record.py's layout (checked), the classes and the pure-Python references."},
+    {"configure_items", (PyCFunction)(void (*)(void))configure_items, METH_VARARGS | METH_KEYWORDS,
+     "configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts)"},
     {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of journaled.format.record.encode_puts."},
+     "Compiled twin of journaled.format.fallback.encode_puts."},
     {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of journaled.format.record.decode_many."},
-    {"configure_columns", configure_columns, METH_VARARGS, "configure_columns(decode_columns, max_batch_bytes)"},
+     "Compiled twin of journaled.format.fallback.decode_many."},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of journaled.format.columns.decode_columns."},
-    {"configure_items", configure_items, METH_VARARGS, "configure_items(item_type, field_names, new_items, new_item)"},
-    {"configure_refill", configure_refill, METH_VARARGS, "configure_refill(items_from_puts)"},
-    {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
-     "items_from_puts(recs, errors, want, overhead) -> (items, total, expiring)"},
+     "Compiled twin of journaled.format.fallback.decode_columns."},
     {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of journaled.item.new_item."},
+     "Compiled twin of the new_item of journaled.format.fallback.item_references."},
     {"new_items", (PyCFunction)(void (*)(void))new_items, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of journaled.item.new_items."},
+     "Compiled twin of the new_items of journaled.format.fallback.item_references."},
+    {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of the items_from_puts of journaled.format.fallback.item_references."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "journaled.format._speedups",
-    "Compiled twin of journaled.format.record's PUT encode/decode loops (see journaled.format.speedups).", -1, methods,
+    "Compiled twins of journaled.format.fallback's hot loops; imported only by journaled.format.speedups.", -1,
+    methods,
 };
 
 PyMODINIT_FUNC
@@ -904,12 +1011,14 @@ PyInit__speedups(void)
 {
     crc_init();
     str_size = PyUnicode_InternFromString("size");
-    if (str_size == NULL)
+    max_body_obj = PyLong_FromLongLong(MAX_BODY);
+    if (str_size == NULL || max_body_obj == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddStringConstant(m, "crc", have_hw_crc ? "sse4.2" : "table") < 0) {
+    if (PyModule_AddStringConstant(m, "crc", have_hw_crc ? "sse4.2" : "table") < 0 ||
+        PyModule_AddIntConstant(m, "ABI_VERSION", ABI_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,18 +1,32 @@
-"""Type stub of the compiled hot path (journaled/format/_speedups.c); see journaled.format.speedups."""
+"""Type stub of the compiled twins (journaled/format/_speedups.c); only journaled.format.speedups
+imports the module, and the references with these signatures are in journaled.format.fallback."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+#: What the switch checks first (journaled.format.speedups.ABI_VERSION).
+ABI_VERSION: int
+#: How CRC32C is computed: ``"sse4.2"`` or ``"table"``.
 crc: str
 
 def configure(
+    *,
+    constants: dict[str, int],
     put_type: type,
-    field_names: tuple[str, ...],
+    put_fields: tuple[str, ...],
+    damage_type: type,
     encode_puts: Callable[..., list[int]],
     decode_many: Callable[..., Any],
     decode_one: Callable[..., Any],
-    damage_type: type,
-    max_body: int,
+    decode_columns: Callable[..., tuple[int, int | None, int]],
+) -> None: ...
+def configure_items(
+    *,
+    item_type: type,
+    item_fields: tuple[str, ...],
+    new_item: Callable[..., Any],
+    new_items: Callable[..., list[Any]],
+    items_from_puts: Callable[..., tuple[list[Any], int, bool]],
 ) -> None: ...
 def encode_puts(
     salt: int,
@@ -31,9 +45,6 @@ def decode_many(
     max_body: int = ...,
     limit: int | None = None,
 ) -> tuple[list[Any], int, Any]: ...
-def configure_columns(
-    decode_columns: Callable[..., tuple[int, int | None, int]], max_batch_bytes: int
-) -> None: ...
 def decode_columns(
     buf: bytes,
     base_offset: int,
@@ -46,17 +57,12 @@ def decode_columns(
     max_bytes: int,
     out: list[bytearray],
 ) -> tuple[int, int | None, int]: ...
-def configure_items(
-    item_type: type,
-    field_names: tuple[str, ...],
-    new_items: Callable[..., list[Any]],
-    new_item: Callable[..., Any],
-) -> None: ...
 def new_item(
     id: int, data: bytes, add_time: float, expire_at: float | None = None, error_count: int = 0
 ) -> Any: ...
 def new_items(
     first_id: int, payloads: list[bytes], add_time: float, expire_at: float | None
 ) -> list[Any]: ...
-def configure_refill(items_from_puts: Callable[..., tuple[list[Any], int, bool]]) -> None: ...
-def items_from_puts(recs: Any, errors: Any, want: int, overhead: int) -> tuple[list[Any], int, bool]: ...
+def items_from_puts(
+    recs: Sequence[Any], errors: Mapping[int, int], want: int, overhead: int
+) -> tuple[list[Any], int, bool]: ...

@@ -155,7 +155,7 @@ def _solve_salt(buf: bytes, offset: int) -> int | None:
         return None
     crc, length, rtype = _REC_HDR.unpack_from(buf, offset)
     data = buf[offset + 4 : offset + RECORD_HEADER_SIZE + length]
-    if rtype != TYPE_PUT or length < 24 or len(data) < length + 5:
+    if rtype != TYPE_PUT or length < PUT_FIELDS_SIZE or len(data) < length + 5:
         return None
     # crc32c(data, seed) == crc32c(data, 0) ^ L(seed) with L linear over GF(2) and invertible:
     # solve L(seed) == target by Gaussian elimination on the images of the 32 unit seeds.
@@ -186,6 +186,19 @@ _PUT_FIELDS = struct.Struct("<QQQ")
 _PUT_TAIL = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
 _CRC = struct.Struct("<I")
 PUT_OVERHEAD: Final = _PUT_HDR.size  # 33: bytes a PUT adds around its payload
+#: A PUT's fixed fields (id, add_ms, expire_ms): the least body a PUT has.
+PUT_FIELDS_SIZE: Final = _PUT_FIELDS.size  # 24
+
+# Where each field lies from the record's start.  The compiled twin (_speedups.c) names the same
+# offsets; journaled.format.speedups hands it these values and it refuses to run if any differs.
+RECORD_CRC_AT: Final = 0  # u32: CRC32C of the record from RECORD_LENGTH_AT on, seeded by position
+RECORD_LENGTH_AT: Final = 4  # u32: bytes of the body (what follows the record header)
+RECORD_TYPE_AT: Final = 8  # u8
+PUT_ID_AT: Final = RECORD_HEADER_SIZE  # 9, u64
+PUT_ADD_MS_AT: Final = PUT_ID_AT + 8  # 17, u64
+PUT_EXPIRE_MS_AT: Final = PUT_ADD_MS_AT + 8  # 25, u64 (0 = never); the payload follows
+if (RECORD_TYPE_AT + 1, PUT_EXPIRE_MS_AT + 8) != (RECORD_HEADER_SIZE, PUT_OVERHEAD):  # pragma: no cover
+    raise TypeError("journaled.format.record: the named offsets disagree with the record structs")
 
 TYPE_PUT: Final = 1
 #: Types with this bit set may be skipped by a reader that does not know them; unknown types
@@ -197,7 +210,7 @@ MAX_PAYLOAD: Final = 1 << 30
 #: Largest body a record may declare: a PUT of MAX_PAYLOAD (24 bytes of fields before it).
 #: Decoding is bounded by this, never by the current ``max_item_size``: lowering that setting
 #: must not turn older, larger records into "damage"; and a larger length is garbage.
-MAX_BODY: Final = MAX_PAYLOAD + 24
+MAX_BODY: Final = MAX_PAYLOAD + PUT_FIELDS_SIZE
 
 
 def record_seed(salt: int, offset: int) -> int:
@@ -211,7 +224,7 @@ def record_seed(salt: int, offset: int) -> int:
 
 def encode_put(salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> bytes:
     """Encode one PUT record destined for byte ``offset`` of a file with ``salt``."""
-    rec = _PUT_HDR.pack(0, 24 + len(payload), TYPE_PUT, item_id, add_ms, expire_ms) + payload
+    rec = _PUT_HDR.pack(0, PUT_FIELDS_SIZE + len(payload), TYPE_PUT, item_id, add_ms, expire_ms) + payload
     crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
     return struct.pack("<I", crc) + rec[4:]
 
@@ -227,6 +240,9 @@ def encode_puts(
 ) -> list[int]:
     """Append PUT records for ``payloads`` (consecutive ids) to ``out``; return their offsets.
 
+    compiled twin: _speedups.c, section encode_puts (format/fallback.py names it with the other
+    references; journaled.format.speedups.encode_puts is the one callers use).
+
     The batch form of :func:`encode_put`, kept in one loop with local names because this is the
     hottest code in the library.
     """
@@ -237,13 +253,14 @@ def encode_puts(
     pack_tail = _PUT_TAIL.pack
     pack_crc = _CRC.pack
     overhead = _PUT_HDR.size
+    fields_size = PUT_FIELDS_SIZE
     offsets: list[int] = []
     append_offset = offsets.append
     item_id = first_id
     for payload in payloads:
         n = len(payload)
         append_offset(offset)
-        tail = pack_tail(24 + n, TYPE_PUT, item_id, add_ms, expire_ms)
+        tail = pack_tail(fields_size + n, TYPE_PUT, item_id, add_ms, expire_ms)
         out += pack_crc(crc32c(payload, crc32c(tail, (salt ^ offset) & 0xFFFFFFFF)))
         out += tail
         out += payload
@@ -335,7 +352,7 @@ def decode_one(
     crc, length, rtype = _REC_HDR.unpack_from(buf, pos)
     if rtype == 0:
         return Damage(offset, "record type 0 (zero-filled or garbage)", False)
-    if length > max_body or (rtype == TYPE_PUT and length < 24):
+    if length > max_body or (rtype == TYPE_PUT and length < PUT_FIELDS_SIZE):
         return Damage(offset, f"implausible record length {length}", False)
     end = pos + RECORD_HEADER_SIZE + length
     if end > len(buf):
@@ -366,6 +383,9 @@ def decode_many(
 ) -> tuple[list[Decoded], int, Damage | None]:
     """Decode consecutive records from ``buf[pos:]``.
 
+    compiled twin: _speedups.c, section decode_many (format/fallback.py names it with the other
+    references; journaled.format.speedups.decode_many is the one callers use).
+
     Returns ``(records, end, damage)``: ``end`` is the buffer position after the last good
     record, and ``damage`` says why decoding stopped early (``None`` if the buffer ended exactly
     on a record boundary or ``limit`` records were decoded).
@@ -380,6 +400,7 @@ def decode_many(
     try:
         unpack_hdr, unpack_fields = _REC_HDR.unpack_from, _PUT_FIELDS.unpack_from
         as_bytes = type(buf) is bytes
+        min_body = PUT_FIELDS_SIZE
         append = out.append
         count = 0
         while pos < n and (limit is None or count < limit):
@@ -389,7 +410,7 @@ def decode_many(
                 offset = base_offset + pos
                 if (
                     rtype == TYPE_PUT
-                    and 24 <= length <= max_body
+                    and min_body <= length <= max_body
                     and end <= n
                     and crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) == crc
                 ):

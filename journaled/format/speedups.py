@@ -1,27 +1,86 @@
-"""Which implementation of the hot path is in use: the compiled one or the pure-Python reference.
+"""The one switch: which implementation of the hot loops runs, the compiled twins or their references.
 
-The compiled extension ``journaled.format._speedups`` (built from ``journaled/format/_speedups.c`` by
-``pip install``, where a C compiler exists) is the twin of format/record.py's two per-record loops,
-``encode_puts`` and ``decode_many`` (and of item.py's ``new_item``/``new_items``); those stay the
-pure-Python reference and the fallback.  Both write byte-identical journals and decode
-identically, error for error.  ``decode_columns`` is the twin of format/columns.py's columnar decoder
-(the Spark source's hot loop).  The writer and the record walker call :data:`encode_puts` and
-:data:`decode_many` from here: the compiled twin when it runs, else format/record.py's functions.
-Setting ``JOURNALED_PURE_PYTHON=1`` in the environment before journaled is imported forces the
-fallback.
+``journaled.format._speedups`` (built from ``journaled/format/_speedups.c`` by ``pip install``,
+where a C compiler exists) holds the compiled twins of the loops whose pure-Python references sit
+together in format/fallback.py.  Both write byte-identical journals and decode identically, error
+for error.  This module alone imports ``_speedups`` and decides, once, at import:
+
+* ``JOURNALED_PURE_PYTHON=1`` in the environment (before journaled is imported) selects the
+  references;
+* else the extension is used if it is built, its ``ABI_VERSION`` is :data:`ABI_VERSION`, and its
+  ``configure`` accepts format/record.py's layout constants (it compares them with its own named
+  constants and refuses on any difference); otherwise the references run and :func:`describe` says
+  why.
+
+Callers take :data:`encode_puts`, :data:`decode_many`, :data:`decode_columns` from here, and
+journaled.item takes the item builders from :func:`item_twins` (it passes its ``Item`` class in:
+format/ cannot import it).
 """
 
 from __future__ import annotations
 
 import os
 from types import ModuleType
+from typing import Final, TypeVar
 
 import attrs
+from attrs import AttrsInstance
 
-from journaled.format import columns, record
+from journaled.format import columns, fallback, record
+from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems
 
 #: The environment variable that, set to anything but ``""`` or ``"0"``, forces pure Python.
-ENV_VAR = "JOURNALED_PURE_PYTHON"
+ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
+
+#: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
+#: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
+ABI_VERSION: Final = 2
+
+T = TypeVar("T", bound=AttrsInstance)
+
+
+def layout() -> dict[str, int]:
+    """The format constants the compiled twin was written against, by their names in record.py
+    (and columns.py): what ``_speedups.configure`` checks against its own ``#define``s."""
+    return {
+        "RECORD_CRC_AT": record.RECORD_CRC_AT,
+        "RECORD_LENGTH_AT": record.RECORD_LENGTH_AT,
+        "RECORD_TYPE_AT": record.RECORD_TYPE_AT,
+        "RECORD_HEADER_SIZE": record.RECORD_HEADER_SIZE,
+        "PUT_ID_AT": record.PUT_ID_AT,
+        "PUT_ADD_MS_AT": record.PUT_ADD_MS_AT,
+        "PUT_EXPIRE_MS_AT": record.PUT_EXPIRE_MS_AT,
+        "PUT_FIELDS_SIZE": record.PUT_FIELDS_SIZE,
+        "PUT_OVERHEAD": record.PUT_OVERHEAD,
+        "TYPE_PUT": record.TYPE_PUT,
+        "MAX_BODY": record.MAX_BODY,
+        "MAX_BATCH_BYTES": columns.MAX_BATCH_BYTES,
+    }
+
+
+def adopt(module: ModuleType) -> str | None:
+    """Check a compiled ``_speedups`` and configure it with the layout and the references.
+
+    Returns ``None`` when it is ready to use, else why not (a stale build's ABI, or the
+    constants it refused); a refused module is left as it was.
+    """
+    abi = getattr(module, "ABI_VERSION", None)
+    if abi != ABI_VERSION:
+        return f"the compiled extension has ABI {abi}, this code needs {ABI_VERSION}: rebuild it"
+    try:
+        module.configure(
+            constants=layout(),
+            put_type=record.Put,
+            put_fields=tuple(a.name for a in attrs.fields(record.Put)),
+            damage_type=record.Damage,
+            encode_puts=fallback.encode_puts,
+            decode_many=fallback.decode_many,
+            decode_one=record.decode_one,
+            decode_columns=fallback.decode_columns,
+        )
+    except (TypeError, ValueError) as exc:
+        return f"the compiled extension refused the format: {exc}"
+    return None
 
 
 def _load() -> tuple[ModuleType | None, str]:
@@ -31,40 +90,47 @@ def _load() -> tuple[ModuleType | None, str]:
         from journaled.format import _speedups
     except ImportError:
         return None, "pure Python (the compiled extension is not built)"
+    refused = adopt(_speedups)
+    if refused is not None:
+        return None, f"pure Python ({refused})"
     return _speedups, f"compiled (C extension, CRC32C by {_speedups.crc})"
 
 
-native, description = _load()
+#: The configured ``_speedups`` module, or ``None`` when the references run.
+native, _description = _load()
 #: ``"compiled"`` or ``"pure-python"``: the implementation of the hot path in this process.
-implementation = "compiled" if native is not None else "pure-python"
+implementation: Final = "compiled" if native is not None else "pure-python"
 
 
 def describe() -> str:
-    """One line for humans, e.g. ``compiled (C extension, CRC32C by sse4.2)``."""
-    return description
+    """One line for humans, e.g. ``compiled (C extension, CRC32C by sse4.2)``, or ``pure Python
+    (...)`` with the reason."""
+    return _description
 
 
-#: ``record.encode_puts`` or its compiled twin (anything off the twin's fast path -- an argument
-#: of another type, a number outside its field -- is handed to record.encode_puts).
-encode_puts = record.encode_puts
-#: ``record.decode_many`` or its compiled twin (records that are not well-formed PUTs are
+#: ``fallback.encode_puts`` or its compiled twin (anything off the twin's fast path -- an argument
+#: of another type, a number outside its field -- is handed to the reference).
+encode_puts = fallback.encode_puts if native is None else native.encode_puts
+#: ``fallback.decode_many`` or its compiled twin (records that are not well-formed PUTs are
 #: classified by record.decode_one, so damage is described exactly as by the reference).
-decode_many = record.decode_many
-if native is not None:
-    native.configure(
-        record.Put,
-        tuple(a.name for a in attrs.fields(record.Put)),
-        record.encode_puts,
-        record.decode_many,
-        record.decode_one,
-        record.Damage,
-        record.MAX_BODY,
+decode_many = fallback.decode_many if native is None else native.decode_many
+#: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
+decode_columns = fallback.decode_columns if native is None else native.decode_columns
+
+
+def item_twins(item_type: type[T]) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
+    """``new_item``, ``new_items`` and ``items_from_puts`` building ``item_type`` (journaled.item's
+    ``Item``, which calls this once at import): the compiled twins, configured with the class and
+    the references of :func:`fallback.item_references`, or those references."""
+    references = fallback.item_references(item_type)
+    if native is None:
+        return references
+    new_item, new_items, items_from_puts = references
+    native.configure_items(
+        item_type=item_type,
+        item_fields=fallback.ITEM_FIELDS,
+        new_item=new_item,
+        new_items=new_items,
+        items_from_puts=items_from_puts,
     )
-    encode_puts = native.encode_puts
-    decode_many = native.decode_many
-#: ``columns.decode_columns`` or its compiled twin (the same rows, bytes and stop reason); an
-#: extension built before the twin existed leaves the reference in place.
-decode_columns = columns.decode_columns
-if native is not None and hasattr(native, "decode_columns"):
-    native.configure_columns(columns.decode_columns, columns.MAX_BATCH_BYTES)
-    decode_columns = native.decode_columns
+    return native.new_item, native.new_items, native.items_from_puts

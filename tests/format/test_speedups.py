@@ -1,17 +1,22 @@
-"""The compiled hot path and the pure-Python reference are interchangeable.
+"""The compiled twins and their pure-Python references are interchangeable, and one switch picks.
 
-``journaled.format._speedups`` (C) is the twin of ``record.encode_puts`` and ``record.decode_many``:
-the same bytes out of an encode, the same records, end position and damage out of a decode,
-the same exception for the same bad input -- checked here with hypothesis on random batches,
-random bytes and damaged journals.  ``JOURNALED_PURE_PYTHON=1`` selects the reference, and
-``journaled.format.speedups`` says which one runs.
+``journaled.format._speedups`` (C) is the twin of format/fallback.py's references
+(``encode_puts``, ``decode_many``, ``decode_columns`` and the item builders): the same bytes out
+of an encode, the same records, end position and damage out of a decode, the same exception for
+the same bad input -- checked here with hypothesis on random batches, random bytes and damaged
+journals.  ``journaled.format.speedups`` alone imports the extension: it refuses a stale build
+(``ABI_VERSION``) and one whose layout constants differ from format/record.py's, and
+``JOURNALED_PURE_PYTHON=1`` selects the references; it says which one runs.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
+import types
 from typing import Any
 
 import pytest
@@ -19,33 +24,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled import item
-from journaled.format import record, speedups
-from journaled.format.columns import MAX_BATCH_BYTES
-from journaled.format.columns import decode_columns as py_decode_columns
+from journaled.format import fallback, record, speedups
 from journaled.format.record import MAX_BODY, PUT_OVERHEAD
-from journaled.format.record import decode_many as py_decode_many
-from journaled.format.record import encode_puts as py_encode_puts
 from support.paths import ROOT
+
+py_encode_puts = fallback.encode_puts
+py_decode_many = fallback.decode_many
+py_decode_columns = fallback.decode_columns
+py_new_item, py_new_items, py_items_from_puts = fallback.item_references(item.Item)
 
 try:
     from journaled.format import _speedups as native
 except ImportError:  # not built here: only the selection tests can run
     native = None  # type: ignore[assignment]
 else:  # compared even when JOURNALED_PURE_PYTHON=1 left it unconfigured (configuring is idempotent)
-    native.configure(
-        record.Put,
-        ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
-        py_encode_puts,
-        py_decode_many,
-        record.decode_one,
-        record.Damage,
-        MAX_BODY,
-    )
-    native.configure_columns(py_decode_columns, MAX_BATCH_BYTES)
+    assert speedups.adopt(native) is None
     native.configure_items(
-        item.Item, ("id", "data", "add_time", "expire_at", "error_count"), item.py_new_items, item.py_new_item
+        item_type=item.Item,
+        item_fields=fallback.ITEM_FIELDS,
+        new_item=py_new_item,
+        new_items=py_new_items,
+        items_from_puts=py_items_from_puts,
     )
-    native.configure_refill(item.py_items_from_puts)
 
 needs_native = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
 
@@ -248,7 +248,7 @@ def item_fields(items: Any) -> Any:
 )
 def test_new_items_builds_the_same_items(first_id, batch, add_time, expire_at):
     got = native.new_items(first_id, batch, add_time, expire_at)
-    want = item.py_new_items(first_id, batch, add_time, expire_at)
+    want = py_new_items(first_id, batch, add_time, expire_at)
     assert item_fields(("ok", got)) == item_fields(("ok", want))
     assert got == want and all(a.data is b.data for a, b in zip(got, want))
 
@@ -266,7 +266,7 @@ def test_new_items_builds_the_same_items(first_id, batch, add_time, expire_at):
     ],
 )
 def test_new_items_odd_arguments_behave_as_the_reference(args):
-    assert item_fields(outcome(native.new_items, *args)) == item_fields(outcome(item.py_new_items, *args))
+    assert item_fields(outcome(native.new_items, *args)) == item_fields(outcome(py_new_items, *args))
 
 
 @needs_native
@@ -283,7 +283,7 @@ def test_new_items_odd_arguments_behave_as_the_reference(args):
     ],
 )
 def test_new_item_builds_the_same_item_or_error(args, kwargs):
-    got, want = outcome(native.new_item, *args, **kwargs), outcome(item.py_new_item, *args, **kwargs)
+    got, want = outcome(native.new_item, *args, **kwargs), outcome(py_new_item, *args, **kwargs)
     if got[0] == "ok":
         got, want = ("ok", [got[1]]), ("ok", [want[1]])
     assert item_fields(got) == item_fields(want)
@@ -320,7 +320,7 @@ def test_items_from_puts_builds_the_same_items_and_stops_at_the_same_record(recs
     for rec in recs[:3]:  # some of the error counts name ids that are there
         errors.setdefault(rec.id, 1)
     got = native.items_from_puts(recs, errors, want, overhead)
-    ref = item.py_items_from_puts(recs, errors, want, overhead)
+    ref = py_items_from_puts(recs, errors, want, overhead)
     assert item_fields(("ok", got[0])) == item_fields(("ok", ref[0]))
     assert got[1:] == ref[1:]
     assert all(a.data is r.payload for a, r in zip(got[0], recs))
@@ -341,7 +341,7 @@ def test_items_from_puts_builds_the_same_items_and_stops_at_the_same_record(recs
     ],
 )
 def test_items_from_puts_odd_arguments_behave_as_the_reference(args):
-    got, ref = outcome(native.items_from_puts, *args), outcome(item.py_items_from_puts, *args)
+    got, ref = outcome(native.items_from_puts, *args), outcome(py_items_from_puts, *args)
     if got[0] == "ok" and ref[0] == "ok":
         assert item_fields(("ok", got[1][0])) == item_fields(("ok", ref[1][0])) and got[1][1:] == ref[1][1:]
     else:
@@ -497,9 +497,9 @@ def test_speedups_says_which_implementation_runs_in_this_process():
         assert speedups.decode_columns is speedups.native.decode_columns  # type: ignore[union-attr]
         assert speedups.describe().startswith("compiled")
     else:
-        assert speedups.encode_puts is record.encode_puts and speedups.decode_many is record.decode_many
-        assert speedups.decode_columns is py_decode_columns
-        assert item.new_items is item.py_new_items
+        assert speedups.encode_puts is fallback.encode_puts and speedups.decode_many is fallback.decode_many
+        assert speedups.decode_columns is fallback.decode_columns
+        assert item.new_items.__qualname__ == "item_references.<locals>.new_items"
         assert speedups.describe().startswith("pure Python")
 
 
@@ -527,3 +527,184 @@ def test_journaled_stat_prints_which_hot_path_runs(tmp_path):
 def test_qtest_summary_names_the_hot_path(tmp_path):
     out = _cli("qtest", "--items", "200", "--dir", str(tmp_path / "qt"), env={"JOURNALED_PURE_PYTHON": "1"})
     assert "hot path pure-python" in out.splitlines()[0]
+
+
+# ------------------------------------------------------------------------------- the one switch
+
+PKG = os.path.join(ROOT, "journaled")
+C_SOURCE = os.path.join(PKG, "format", "_speedups.c")
+
+
+def _configure_args(**changes: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "constants": speedups.layout(),
+        "put_type": record.Put,
+        "put_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+        "damage_type": record.Damage,
+        "encode_puts": py_encode_puts,
+        "decode_many": py_decode_many,
+        "decode_one": record.decode_one,
+        "decode_columns": py_decode_columns,
+    }
+    args.update(changes)
+    return args
+
+
+def _still_works() -> None:
+    a, b = bytearray(), bytearray()
+    assert native.encode_puts(7, 40, 1, 2, 3, [b"x", b""], a) == py_encode_puts(
+        7, 40, 1, 2, 3, [b"x", b""], b
+    )
+    assert a == b and native.decode_many(bytes(a), 40, 7)[0] == py_decode_many(bytes(b), 40, 7)[0]
+
+
+@needs_native
+@pytest.mark.parametrize("name", sorted(speedups.layout()))
+def test_configure_refuses_a_format_constant_that_differs_from_the_compiled_one(name):
+    """A format change in record.py that _speedups.c does not follow stops the compiled twin
+    (and leaves the module as it was), instead of letting the two write different bytes."""
+    wrong = {**speedups.layout(), name: speedups.layout()[name] + 1}
+    with pytest.raises(ValueError, match=rf"built with {name} = \d+ but format/record.py says"):
+        native.configure(**_configure_args(constants=wrong))
+    missing = {k: v for k, v in speedups.layout().items() if k != name}
+    with pytest.raises(ValueError, match=f"needs format/record.py's {name}"):
+        native.configure(**_configure_args(constants=missing))
+    _still_works()
+
+
+@needs_native
+def test_configure_refuses_unknown_constants_fields_and_missing_arguments():
+    with pytest.raises(ValueError, match="does not know the constant 'PUT_CHECKSUM_AT'"):
+        native.configure(**_configure_args(constants={**speedups.layout(), "PUT_CHECKSUM_AT": 3}))
+    with pytest.raises(ValueError, match="does not build"):
+        native.configure(
+            **_configure_args(put_fields=("offset", "size", "id", "add_ms", "payload", "expire_ms"))
+        )
+    with pytest.raises(TypeError, match="takes all of its keyword arguments"):
+        native.configure(**{k: v for k, v in _configure_args().items() if k != "decode_one"})
+    with pytest.raises(TypeError, match="must be callable"):
+        native.configure(**_configure_args(decode_one=None))
+    with pytest.raises(ValueError, match="does not build"):
+        native.configure_items(
+            item_type=item.Item,
+            item_fields=fallback.ITEM_FIELDS[:4],
+            new_item=py_new_item,
+            new_items=py_new_items,
+            items_from_puts=py_items_from_puts,
+        )
+    _still_works()
+
+
+@needs_native
+def test_the_layout_the_switch_hands_over_is_the_c_files_table():
+    with open(C_SOURCE, encoding="utf-8") as f:
+        table = re.search(r"layout\[\] = \{(.*?)\n\};", f.read(), re.S)
+    assert table is not None
+    assert sorted(re.findall(r'\{"(\w+)", \1\}', table.group(1))) == sorted(speedups.layout())
+
+
+def test_the_switch_refuses_a_stale_or_refusing_build():
+    stale = types.ModuleType("stale")
+    assert speedups.adopt(stale) == (
+        f"the compiled extension has ABI None, this code needs {speedups.ABI_VERSION}: rebuild it"
+    )
+
+    def refuse(**kwargs: Any) -> None:
+        raise ValueError("built with TYPE_PUT = 1 but format/record.py says 2")
+
+    other = types.ModuleType("other")
+    other.ABI_VERSION = speedups.ABI_VERSION  # type: ignore[attr-defined]
+    other.configure = refuse  # type: ignore[attr-defined]
+    assert speedups.adopt(other) == (
+        "the compiled extension refused the format: built with TYPE_PUT = 1 but format/record.py says 2"
+    )
+
+
+def test_a_stale_build_runs_the_references_and_says_why():
+    code = (
+        "import sys, types; stale = types.ModuleType('journaled.format._speedups'); stale.ABI_VERSION = 1; "
+        "sys.modules['journaled.format._speedups'] = stale; "
+        "from journaled import item; from journaled.format import fallback, speedups; "
+        "print(speedups.implementation, speedups.encode_puts is fallback.encode_puts, "
+        "type(item.new_item).__name__); print(speedups.describe())"
+    )
+    full = {**os.environ, "JOURNALED_PURE_PYTHON": "", "PYTHONPATH": ROOT}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=full, check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert out == [
+        "pure-python True function",
+        f"pure Python (the compiled extension has ABI 1, this code needs {speedups.ABI_VERSION}: rebuild it)",
+    ]
+
+
+def _package_trees() -> dict[str, ast.Module]:
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(PKG):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "__pycache__"))]
+        for fn in filenames:
+            if fn.endswith(".py"):
+                path = os.path.join(dirpath, fn)
+                with open(path, encoding="utf-8") as f:
+                    out[os.path.relpath(path, ROOT)] = ast.parse(f.read(), path)
+    return out
+
+
+def test_only_the_switch_imports_the_extension_or_reads_its_environment_variable():
+    """One switchboard: no other module imports ``_speedups``, probes it with hasattr/getattr, or
+    decides compiled vs pure from the environment."""
+    offenders = []
+    for path, tree in _package_trees().items():
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module or ""]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id in ("hasattr", "getattr") and node.args:
+                    names = [ast.unparse(node.args[0])]
+            elif isinstance(node, ast.Constant) and node.value == speedups.ENV_VAR:
+                names = [speedups.ENV_VAR]
+            hits = [n for n in names if "_speedups" in n or "native" in n or n == speedups.ENV_VAR]
+            if hits and path != os.path.join("journaled", "format", "speedups.py"):
+                offenders.append(f"{path}:{node.lineno} {hits}")
+    assert offenders == []
+
+
+def _sections() -> dict[str, list[str]]:
+    """Each section of _speedups.c -> the references it names."""
+    with open(C_SOURCE, encoding="utf-8") as f:
+        text = f.read()
+    out = {}
+    for m in re.finditer(r"/\* -{20,} (\w+)\n \* reference: (.*?)\*/", text, re.S):
+        out[m.group(1)] = re.findall(r"\b(\w+)\b", m.group(2).split("format/fallback.py,", 1)[-1])
+    return out
+
+
+def test_each_c_section_names_its_reference_and_each_reference_its_section():
+    sections = _sections()
+    assert {"encode_puts", "decode_many", "decode_columns", "new_items", "items_from_puts"} <= set(sections)
+    with open(os.path.join(PKG, "format", "fallback.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    twins = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            doc = ast.get_docstring(node) or ""
+            m = re.search(r"compiled twin: _speedups\.c, section (\w+)", doc)
+            if m:
+                twins[node.name] = m.group(1)
+    for fn in (fallback.encode_puts, fallback.decode_many):  # record.py's, named by fallback.py
+        m = re.search(r"compiled twin: _speedups\.c, section (\w+)", fn.__doc__ or "")
+        assert m is not None, fn
+        twins[fn.__name__] = m.group(1)
+    assert set(twins) == {
+        "encode_puts",
+        "decode_many",
+        "decode_columns",
+        "new_item",
+        "new_items",
+        "items_from_puts",
+    }
+    for name, section in twins.items():
+        assert name in sections[section], (name, section)

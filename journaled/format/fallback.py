@@ -1,0 +1,256 @@
+"""The pure-Python twin of ``_speedups.c``: the reference of every compiled hot loop, in one place.
+
+Each function here says ``compiled twin: _speedups.c, section X``, and section X of the C file
+names it back.  These are the references in the strong sense: the compiled twins hand anything off
+their fast path (an argument of another type, a number outside its field, a record that is not a
+well-formed PUT) to the function here, so the two return the same values and raise the same errors
+by construction; tests/format/test_speedups.py checks it with hypothesis.  They are also the
+fallback: journaled.format.speedups (the one switch) selects them where the extension is not built,
+is stale, or ``JOURNALED_PURE_PYTHON=1``.
+
+* :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops (defined in
+  format/record.py, beside the single-record codec they batch, and named here);
+* :func:`decode_columns`: PUT records into the Arrow column buffers of format/columns.py;
+* :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
+  it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
+  switch: importing it from here would close an import cycle, and format/ imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import attrs
+from attrs import AttrsInstance
+from crc32c import crc32c
+
+from journaled.format.columns import DONE, FULL, MAX_BATCH_BYTES, MORE, Columns
+from journaled.format.record import (
+    MAX_BODY,
+    PUT_FIELDS_SIZE,
+    PUT_OVERHEAD,
+    RECORD_HEADER_SIZE,
+    TYPE_PUT,
+    decode_many,
+    encode_puts,
+)
+
+__all__ = ["ITEM_FIELDS", "decode_columns", "decode_many", "encode_puts", "item_references"]
+
+# ------------------------------------------------------------------------------- decode_columns
+
+_PUT = struct.Struct("<IIBQQQ")
+_SWAP = sys.byteorder != "little"
+if array("i").itemsize != 4 or array("Q").itemsize != 8:  # pragma: no cover - no such platform here
+    raise ImportError("journaled.format.fallback needs 4-byte 'i' and 8-byte 'Q' arrays")
+
+
+def _le(typecode: str, values: list[int]) -> bytes:
+    a = array(typecode, values)
+    if _SWAP:  # pragma: no cover - little-endian machines only here
+        a.byteswap()
+    return a.tobytes()
+
+
+def decode_columns(
+    buf: bytes,
+    base_offset: int,
+    salt: int,
+    pos: int,
+    lo: int,
+    hi: int,
+    end_offset: int,
+    max_rows: int,
+    max_bytes: int,
+    out: Columns,
+) -> tuple[int, int | None, int]:
+    """Append the PUT records from ``buf[pos:]`` (``buf`` lies at file offset ``base_offset``)
+    with ids in ``[lo, hi)`` to ``out`` (columns.py's five buffers, see there).
+
+    compiled twin: _speedups.c, section decode_columns.
+
+    Records with ids below ``lo`` are walked over without being appended.  Returns ``(pos,
+    last_id, status)``: the buffer position after the last record walked, the id of that record
+    (``None`` when none was), and why the walk stopped: ``columns.MORE`` (anything but a valid
+    PUT, or the end of ``buf``), ``columns.DONE`` (``pos`` is at a valid record with id >= ``hi``
+    or offset >= ``end_offset``) or ``columns.FULL`` (``max_rows`` rows or ``max_bytes`` payload
+    bytes, checked before each record against the whole of ``out``).
+    """
+    if not 0 <= max_bytes <= MAX_BATCH_BYTES:
+        raise ValueError(f"max_bytes must be in 0..{MAX_BATCH_BYTES}")
+    ids_col, add_col, exp_col, off_col, data_col = out
+    rows = len(ids_col) // 8
+    dlen = len(data_col)
+    ids: list[int] = []
+    adds: list[int] = []
+    exps: list[int] = []
+    offs: list[int] = []
+    parts: list[bytes] = []
+    last_id: int | None = None
+    status = MORE
+    n = len(buf)
+    unpack = _PUT.unpack_from
+    view = memoryview(buf)
+    try:
+        while True:
+            if rows >= max_rows or dlen >= max_bytes:
+                status = FULL
+                break
+            if pos + PUT_OVERHEAD > n:
+                break
+            crc, length, rtype, item_id, add_ms, expire_ms = unpack(buf, pos)
+            end = pos + RECORD_HEADER_SIZE + length
+            if rtype != TYPE_PUT or length < PUT_FIELDS_SIZE or length > MAX_BODY or end > n:
+                break
+            offset = base_offset + pos
+            if crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) != crc:
+                break
+            if item_id >= hi or offset >= end_offset:
+                status = DONE
+                break
+            last_id = item_id
+            if item_id >= lo:
+                ids.append(item_id)
+                adds.append(add_ms)
+                exps.append(expire_ms)
+                parts.append(buf[pos + PUT_OVERHEAD : end])
+                dlen += end - pos - PUT_OVERHEAD
+                offs.append(dlen)
+                rows += 1
+            pos = end
+    finally:
+        view.release()
+    ids_col += _le("Q", ids)
+    add_col += _le("Q", adds)
+    exp_col += _le("Q", exps)
+    off_col += _le("i", offs)  # below 2**31: at most max_bytes - 1 + MAX_PAYLOAD
+    data_col += b"".join(parts)
+    return pos, last_id, status
+
+
+# ------------------------------------------------------------------------------- the item twins
+
+#: The fields of journaled.item.Item, in order: what the item references (and the C twins) set.
+ITEM_FIELDS = ("id", "data", "add_time", "expire_at", "error_count")
+
+T = TypeVar("T", bound=AttrsInstance)
+T_co = TypeVar("T_co", covariant=True)  # the item type a builder returns
+ItemT = TypeVar("ItemT")  # the same, in a list (invariant)
+
+
+class NewItem(Protocol[T_co]):
+    """``new_item(id, data, add_time, expire_at=None, error_count=0)``."""
+
+    def __call__(
+        self, id: int, data: bytes, add_time: float, expire_at: float | None = None, error_count: int = 0
+    ) -> T_co: ...
+
+
+class NewItems(Protocol[ItemT]):
+    """``new_items(first_id, payloads, add_time, expire_at)``."""
+
+    def __call__(
+        self, first_id: int, payloads: list[bytes], add_time: float, expire_at: float | None
+    ) -> list[ItemT]: ...
+
+
+class ItemsFromPuts(Protocol[ItemT]):
+    """``items_from_puts(recs, errors, want, overhead) -> (items, total, expiring)``."""
+
+    def __call__(
+        self, recs: Sequence[Any], errors: Mapping[int, int], want: int, overhead: int
+    ) -> tuple[list[ItemT], int, bool]: ...
+
+
+def item_references(item_type: type[T]) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
+    """The references ``new_item``, ``new_items`` and ``items_from_puts``, building ``item_type``
+    (journaled.item.Item: a frozen attrs class with slots and the fields :data:`ITEM_FIELDS`).
+
+    Raises ``TypeError`` if ``item_type`` has other fields: the builders set exactly these.
+    """
+    if tuple(a.name for a in attrs.fields(item_type)) != ITEM_FIELDS:
+        raise TypeError(f"{item_type.__name__} has fields other than {ITEM_FIELDS}: update the item twins")
+    # perf: attrs' generated __init__ for a frozen slots class sets each field through
+    # ``object.__setattr__`` (an attribute lookup per field); calling the slot descriptors
+    # directly builds the same object several times faster.  Item has no validators, converters or
+    # __attrs_post_init__, so nothing is skipped.
+    slots = vars(item_type)
+    new = object.__new__
+    set_id = slots["id"].__set__
+    set_data = slots["data"].__set__
+    set_add_time = slots["add_time"].__set__
+    set_expire_at = slots["expire_at"].__set__
+    set_error_count = slots["error_count"].__set__
+
+    def new_item(
+        id: int, data: bytes, add_time: float, expire_at: float | None = None, error_count: int = 0
+    ) -> T:
+        """``Item(id, data, add_time, expire_at, error_count)``, built faster (hot paths only).
+
+        compiled twin: _speedups.c, section new_items.
+        """
+        item: T = new(item_type)
+        set_id(item, id)
+        set_data(item, data)
+        set_add_time(item, add_time)
+        set_expire_at(item, expire_at)
+        set_error_count(item, error_count)
+        return item
+
+    def new_items(first_id: int, payloads: list[bytes], add_time: float, expire_at: float | None) -> list[T]:
+        """Fresh items ``first_id, first_id + 1, ...`` for ``payloads`` (error count 0).
+
+        compiled twin: _speedups.c, section new_items.
+        """
+        out: list[T] = []
+        append = out.append
+        item_id = first_id
+        for data in payloads:
+            item: T = new(item_type)
+            set_id(item, item_id)
+            set_data(item, data)
+            set_add_time(item, add_time)
+            set_expire_at(item, expire_at)
+            set_error_count(item, 0)
+            append(item)
+            item_id += 1
+        return out
+
+    def items_from_puts(
+        recs: Sequence[Any], errors: Mapping[int, int], want: int, overhead: int
+    ) -> tuple[list[T], int, bool]:
+        """Read-behind's items for decoded PUT records (``record.Put``), in order: each charged
+        ``len(payload) + overhead``, stopping before the record that would take the total past
+        ``want`` (the first always goes); error counts from ``errors``.  Returns the items, their
+        total charge, and whether any of them expires.
+
+        compiled twin: _speedups.c, section items_from_puts.
+        """
+        out: list[T] = []
+        total = 0
+        expiring = False
+        for rec in recs:
+            payload = rec.payload
+            charge = len(payload) + overhead
+            if out and total + charge > want:
+                break
+            total += charge
+            expire_ms = rec.expire_ms
+            if expire_ms:
+                expiring = True
+            out.append(
+                new_item(
+                    rec.id,
+                    payload,
+                    rec.add_ms / 1000.0,
+                    expire_ms / 1000.0 if expire_ms else None,
+                    errors.get(rec.id, 0),
+                )
+            )
+        return out, total, expiring
+
+    return new_item, new_items, items_from_puts
