@@ -371,7 +371,6 @@ def test_only_the_core_changes_a_reader_cores_state():
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the journal's parts still write its shared state")
 def test_only_the_log_state_changes_the_journals_shared_state():
     found = _writes_into("journaled.log.state", ("state", "st", "_state"))
     assert not found, "writes into the journal's state from outside log/state.py:\n" + "\n".join(found)

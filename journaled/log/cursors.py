@@ -141,8 +141,7 @@ class LogReading:
                     nxt_first = st.files[i + 1].first_id
                     ids = (span.expected, nxt_first - 1) if nxt_first > span.expected else None
                 event = RecoveryEvent(jf.path, span.offset, "skipped-damage", span.reason, lost, ids)
-                if event not in st.recovery_report:
-                    st.recovery_report.append(event)
+                if st.report(event):
                     log.warning(
                         "%s: damaged record at offset %d (%s): skipped %d bytes, ids lost %s",
                         jf.path,
@@ -165,7 +164,7 @@ class LogReading:
         kept = None if span.torn else keep_aside(st, jf.path, span.offset, rest)
         nxt_first = st.files[i + 1].first_id
         ids = (span.expected, nxt_first - 1) if nxt_first > span.expected else None
-        st.recovery_report.append(
+        st.report(
             RecoveryEvent(jf.path, span.offset, "cut-at-damage", span.reason, len(rest), ids, kept=kept)
         )
         log.warning(
@@ -178,7 +177,7 @@ class LogReading:
             kept,
             ids,
         )
-        jf.size = span.offset
+        jf.end_at(span.offset)
 
     # ----------------------------------------------------------------------------- by id
     def record_at(self, ms: int, offset: int, max_id: int) -> Cursor | None:

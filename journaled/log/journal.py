@@ -137,19 +137,12 @@ class Journal:
                 self._writer.write_out()
         finally:
             with st.lock:
-                st.closed = True
+                st.close()
                 self._writer.close_locked()
-                for shared in st.read_fds.values():
-                    shared.retire()
-                st.read_fds.clear()
 
     def abandon(self) -> None:
         """In a process forked after the open: close this process's copies of the descriptors
         and write nothing (the buffer holds the parent's bytes; the parent still owns the files).
         Takes no lock: a thread of the parent may have held it at the fork."""
-        st = self._state
-        st.closed = True
+        self._state.close()
         self._writer.close_locked()
-        for shared in st.read_fds.values():
-            shared.retire()
-        st.read_fds.clear()

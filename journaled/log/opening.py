@@ -25,7 +25,8 @@ log = logging.getLogger("journaled")
 
 
 def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
-    """Recover the files of ``state`` (or create the first one) and set ``state.next_id``.
+    """Recover the files of ``state`` (or create the first one) and install them, the next id
+    and the latest add time with :meth:`LogState.opened`.
 
     ``id_floor``: ids below it have been handed out before (the queue derives it from its
     readers' checkpoints).  If recovery lost the journal's tail, or every file, new items still
@@ -33,6 +34,7 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     """
     mode = state.config.recovery
     found = list_journal_files(state.directory, state.name)
+    files: list[JournalFile] = []
     for k, (ms, path) in enumerate(found):
         newest = k == len(found) - 1
         check = inspect_journal(path, state.name, ms)  # raises UnsupportedVersion: never guessed at
@@ -54,18 +56,19 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
         if check.problem is not None:
             if mode in ("strict", "tolerate_tail"):
                 raise CorruptJournal(path, 0, f"{check.problem} (recovery={mode!r})")
-            state.recovery_report.append(RecoveryEvent(path, 0, "recovered-header", check.problem, 0))
+            state.report(RecoveryEvent(path, 0, "recovered-header", check.problem, 0))
             log.warning("journal file %s: damaged header (%s) rebuilt from its records", path, check.problem)
-        state.files.append(JournalFile(path, ms, check.header, check.size))
-    if not state.files:
-        state.next_id = max(1, id_floor)
+        files.append(JournalFile(path, ms, check.header, check.size))
+    if not files:
+        state.opened(files, max(1, id_floor), 0)
         writer.create_file_locked(now_ms())
         return
+    last_add_ms = 0
     if mode in ("strict", "tolerate_tail"):
-        for jf in state.files[:-1]:
-            _recover_file(state, jf, newest=False)
-    next_id, skip_to = _recover_file(state, state.files[-1], newest=True)
-    state.next_id = next_id
+        for jf in files[:-1]:
+            last_add_ms = max(last_add_ms, _recover_file(state, jf, newest=False)[2])
+    next_id, skip_to, newest_add_ms = _recover_file(state, files[-1], newest=True)
+    last_add_ms = max(last_add_ms, newest_add_ms)
     if id_floor > max(skip_to, next_id):
         log.warning(
             "%s: readers have seen ids up to %d but the journal ends at %d (lost tail); "
@@ -76,39 +79,41 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
             id_floor,
         )
         skip_to = id_floor
+    # ids of valid records cut off by point-in-time recovery are never reused: such a journal
+    # continues in a new file whose first id is past them
+    state.opened(files, max(next_id, skip_to), last_add_ms)
     if skip_to > next_id:
-        # ids of valid records cut off by point-in-time recovery are never reused
-        state.next_id = skip_to
         writer.create_file_locked(now_ms())
     else:
-        writer.continue_file(state.files[-1])
+        writer.continue_file(files[-1])
 
 
 def _set_aside(state: LogState, path: str, reason: str, size: int) -> None:
     """Move an unreadable file out of the journal, keeping its bytes for inspection."""
-    state.recovery_report.append(RecoveryEvent(path, 0, "skipped-file", reason, size, kept=path + ".damaged"))
+    state.report(RecoveryEvent(path, 0, "skipped-file", reason, size, kept=path + ".damaged"))
     log.warning("journal file %s is unreadable (%s); moved to %s.damaged", path, reason, path)
     fileio.ops.rename(path, path + ".damaged")
     fileio.ops.fsync_dir(state.directory)
 
 
-def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, int]:
+def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, int, int]:
     """Scan one file completely, apply the recovery mode and index it.  Returns ``(next id
-    after its last kept record, smallest id never used)``."""
+    after its last kept record, smallest id never used, latest add time kept (0 if none))``."""
     data = fileio.ops.read_file(jf.path)
     scan = recoveryplan.scan_file(data, jf.header)
     plan = recoveryplan.plan(scan, state.config.recovery, jf.path, newest)
     expected = jf.first_id
+    last_add_ms = 0
     for item_id, offset, add_ms in scan.records:
         if offset >= plan.end:
             break
         jf.note(item_id, offset)
         expected = item_id + 1
-        state.last_add_ms = max(state.last_add_ms, add_ms)
+        last_add_ms = max(last_add_ms, add_ms)
     for span in plan.skipped:
         assert span.resume is not None
         lost = recoveryplan.lost_ids(scan, span, jf.first_id)
-        state.recovery_report.append(
+        state.report(
             RecoveryEvent(
                 jf.path, span.offset, "skipped-damage", span.reason, span.resume - span.offset, lost
             )
@@ -129,9 +134,7 @@ def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, 
         lost = (expected, max_id) if max_id is not None and max_id >= expected else None
         kept = None if torn else keep_aside(state, jf.path, plan.end, data[plan.end :])
         action = "truncated-tail" if torn else "cut-at-damage"
-        state.recovery_report.append(
-            RecoveryEvent(jf.path, plan.end, action, plan.cut.reason, cut, lost, kept=kept)
-        )
+        state.report(RecoveryEvent(jf.path, plan.end, action, plan.cut.reason, cut, lost, kept=kept))
         log.warning(
             "%s: cut %d bytes at offset %d (%s, recovery=%r); ids lost: %s; kept in %s",
             jf.path,
@@ -148,5 +151,5 @@ def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, 
             fileio.ops.fsync(fd)
         finally:
             fileio.ops.close(fd)
-    jf.size = plan.end
-    return expected, skip_to
+    jf.end_at(plan.end)
+    return expected, skip_to, last_add_ms

@@ -78,8 +78,8 @@ class Positions:
         recs, _ = self.reading.read(Cursor(jf.ms, jf.header.size, jf.first_id), max_bytes=1, max_items=1)
         if not recs:
             return None
-        jf.first_add_ms = recs[0].add_ms
-        return jf.first_add_ms
+        jf.cache_first_add_ms(recs[0].add_ms)
+        return recs[0].add_ms
 
     def locate_time(self, when_ms: int) -> int:
         """Id of the first item added at or after ``when_ms`` (``next_id`` if none).

@@ -8,7 +8,6 @@ its shared read descriptor is retired (closed once no read holds it).
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 
@@ -39,12 +38,8 @@ def archive(state: LogState, files: list[JournalFile], archive_dir: str | None) 
     """
     for jf in files:
         with state.lock:
-            if jf not in state.files[:-1]:
+            if not state.forget_file(jf):
                 continue
-            state.files.remove(jf)
-            shared = state.read_fds.pop(jf.ms, None)
-            if shared is not None:
-                shared.retire()
         try:
             if archive_dir:
                 fileio.move_into(jf.path, archive_dir)  # copies across file systems
@@ -53,7 +48,7 @@ def archive(state: LogState, files: list[JournalFile], archive_dir: str | None) 
         except BaseException:
             if os.path.lexists(jf.path):
                 with state.lock:
-                    bisect.insort(state.files, jf, key=lambda f: f.ms)
+                    state.reinstate_file(jf)
             raise
         log.info("archived journal file %s", jf.path)
     if files:

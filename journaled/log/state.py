@@ -5,6 +5,12 @@ The journal (log/journal.py) is a facade over parts that each do one job on this
 (log/cursors.py: records by cursor, damage met while reading), positions (log/positions.py: ids and times
 to files and offsets) and retention (log/retention.py: archiving).
 
+Ownership: only this module changes that state.  The parts read the attributes of
+:class:`LogState` and :class:`JournalFile` freely, and change them through the narrow methods
+below, each of which says what happened (``opened``, ``appended``, ``wrote_out``, ``add_file``,
+``forget_file``, ``reinstate_file``, ``report``, ``poison``, ``mark_gone``, ``close``; on a file:
+``note``, ``end_at``, ``cache_first_add_ms``) and under which lock it runs.
+
 Locking: every attribute of :class:`LogState` and of each :class:`JournalFile` is guarded by
 ``LogState.lock``, *the journal lock*.  It is taken after the queue lock, never before it, and
 nothing waits on I/O while holding it except the writer's ``write()`` of its buffer and a
@@ -79,10 +85,23 @@ class JournalFile:
         return self.header.first_id
 
     def note(self, item_id: int, offset: int) -> None:
-        """Add a sparse-index point if far enough from the previous one."""
+        """Add a sparse-index point (the record of ``item_id`` starts at ``offset``) if far
+        enough from the previous one.  Caller holds the journal lock (or the file is not shared
+        yet, while opening)."""
         if not self.index_offsets or offset - self.index_offsets[-1] >= INDEX_EVERY:
             self.index_ids.append(item_id)
             self.index_offsets.append(offset)
+
+    def end_at(self, offset: int) -> None:
+        """The file's valid records end at ``offset``: recovery cut it there (or found it ends
+        there), and no read goes past it.  Caller holds the journal lock (or the file is not
+        shared yet, while opening)."""
+        self.size = offset
+
+    def cache_first_add_ms(self, add_ms: int) -> None:
+        """Keep the add time of the file's first record, once read.  No lock needed: that
+        record never changes, so two racing readers store the same value."""
+        self.first_add_ms = add_ms
 
 
 class SharedFd:
@@ -120,7 +139,10 @@ class SharedFd:
 
 
 class LogState:
-    """The journal's shared state (see the module docstring); guarded by ``lock``."""
+    """The journal's shared state (see the module docstring); guarded by ``lock``.
+
+    Read its attributes; change them only through its methods.
+    """
 
     def __init__(self, directory: str, name: str, config: QueueConfig) -> None:
         self.directory = directory
@@ -136,6 +158,76 @@ class LogState:
         self.poisoned: JournalIOError | None = None
         self.poisoned_at: float | None = None  # wall-clock time it was poisoned
 
+    # ----------------------------------------------------------------------------- changes
+    def opened(self, files: list[JournalFile], next_id: int, last_add_ms: int) -> None:
+        """Install what opening recovered: ``files`` oldest first (empty when there were none:
+        the writer then creates the first), the id the next item gets, and the latest add time
+        recorded in the files scanned.  Called once, by log/opening.py, before the journal is
+        shared (so without the lock)."""
+        assert not self.files, "a journal is opened once"
+        self.files = files
+        self.next_id = next_id
+        self.last_add_ms = last_add_ms
+
+    def appended(self, next_id: int, add_ms: int) -> None:
+        """Records up to id ``next_id - 1`` were encoded into the writer's buffer, the last one
+        added at ``add_ms`` (the caller clamped it: never earlier than ``last_add_ms``).  Called
+        once per run of records encoded into one file, after encoding, so a failed encode takes
+        no id.  Caller holds the lock."""
+        self.next_id = next_id
+        self.last_add_ms = add_ms
+
+    def wrote_out(self, n: int) -> None:
+        """``n`` more bytes of records reached the newest file (the writer's buffer, handed to
+        the OS).  Caller holds the lock."""
+        self.files[-1].size += n
+
+    def add_file(self, jf: JournalFile) -> None:
+        """``jf``, just created by the writer, is the newest file: appends go to it from now
+        on.  Caller holds the lock (or the journal is not shared yet, while opening)."""
+        assert not self.files or jf.ms > self.files[-1].ms, "files stay sorted by creation time"
+        self.files.append(jf)
+
+    def forget_file(self, jf: JournalFile) -> bool:
+        """Drop ``jf``, one of the older files, before archiving it, and retire its read
+        descriptor (closed once no read holds it).  False, changing nothing, if ``jf`` is not
+        one of the older files (already forgotten, or the newest, which is never archived).
+        Caller holds the lock."""
+        if jf not in self.files[:-1]:
+            return False
+        self.files.remove(jf)
+        shared = self.read_fds.pop(jf.ms, None)
+        if shared is not None:
+            shared.retire()
+        return True
+
+    def reinstate_file(self, jf: JournalFile) -> None:
+        """Know ``jf`` again, in its place by creation time: :meth:`forget_file` dropped it but
+        it is still in the directory (moving or deleting it failed), and the journal never
+        forgets a file that stays there.  Caller holds the lock."""
+        bisect.insort(self.files, jf, key=lambda f: f.ms)
+
+    def report(self, event: RecoveryEvent) -> bool:
+        """Add ``event`` to ``recovery_report`` unless an equal one is there already (damage
+        met by several reads is reported once).  True if it was added.  Caller holds the lock
+        (or the journal is not shared yet, while opening)."""
+        if event in self.recovery_report:
+            return False
+        self.recovery_report.append(event)
+        return True
+
+    def close(self) -> None:
+        """Mark the journal closed (reads and writes refuse from now on) and retire every read
+        descriptor (each is closed once no read holds it).  Caller holds the lock, except a
+        forked child abandoning the journal: it has one thread, and the lock may be held by a
+        thread of the parent that does not exist there."""
+        self.closed = True
+        for shared in self.read_fds.values():
+            shared.retire()
+        self.read_fds.clear()
+
+    # ----------------------------------------------------------------------------- lookups
+    # (``read_fd`` changes the descriptor cache too; like every lookup it runs under the lock)
     def file_index(self, ms: int) -> int:
         """Index of the file created at ``ms`` in ``files``, or -1."""
         keys = [f.ms for f in self.files]
@@ -159,6 +251,7 @@ class LogState:
         shared = fds[jf.ms] = SharedFd(fileio.ops.open(jf.path, os.O_RDONLY))
         return shared
 
+    # ----------------------------------------------------------------------------- refusing writes
     def poison(self, exc: OSError) -> JournalIOError:
         """Refuse every later write: after a failed write or fsync the kernel may have dropped
         the dirty pages, and a retry could report success for data that is gone."""
@@ -181,6 +274,8 @@ class LogState:
         return self.poisoned
 
     def check_writable(self) -> None:
+        """Raise :class:`QueueClosed`, :class:`QueueDirectoryGone` or :class:`JournalIOError`
+        if the journal refuses writes.  Caller holds the lock."""
         if self.closed:
             raise QueueClosed("journal is closed")
         if isinstance(self.poisoned, QueueDirectoryGone):

@@ -50,6 +50,9 @@ class Writer:
         self.appended = 0  # session byte sequence: appended / written out to the OS
         self.written = 0
         self.commits = GroupCommit(self._flush_for_sync)
+        # perf: the frozen config's two answers every append needs, one attribute away
+        self.limit = state.config.journal_size
+        self.write_through = state.config.sync == "never"  # no buffering: every append is written out
         home = os.stat(state.directory)
         self.home = (home.st_dev, home.st_ino)  # the directory's identity (see "Home" above)
 
@@ -120,7 +123,7 @@ class Writer:
         self.out = SharedFd(fd)
         jf = JournalFile(path, ms, header, len(raw))
         jf.note(st.next_id, len(raw))
-        st.files.append(jf)
+        st.add_file(jf)
 
     # ----------------------------------------------------------------------------- appending
     def append_one(self, payload: bytes, add_ms: int) -> tuple[int, int, int]:
@@ -133,17 +136,16 @@ class Writer:
             buf = self.buf
             pos = jf.size + len(buf)
             size = PUT_OVERHEAD + len(payload)
-            if pos + size <= st.config.journal_size and st.poisoned is None and not st.closed:
+            if pos + size <= self.limit and st.poisoned is None and not st.closed:
                 if add_ms < st.last_add_ms:
                     add_ms = st.last_add_ms
-                st.last_add_ms = add_ms
                 item_id = st.next_id
                 encode_puts(jf.header.salt, pos, item_id, add_ms, 0, (payload,), buf)
                 if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
                     jf.note(item_id, pos)
-                st.next_id = item_id + 1
+                st.appended(item_id + 1, add_ms)
                 self.appended += size
-                if len(buf) >= WRITE_OUT_AT or st.config.sync == "never":
+                if self.write_through or len(buf) >= WRITE_OUT_AT:
                     self.write_out_locked()
                 return item_id, add_ms, self.appended
         return self.append((payload,), add_ms, 0)
@@ -159,9 +161,8 @@ class Writer:
         with st.lock:
             st.check_writable()
             add_ms = max(add_ms, st.last_add_ms)
-            st.last_add_ms = add_ms
             first_id = st.next_id
-            limit = st.config.journal_size
+            limit = self.limit
             i = 0
             n = len(payloads)
             jf = st.files[-1]
@@ -175,7 +176,7 @@ class Writer:
                     for k in range(0, n, max(1, n // 8)):
                         jf.note(first_id + k, offs[k])
                 self.appended += size
-                st.next_id = first_id + n
+                st.appended(first_id + n, add_ms)
                 i = n
             while i < n:
                 jf = st.files[-1]
@@ -199,9 +200,9 @@ class Writer:
                 for k in range(0, j - i, max(1, (j - i) // 8)):
                     jf.note(st.next_id + k, offs[k])
                 self.appended += len(self.buf) - before
-                st.next_id += j - i
+                st.appended(st.next_id + j - i, add_ms)
                 i = j
-            if st.config.sync == "never" or len(self.buf) >= WRITE_OUT_AT:
+            if self.write_through or len(self.buf) >= WRITE_OUT_AT:
                 self.write_out_locked()
             return first_id, add_ms, self.appended
 
@@ -216,7 +217,7 @@ class Writer:
             # A partial write may have reached the file; the owner cuts it on reopen.
             raise self.state.poison(exc) from exc
         n = len(self.buf)
-        self.state.files[-1].size += n
+        self.state.wrote_out(n)
         self.written += n
         self.buf = bytearray()
 
