@@ -8,7 +8,9 @@ default sync policy, then ``get``+``commit`` of those items from memory) the two
 alternately (new, base, new, base, ...), each run in a fresh interpreter on tmpfs when there is
 one, so drift on a busy machine hits both sides alike.  Prints the median items/s per side and
 new/base.  The base tree is exported with ``git archive`` into a temporary directory (the
-repository's worktrees are not touched).
+repository's worktrees are not touched) and its compiled hot path built there, so both sides run
+the same kind of implementation (each side's is printed; ``JOURNALED_PURE_PYTHON=1`` makes both
+pure Python).
 """
 
 from __future__ import annotations
@@ -46,22 +48,32 @@ try:
     q.close()
 finally:
     shutil.rmtree(d, ignore_errors=True)
-print(json.dumps({"put": items / (t1 - t0), "get+commit": items / (t2 - t1)}))
+try:
+    from journaled.format import speedups
+except ImportError:  # a revision from before the package had folders
+    from journaled import speedups
+impl = speedups.implementation
+print(json.dumps({"put": items / (t1 - t0), "get+commit": items / (t2 - t1), "impl": impl}))
 """
 
 
 def export(rev: str, into: str) -> str:
-    """``git archive rev`` unpacked into ``into``; returns the tree's path."""
+    """``git archive rev`` unpacked into ``into``, its C extension built in place (where a
+    compiler exists: setup.py turns a failed build into a notice); returns the tree's path."""
     tree = os.path.join(into, "tree")
     os.makedirs(tree)
-    archive = subprocess.run(
-        ["git", "-C", ROOT, "archive", rev, "journaled"], check=True, capture_output=True
-    )
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+    )
     return tree
 
 
-def run_once(tree: str, items: int, size: int, where: str) -> dict[str, float]:
+def run_once(tree: str, items: int, size: int, where: str) -> dict[str, float | str]:
     out = subprocess.run(
         [sys.executable, "-c", RUNNER, tree, str(items), str(size), where],
         check=True,
@@ -88,14 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         new = export(args.new, os.path.join(tmp, "new")) if args.new else ROOT
         results = []
         for size in [int(s) for s in args.sizes.split(",")]:
-            runs: dict[str, list[dict[str, float]]] = {"new": [], "base": []}
+            runs: dict[str, list[dict[str, float | str]]] = {"new": [], "base": []}
             for _ in range(args.repeat):
                 runs["new"].append(run_once(new, args.items, size, where))
                 runs["base"].append(run_once(base, args.items, size, where))
+            impl = {side: sorted({str(r["impl"]) for r in rs}) for side, rs in runs.items()}
             for case in ("put", "get+commit"):
-                n = statistics.median(r[case] for r in runs["new"])
-                b = statistics.median(r[case] for r in runs["base"])
-                results.append({"case": case, "size": size, "new": n, "base": b, "ratio": n / b})
+                n = statistics.median(float(r[case]) for r in runs["new"])
+                b = statistics.median(float(r[case]) for r in runs["base"])
+                results.append(
+                    {"case": case, "size": size, "new": n, "base": b, "ratio": n / b, "impl": impl}
+                )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
@@ -107,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             f"new = {args.new or 'working tree'}, base = {args.base}; {args.items} items, median of "
             f"{args.repeat}"
         )
+        print(f"hot path: new {results[0]['impl']['new']}, base {results[0]['impl']['base']}")
         print(f"{'case':<12}{'size':>6}{'new items/s':>14}{'base items/s':>14}{'new/base':>10}")
         for r in results:
             print(f"{r['case']:<12}{r['size']:>6}{r['new']:>14,.0f}{r['base']:>14,.0f}{r['ratio']:>10.3f}")
