@@ -1,6 +1,6 @@
 """Read one segment of a journal file straight into Arrow arrays: the Spark source's hot loop.
 
-Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, or format/columns.py's
+Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, or format/fallback.py's
 pure-Python reference) into five byte buffers per batch -- ids, add and expire times, payload
 offsets and payload bytes -- which become Arrow arrays with ``pyarrow.Array.from_buffers``:
 no Python object per record.  Anything the columnar walk does not decode inline (a skippable
