@@ -42,7 +42,7 @@ class AsyncConsumer(Consumer, Protocol):
 
 
 class AsyncWaiter:
-    """A coroutine in a reader's line of waiters (see ``delivery.Waiter``)."""
+    """A coroutine in a reader's line of waiters (a :class:`~journaled.core.readercore.Waiter`)."""
 
     __slots__ = ("item", "_core", "_loop", "future")
 
@@ -51,6 +51,11 @@ class AsyncWaiter:
         self._core = core
         self._loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
+
+    def deliver(self, item: Item) -> None:
+        """``item`` is this coroutine's open read (under the queue lock, from any thread)."""
+        self.item = item
+        self.wake()
 
     def wake(self) -> None:
         # Called under the queue lock, from any thread.

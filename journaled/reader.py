@@ -17,13 +17,31 @@ from journaled import aio as _aio
 from journaled import txn
 from journaled.config import ReaderConfig, Start
 from journaled.core import retry, seek
-from journaled.core.readercore import ReaderCore, ThreadWaiter
+from journaled.core.readercore import ReaderCore
 from journaled.errors import Empty, UnknownRead
 from journaled.item import Item, read_id
 from journaled.owner import closing
 from journaled.owner.readerstate import ReaderFiles
 from journaled.stats import ReaderStats, reader_stats
 from journaled.txn import ItemIterator, TransactionContext
+
+
+class ThreadWaiter:
+    """A thread blocked in :meth:`Reader.get`, in its core's line of waiters (a
+    :class:`~journaled.core.readercore.Waiter`); its condition shares the core's lock."""
+
+    __slots__ = ("cond", "item")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.cond = threading.Condition(lock)
+        self.item: Item | None = None
+
+    def deliver(self, item: Item) -> None:
+        self.item = item
+        self.cond.notify()
+
+    def wake(self) -> None:
+        self.cond.notify()
 
 
 class Reader:
@@ -73,7 +91,7 @@ class Reader:
                 timeout = None
         core = self.core
         with core.lock:
-            if core.closed:  # perf: core.check_open() inlined (also below)
+            if core.closed:
                 raise closing.reader_closed(core)
             if not core.waiters:  # perf: take_if_first() inlined
                 item = core.take()

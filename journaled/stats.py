@@ -154,8 +154,8 @@ def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
     """Build a reader's snapshot (caller holds the queue lock, ``core.lock``)."""
     if now is None:
         now = time.time()
-    backlog = policies.backlog_items(core)
-    backlog_bytes = policies.backlog_bytes(core)
+    backlog = core.backlog_items()
+    backlog_bytes = core.backlog_payload()
     in_flight = len(core.open) + len(core.disposing)
     waiting = max(0, backlog - in_flight)
     open_bytes = sum(len(it.data) for it in core.open.values())

@@ -102,14 +102,7 @@ class _Base(Generic[T]):
                 if core.closed:
                     raise reader_closed(core)
                 core.release_due(math.inf)
-                n = 0
-                while n < FLUSH_SLICE:
-                    item = core.pop_waiting()
-                    if item is None:
-                        break
-                    core.settle(item)
-                    n += 1
-                core.discarded += n
+                n = core.discard_waiting(FLUSH_SLICE)
             dropped += n
             if n < FLUSH_SLICE:
                 return dropped

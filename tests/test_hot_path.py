@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journaled import JournaledQueue, QueueConfig
-from journaled.format.record import Put, decode_many, decode_one, encode_put, encode_puts
+from journaled.format.fallback import decode_many, encode_puts
+from journaled.format.record import Put, decode_one, encode_put
 from journaled.item import Item, new_item, new_items
 
 payloads = st.lists(st.binary(max_size=300), min_size=1, max_size=20)

@@ -28,8 +28,6 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "journaled")
 DESIGN = os.path.join(ROOT, "docs", "design.md")
@@ -363,7 +361,6 @@ def _writes_into(owner_prefix: str, receivers: tuple[str, ...]) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="the reader core does not own its state yet")
 def test_only_the_core_changes_a_reader_cores_state():
     found = _writes_into("journaled.core.readercore", ("core", "c", "cores"))
     assert not found, "writes into a reader core's state from outside core/readercore.py:\n" + "\n".join(

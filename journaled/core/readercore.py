@@ -1,126 +1,101 @@
-"""A reader's delivery core: the in-memory queue of one named reader and its open reads.
+"""The reader core: one named reader's in-memory state, and the only code that changes it.
 
-This is libkestrel's ``JournaledQueue`` reader side in one class: which item goes out next, who
-holds it, and what is settled.  It knows the journal only through :class:`LogSource` (reading
-items back from disk in id order) and the layer above only through two callbacks; it never
-touches files, checkpoints or threads.
+libkestrel's ``JournaledQueue`` reader side in one class: which item goes out next, who holds it,
+what waits out a delay or for a sink, and what is settled.  It knows the journal through
+:class:`~journaled.core.readbehind.LogSource` and the layer above through two callbacks; it
+never touches a file, a checkpoint or a thread.  Every attribute and method is guarded by
+``core.lock``, the owning queue's one lock (a put reaches all its readers at once): callers hold
+it; nothing here takes it, waits on it, or runs user code under it.
 
-Locking protocol (the one rule of this module)
-----------------------------------------------
-Every attribute and every method of :class:`ReaderCore` is guarded by ``core.lock``, which is the
-owning queue's single lock (shared by all readers of that queue, so a put reaches every reader
-atomically).  Callers hold it; nothing here takes it, waits on it, or runs user code under it.
+Only the methods below change a core, and each leaves it whole (an item is in one place only:
+memory, disk only, open, parked, bound for a sink, or settled).  Every other module reads the
+attributes listed on :class:`ReaderCore` and asks:
 
-The protocol the upper layers use (``reader.py``, ``core/policies.py``, ``stats.py``, ``aio.py``,
-``txn.py`` and the queue):
-
-``on_put(items, nbytes)``  new items were appended to the journal, in id order.
-``take()``                 the next deliverable item, recorded as an open read (or ``None``).
-``open_read(item)``        the open read a consumer names; raises :class:`UnknownRead` unless it
-                           is *this delivery* (an :class:`Item` is matched by identity).
-``commit(item)``           an open read finished: settled for good.
-``abort(item, delay)``     an open read failed: back to the head with ``error_count + 1``, after
-                           a delay (parked, core/retry.py), or to the dead letters at ``max_errors``.
-``reject(item, reason)``   an open read refused for good: to the dead letters, no retry.
-``release(item)``          an open read given back without blame (a cancelled wait).
-                           These four check the read with ``open_read`` first.
-``settle(item)``           an item leaves this reader for good (committed, expired, discarded).
-``requeue(item)``          an item goes back to the head and is offered to waiters.
-``join(waiter)`` / ``leave(waiter)``  the FIFO line of blocked ``get`` calls.
-``checkpoint_state()``     the durable state to write; ``close()`` wakes every waiter.
+* the queue: ``on_put(items, nbytes)``, items appended to the journal, in id order.
+* ``get``: ``take()``, the next deliverable item now an open read, or None (due parked items
+  come back first; expired and ``max_errors`` items met on the way go to their sink instead);
+  ``take_if_first()``, unless blocked gets are in line; ``join(w)`` / ``leave(w)``, the FIFO
+  line of blocked gets (:class:`Waiter`), served by hand-off as items arrive.
+* an open read ends, named as :meth:`~ReaderCore.open_read` names it (else ``UnknownRead``):
+  ``commit(item)``; ``abort(item, delay)``, ``error_count + 1`` and to the dead letters at
+  ``max_errors``, else back at once or parked (core/retry.py); ``reject(item, reason)``, to the
+  dead letters without a retry; ``release(item)`` / ``release_id(id)``, back, no error counted.
+* upkeep (core/policies.py, the engine, ``flush``): ``release_due(now)``, ``expire_head(now)``,
+  ``expire_in_memory(now)``, ``time_out_reads(now_mono)``, ``discard_waiting(limit)`` (counted
+  as discarded); ``end_disposal(item)``, a sink has the item: settled.
+* state: ``reset_to(head)``, a new reader's state at ``head`` (seek); ``checkpoint_state()``,
+  then ``mark_clean()``, or ``mark_dirty()`` to write it again; ``reconfigure(config)``,
+  ``close(wake)``, ``close_in_child(lock)``; reading ``charged()``,
+  ``backlog_items()``, ``backlog_payload()``.
 
 A read is identified by its delivery, not by its item id: every time an item is handed out it is
 a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
 so a consumer whose read was taken away (``open_read_timeout``) can never settle the read the
-item's next consumer holds.
+item's next consumer holds.  Clocks: expiry is judged on ``time.time()`` and open reads are
+timed on ``time.monotonic()``, read through this module's ``time``; delays on ``retry.now()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
 from journaled.config import ReaderConfig, Sink
-from journaled.core import policies, retry
+from journaled.core import retry
+from journaled.core.readbehind import ITEM_OVERHEAD, LogSource, estimate_backlog_bytes, read_window
 from journaled.deadletter import DeadLetter
-from journaled.errors import QueueClosed, UnknownRead
-from journaled.format.record import Put
+from journaled.errors import UnknownRead
 from journaled.format.smallfiles import CheckpointData
-from journaled.item import Item, items_from_puts, read_id
+from journaled.item import Item, read_id
 from journaled.log.journal import Cursor
 
 log = logging.getLogger("journaled")
 
-#: Most bytes (payload + ITEM_OVERHEAD each) one read-behind refill brings into memory, so it
-#: decodes at most REFILL_BYTES // ITEM_OVERHEAD records (ReaderCore._refill_once).
-REFILL_BYTES = 1024 * 1024
-#: What ``max_memory`` charges per item in memory besides its payload: the Item, its id and time
-#: objects, the bytes header and the deque slot (~145-175 bytes on CPython 3.11, rounded up).
-ITEM_OVERHEAD = 200
-
-
-class LogSource(Protocol):
-    """What a reader core needs from the journal (``journaled.log.journal.Journal`` is one)."""
-
-    @property
-    def next_id(self) -> int: ...
-    def locate(self, item_id: int, hint: Cursor | None = None) -> Cursor: ...
-    def read(
-        self, cursor: Cursor, max_bytes: int = ..., max_items: int = ...
-    ) -> tuple[list[Put], Cursor]: ...
-    def hint(self, item_id: int) -> tuple[int, int]: ...
-    def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int: ...
-    def file_created_s(self, item_id: int) -> float: ...
-    def first_id(self) -> int: ...
-    def locate_time(self, ms: int) -> int: ...
+#: Most items one ``expire_head`` sweep expires, so the lock is never held for long.
+SWEEP_LIMIT = 4096
 
 
 class Waiter(Protocol):
-    """Something blocked in ``get``: the core hands it an item, or tells it the queue closed."""
+    """A blocked ``get`` in a core's line: ``deliver(item)`` makes ``item`` its open read and
+    wakes it, ``wake()`` wakes it without one (the queue closed); both under the core's lock."""
 
-    item: Item | None
-
+    def deliver(self, item: Item) -> None: ...
     def wake(self) -> None: ...
 
 
-class ThreadWaiter:
-    """A thread blocked in ``Reader.get`` (its condition shares the core's lock)."""
-
-    __slots__ = ("cond", "item")
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self.cond = threading.Condition(lock)
-        self.item: Item | None = None
-
-    def wake(self) -> None:
-        self.cond.notify()
+def is_expired(item: Item, max_age: float | None, now: float) -> bool:
+    """Has ``item`` passed its ``expire_at``, or ``max_age`` since it was added, at ``now``?"""
+    if item.expire_at is not None and item.expire_at <= now:
+        return True
+    return max_age is not None and item.add_time + max_age <= now
 
 
 class ReaderCore:
-    """The delivery state of one named reader (see the module docstring for the protocol).
+    """The delivery state of one named reader (the module docstring is its protocol).
 
-    Attributes (all guarded by ``lock``):
-        head: every id below it is committed.
-        done: ids at or above ``head`` committed out of order.
+    Attributes (read them under ``lock``; only this class changes them):
+        head: every id below it is committed; done: ids above it committed out of order.
         errors: abort counts of uncommitted items.
-        mem: items ready for delivery, in order (aborted items go back to the left end).
-        mem_bytes: payload bytes in ``mem`` (``max_memory`` also charges ``ITEM_OVERHEAD`` per
-            item: :meth:`charged`).
-        load_id: when set, items with ids from there on are on disk only (read-behind) and are
-            read back, in order, as ``mem`` drains; memory stays bounded by ``max_memory``.
-        open: open reads by id (the value is the delivery handed out).
-        waiters: blocked ``get`` calls, served first-come first-served by direct hand-off.
-        opened_at: open read id -> ``time.monotonic()`` of delivery, in delivery order
-            (``open_read_timeout``).
-        disposing: items bound for an expiry / dead-letter sink, not yet committed.
-        parked / due: aborted items waiting out a delay, and their due times (core/retry.py).
+        mem / mem_bytes: items ready for delivery, in order (aborted ones go back to the left
+            end), and their payload bytes (:meth:`charged` adds ``ITEM_OVERHEAD`` per item).
+        load_id / load_cursor: when set, ids from there on are on disk only (read-behind), read
+            back in order as ``mem`` drains, so memory stays within ``max_memory``.
+        open: open reads by id (the delivery handed out); opened_at: their ``time.monotonic()``
+            of delivery, in delivery order (``open_read_timeout`` only).
+        waiters: blocked ``get`` calls, served first come first served by direct hand-off.
+        disposing: items bound for an expiry / dead-letter sink, not yet settled.
+        parked: aborted items waiting out a delay (:class:`~journaled.core.retry.Parked`).
         saw_expiry: some item with an ``expire_at`` reached this reader.
-        backlog_bytes / backlog_exact: payload bytes of uncommitted items (see core/policies.py).
-        dirty: state changed since the last checkpoint.
-        closed: the queue closed or the reader was removed.
+        backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally;
+            an estimate after a reopen until :meth:`backlog_payload` can count them.
+        dirty: changed since the last checkpoint was taken; closed: no more deliveries.
+        put_count, delivered, committed, aborted, timed_out, expired, discarded, dead_lettered,
+        rejected: counters for stats.
     """
 
     def __init__(
@@ -140,33 +115,34 @@ class ReaderCore:
         # Upward calls, made with the lock held; both only set a flag or an event.
         self.head_moved = head_moved  # archiving may have become possible
         self.wake_engine = wake_engine  # the background thread has policy or sink work
-        self.head = state.head
-        self.done: set[int] = {i for i in state.done if i >= state.head}
-        self.errors: dict[int, int] = dict(state.errors)
-        self.open: dict[int, Item] = {}
-        self.mem: deque[Item] = deque()
-        self.mem_bytes = 0
         self.waiters: deque[Waiter] = deque()
         self.closed = False
-        # Everything from the head on is on disk and must be read back.
-        self.load_id: int | None = self.head if self.head < journal.next_id else None
-        self.load_cursor: Cursor | None = None
-        if state.file_ms:
-            self.load_cursor = Cursor(state.file_ms, state.file_offset, -1)  # hint, verified
-        self.dirty = True
         self.delivered = self.committed = self.aborted = 0
         self.put_count = self.timed_out = self.expired = self.discarded = self.dead_lettered = 0
         self.rejected = 0
-        self.opened_at: dict[int, float] = {}
-        self.disposing: dict[int, tuple[DeadLetter, Sink]] = {}
-        self.parked: dict[int, Item] = {}
-        self.due: list[tuple[float, int]] = []  # a heap of (monotonic due time, id)
         self.saw_expiry = False
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
-        self.backlog_bytes = policies.estimate_backlog_bytes(
-            journal, state.head, state.file_ms, state.file_offset
-        )
+        self._place(state)
+
+    def _place(self, state: CheckpointData) -> None:
+        """The state a checkpoint describes: nothing open, parked or in memory yet."""
+        head = state.head
+        self.head = head
+        self.done: set[int] = {i for i in state.done if i >= head}
+        self.errors: dict[int, int] = dict(state.errors)
+        self.open: dict[int, Item] = {}
+        self.opened_at: dict[int, float] = {}
+        self.mem: deque[Item] = deque()
+        self.mem_bytes = 0
+        self.parked = retry.Parked()
+        self.disposing: dict[int, tuple[DeadLetter, Sink]] = {}
+        # Everything from the head on is on disk and must be read back.
+        self.load_id: int | None = head if head < self.journal.next_id else None
+        # where the head's record is, from the checkpoint: a hint, verified before it is used
+        self.load_cursor = Cursor(state.file_ms, state.file_offset, -1) if state.file_ms else None
+        self.backlog_bytes = estimate_backlog_bytes(self.journal, head, state.file_ms, state.file_offset)
         self.backlog_exact = self.backlog_bytes == 0
+        self.dirty = True
 
     # ------------------------------------------------------------------ fed by the queue
     def on_put(self, items: list[Item], nbytes: int) -> None:
@@ -196,7 +172,7 @@ class ReaderCore:
                 budget -= cost
         if self.waiters:
             try:
-                self.hand_off()
+                self._hand_off()
             except Exception as exc:
                 # The items are in the journal and in this reader's state already: a failed
                 # read-behind refill must not fail the put (nor keep them from later readers).
@@ -207,13 +183,11 @@ class ReaderCore:
         """What the items in memory count against ``max_memory`` (``ITEM_OVERHEAD`` each)."""
         return self.mem_bytes + len(self.mem) * ITEM_OVERHEAD
 
+    # ------------------------------------------------------------------ read-behind
     def _refill(self) -> None:
-        """Read items back from the journal once memory has drained to half its bound.
-
-        When memory is empty, keep going until an item turns up or the journal ends: one
-        window may hold only ids to skip (committed out of order, open, bound for a sink), and
-        stopping there would make ``get`` report Empty with items still waiting on disk.
-        """
+        """Read items back from the journal once memory has drained to half its bound.  When
+        memory is empty, go on until an item turns up or the journal ends: a window may hold only
+        ids to skip, and ``get`` must not report Empty with items still waiting on disk."""
         while True:
             before = self.load_id
             self._refill_once()
@@ -228,24 +202,13 @@ class ReaderCore:
             self.load_id = None  # caught up: new puts go straight to memory again
             self.load_cursor = None
             return
-        cursor = self.load_cursor
-        if cursor is None or cursor.next_id != self.load_id:
-            cursor = journal.locate(self.load_id, hint=cursor)
-        # At most REFILL_BYTES per call, so one get never decodes megabytes (or a million tiny
-        # records) under the queue lock.  `cap` records with at most `want - cap * ITEM_OVERHEAD`
-        # of payload always fit, so nothing decoded is dropped (perf); the cap comes from the
-        # sizes seen so far, and a wrong guess only makes one refill small.
-        want = min(max(1, self.config.max_memory - self.charged()), REFILL_BYTES)
-        cap = max(1, want // (self._avg_payload + ITEM_OVERHEAD))
-        recs, cursor = journal.read(cursor, max_bytes=max(1, want - cap * ITEM_OVERHEAD), max_items=cap)
-        # Only a single record larger than a read chunk passes that: keep one item at least, and
-        # read the rest again next time, from a position hint that locate() verifies.
-        items, total, expiring = items_from_puts(recs, self.errors, want, ITEM_OVERHEAD)
+        room = self.config.max_memory - self.charged()
+        items, payload, expiring, cursor = read_window(
+            journal, self.load_id, self.load_cursor, room, self._avg_payload, self.errors
+        )
         n = len(items)
-        if n < len(recs):
-            cursor = Cursor(cursor.ms, recs[n].offset, -1)
         if n:
-            self._avg_payload = total // n - ITEM_OVERHEAD
+            self._avg_payload = payload // n
         expected = self.load_id
         if (
             n
@@ -256,7 +219,7 @@ class ReaderCore:
         ):
             # perf: consecutive ids, none to skip: every item goes to memory as it is
             self.mem.extend(items)
-            self.mem_bytes += total - n * ITEM_OVERHEAD
+            self.mem_bytes += payload
             self.saw_expiry = self.saw_expiry or expiring
             items, expected = [], expected + n
         for item in items:
@@ -287,15 +250,14 @@ class ReaderCore:
         for i in range(max(first, self.head), last + 1):
             self._commit_id(i)
 
-    # ------------------------------------------------------------------ delivery
-    def peek_waiting(self) -> Item | None:
+    def _peek_waiting(self) -> Item | None:
         """The next waiting item (read back from disk if memory is empty), left in place."""
         if not self.mem:
             self._refill()
         return self.mem[0] if self.mem else None
 
-    def pop_waiting(self) -> Item | None:
-        """Remove and return the next waiting item; the caller opens or settles it."""
+    def _pop_waiting(self) -> Item | None:
+        """Remove and return the next waiting item; the caller opens, disposes of or settles it."""
         if not self.mem:
             self._refill()
             if not self.mem:
@@ -312,38 +274,49 @@ class ReaderCore:
                 raise
         return item
 
+    # ------------------------------------------------------------------ delivery
     def take(self) -> Item | None:
-        """The next deliverable item, now an open read; ``None`` when nothing waits.  Expired
-        and dead items met on the way are disposed of (policies.check_delivery)."""
+        """The next deliverable item, now an open read; ``None`` when nothing waits.
+
+        Checked here, at delivery itself, so an item that expires after a sweep is still never
+        delivered, and cannot wedge the head: it goes to its sink and the next one is considered.
+        """
         if self.parked:
-            retry.release_due(self, serve=False)
+            self._unpark(retry.now())
+        cfg = self.config
         while True:
-            item = self.pop_waiting()
+            item = self._pop_waiting()
             if item is None:
                 return None
-            if policies.check_delivery(self, item):
+            if (item.expire_at is not None or cfg.max_age is not None) and is_expired(
+                item, cfg.max_age, time.time()
+            ):
+                self._dispose(item, "expired")
+            elif cfg.max_errors is not None and item.error_count >= cfg.max_errors:
+                self._dispose(item, "max_errors")
+            else:
                 break
         self.open[item.id] = item
         self.delivered += 1
-        if self.config.open_read_timeout is not None:
-            policies.note_opened(self, item.id)
+        if cfg.open_read_timeout is not None:
+            opened = self.opened_at
+            opened.pop(item.id, None)  # re-insert: dict order is delivery order
+            opened[item.id] = time.monotonic()
+            if len(opened) == 1:
+                self.wake_engine()  # the background tick may be idle
         return item
 
     def take_if_first(self) -> Item | None:
         """:meth:`take`, unless blocked ``get`` calls are already in line (they go first)."""
-        if self.waiters:
-            return None
-        return self.take()
+        return None if self.waiters else self.take()
 
-    def hand_off(self) -> None:
+    def _hand_off(self) -> None:
         """Give waiting items to blocked ``get`` calls, first come first served."""
         while self.waiters:
             item = self.take()
             if item is None:
                 return
-            waiter = self.waiters.popleft()
-            waiter.item = item
-            waiter.wake()
+            self.waiters.popleft().deliver(item)
 
     def join(self, waiter: Waiter) -> None:
         """Put a blocked ``get`` at the end of the line."""
@@ -351,12 +324,10 @@ class ReaderCore:
 
     def leave(self, waiter: Waiter) -> None:
         """Take a blocked ``get`` out of the line (timed out, cancelled); no-op if gone."""
-        try:
+        with contextlib.suppress(ValueError):
             self.waiters.remove(waiter)
-        except ValueError:
-            pass
 
-    # ------------------------------------------------------------------ settling
+    # ------------------------------------------------------------------ an open read ends
     def open_read(self, item: Item | int) -> Item:
         """The open read ``item`` names.  An :class:`Item` must be the very object this reader
         handed out for its current delivery; a bare id names whatever read of it is open."""
@@ -374,16 +345,66 @@ class ReaderCore:
         return current
 
     def commit(self, item: Item | int) -> None:
-        """Finish the open read ``item`` names (see :meth:`open_read`): settled for good."""
+        """Finish the open read ``item`` names: settled for good."""
         # perf: the common case (the Item handed out, still open) without open_read's call
         current = self.open.get(item.id) if type(item) is Item else None
         if current is None or current is not item:
             current = self.open_read(item)
         del self.open[current.id]
-        self.settle(current)
+        self._settle(current)
         self.committed += 1
 
-    def settle(self, item: Item) -> None:
+    def abort(self, item: Item | int, delay: float | None = None) -> None:
+        """Close the open read ``item`` names as failed: ``error_count + 1``, then to the dead
+        letters once ``max_errors`` is reached, else back to the head after ``delay`` seconds
+        (``None``: the reader's backoff; :func:`journaled.core.retry.due_time`)."""
+        item = self.open_read(item)
+        del self.open[item.id]
+        self.aborted += 1
+        failed = retry.redelivery(item, item.error_count + 1)
+        self.errors[item.id] = failed.error_count  # also until a sink has it: survives a crash
+        self.dirty = True
+        cfg = self.config
+        if cfg.max_errors is not None and failed.error_count >= cfg.max_errors:
+            self._dispose(failed, "max_errors")
+            return
+        due = retry.due_time(cfg, failed.error_count, delay)
+        if due is None:
+            self._requeue(failed)
+            return
+        if self.parked.park(failed, due):
+            self.wake_engine()  # its tick sleeps until the earliest due time
+
+    def reject(self, item: Item | int, reason: str = "") -> None:
+        """Close the open read ``item`` names for good, without a retry: to ``dead_letter``
+        (dropped when there is none), its error count unchanged."""
+        item = self.open_read(item)
+        del self.open[item.id]
+        self._dispose(item, "rejected", reason)
+
+    def release(self, item: Item | int) -> None:
+        """Give the open read ``item`` names back to the head without counting an error."""
+        item = self.open_read(item)
+        del self.open[item.id]
+        self._requeue(retry.redelivery(item, item.error_count))
+
+    def release_id(self, item_id: int) -> bool:
+        """:meth:`release` by id, for hand-offs nobody received; False if not open."""
+        item = self.open.get(item_id)
+        if item is not None:
+            self.release(item)
+        return item is not None
+
+    def _requeue(self, item: Item) -> None:
+        """Put ``item`` back at the head (it is the next one delivered) and serve waiters."""
+        self.errors[item.id] = item.error_count
+        self.mem.appendleft(item)
+        self.mem_bytes += len(item.data)
+        self.dirty = True
+        if self.waiters:
+            self._hand_off()
+
+    def _settle(self, item: Item) -> None:
         """``item`` leaves this reader for good (committed, discarded, expired, dead-lettered)."""
         self.errors.pop(item.id, None)
         self.backlog_bytes = max(0, self.backlog_bytes - len(item.data))
@@ -401,51 +422,176 @@ class ReaderCore:
             self.done.add(item_id)
         self.dirty = True
 
-    def abort(self, item: Item | int, delay: float | None = None) -> None:
-        """Close the open read ``item`` names as failed (:func:`journaled.core.retry.abort`)."""
-        retry.abort(self, item, delay)
+    def _dispose(self, item: Item, kind: str, reason: str = "") -> None:
+        """Take ``item`` out of delivery for good: ``kind`` is ``"expired"``, ``"max_errors"`` or
+        ``"rejected"`` (:data:`journaled.deadletter.KINDS`).  Without a sink it is settled now;
+        else it waits in ``disposing`` until the engine, outside the lock, has handed its sink a
+        :class:`DeadLetter` (:meth:`end_disposal`)."""
+        cfg = self.config
+        if kind == "expired":
+            self.expired += 1
+            sink: Sink | None = cfg.expire_to
+            reason = reason or "expired"
+        elif kind == "rejected":
+            self.rejected += 1
+            sink = cfg.dead_letter
+        else:
+            self.dead_lettered += 1
+            sink = cfg.dead_letter
+            reason = f"aborted {item.error_count} times (max_errors={cfg.max_errors})"
+            where = "moved to dead_letter" if sink is not None else "dropped"
+            log.warning("reader %s: item %d %s; %s", self.name, item.id, reason, where)
+        if sink is None:
+            self._settle(item)
+            return
+        self.disposing[item.id] = (DeadLetter.of(item, kind, reason, self.name), sink)
+        self.wake_engine()
 
-    def reject(self, item: Item | int, reason: str = "") -> None:
-        """Close the open read ``item`` names for good (:func:`journaled.core.retry.reject`)."""
-        retry.reject(self, item, reason)
-
-    def release(self, item: Item | int) -> None:
-        """Give the open read ``item`` names back to the head without counting an error."""
-        retry.release(self, item)
-
-    def release_id(self, item_id: int) -> bool:
-        """:meth:`release` by id, for hand-offs nobody received; False if not open."""
-        item = self.open.get(item_id)
-        if item is None:
-            return False
-        self.release(item)
-        return True
-
+    # ------------------------------------------------------------------ upkeep
     def release_due(self, now: float | None = None) -> int:
-        """Parked items whose time has come go back to the head (:func:`retry.release_due`)."""
-        return retry.release_due(self, now)
+        """Parked items due by ``now`` (:func:`journaled.core.retry.now` when None) go back to
+        the head, the earliest first, and are offered to waiters; returns how many."""
+        back = self._unpark(retry.now() if now is None else now)
+        if back and self.waiters:
+            self._hand_off()
+        return back
 
-    def requeue(self, item: Item) -> None:
-        """Put ``item`` back at the head (it is the next one delivered) and serve waiters."""
-        retry.requeue(self, item)
+    def _unpark(self, now: float) -> int:
+        back = self.parked.unpark_due(now)
+        for item in reversed(back):
+            self.mem.appendleft(item)
+            self.mem_bytes += len(item.data)
+        return len(back)
+
+    def expire_head(self, now: float) -> int:
+        """Send expired items at the head (in memory, read back from disk as needed) to their
+        sink, up to ``SWEEP_LIMIT``; items expiring behind a live one are caught by :meth:`take`
+        instead.  Returns how many expired."""
+        max_age, count = self.config.max_age, 0
+        while count < SWEEP_LIMIT:
+            item = self._peek_waiting()
+            if item is None or not is_expired(item, max_age, now):
+                break
+            self._pop_waiting()
+            self._dispose(item, "expired")
+            count += 1
+        return count
+
+    def expire_in_memory(self, now: float) -> int:
+        """Send every expired item held in memory, wherever it is, to its sink (O(items in
+        memory): for a reader about to refuse a put).  Returns how many expired."""
+        cfg = self.config
+        if cfg.max_age is None and not self.saw_expiry:
+            return 0
+        dead = [it for it in self.mem if is_expired(it, cfg.max_age, now)]
+        if dead:
+            gone = {it.id for it in dead}
+            kept = [it for it in self.mem if it.id not in gone]
+            self.mem.clear()
+            self.mem.extend(kept)
+        for it in dead:
+            self.mem_bytes -= len(it.data)
+            self._dispose(it, "expired")
+        return len(dead)
+
+    def time_out_reads(self, now_mono: float) -> int:
+        """Abort reads open longer than ``open_read_timeout`` at ``now_mono``.  ``opened_at`` is
+        in delivery order, so this stops at the first read still within its time; entries of
+        reads already ended are dropped on the way.  Returns how many timed out."""
+        timeout = self.config.open_read_timeout
+        opened = self.opened_at
+        if timeout is None:
+            opened.clear()
+            return 0
+        count = 0
+        for item_id in list(opened):
+            item = self.open.get(item_id)
+            if item is not None and now_mono - opened[item_id] < timeout:
+                break
+            del opened[item_id]
+            if item is None:
+                continue
+            log.warning(
+                "reader %s: read of item %d open for more than %ss; aborted", self.name, item_id, timeout
+            )
+            self.timed_out += 1
+            self.abort(item)
+            count += 1
+        return count
+
+    def discard_waiting(self, limit: int) -> int:
+        """Drop up to ``limit`` of the oldest waiting items (read back from disk as needed; open
+        and parked ones are never dropped), counted as ``discarded``.  Returns how many."""
+        n = 0
+        while n < limit and (item := self._pop_waiting()) is not None:
+            self._settle(item)
+            n += 1
+        self.discarded += n
+        return n
+
+    def end_disposal(self, item: Item) -> None:
+        """A sink has ``item`` (or failed for good): settled, unless a seek forgot it meanwhile."""
+        if self.disposing.pop(item.id, None) is not None:
+            self._settle(item)
 
     # ------------------------------------------------------------------ state
+    def reset_to(self, head: int) -> None:
+        """Every id from ``head`` on uncommitted, every id below it committed, as for a new
+        reader placed there: open reads are taken back (committing one raises
+        ``UnknownRead``); parked items, error counts and items not yet handed to their sink are
+        forgotten; counters stay.  Then waiters are served."""
+        self._place(CheckpointData(head))
+        self.head_moved()
+        if self.waiters:
+            self._hand_off()
+
+    def backlog_items(self) -> int:
+        """Uncommitted items (waiting, open, parked or bound for a sink): exact, and derived only
+        from durable state, so it is the same after a reopen."""
+        return self.journal.next_id - self.head - len(self.done)
+
+    def backlog_payload(self) -> int:
+        """Payload bytes of the uncommitted items.  Kept incrementally (exact within a session);
+        after a reopen it starts as an estimate, made exact here as soon as every uncommitted
+        item is in memory (nothing left on disk only) or none is left."""
+        if self.backlog_items() == 0:
+            # also corrects ids skipped as lost (journal damage), whose sizes were never known
+            self.backlog_bytes, self.backlog_exact = 0, True
+        elif not self.backlog_exact and self.load_id is None:
+            total = self.mem_bytes + sum(len(i.data) for i in self.open.values())
+            total += sum(len(i.data) for i, _s in self.disposing.values())
+            total += sum(len(i.data) for i in self.parked.values())
+            self.backlog_bytes, self.backlog_exact = total, True
+        return self.backlog_bytes
+
     def checkpoint_state(self) -> CheckpointData:
         """What this reader's checkpoint file should say now."""
         ms, offset = self.journal.hint(self.head)
         errors = tuple(sorted((i, c) for i, c in self.errors.items() if i >= self.head and c))
         return CheckpointData(self.head, ms, offset, tuple(sorted(self.done)), errors)
 
+    def mark_clean(self) -> None:
+        """The checkpoint just taken (:meth:`checkpoint_state`) is the one to write."""
+        self.dirty = False
+
+    def mark_dirty(self) -> None:
+        """The checkpoint must be written again (a write failed, or the queue is closing)."""
+        self.dirty = True
+
     def reconfigure(self, config: ReaderConfig) -> None:
         """Apply new policies from now on (what is in memory and open stays where it is)."""
         self.config = config
 
-    def close(self) -> None:
-        """No more deliveries: wake every blocked ``get`` (they raise ``QueueClosed``)."""
+    def close(self, wake: bool = True) -> None:
+        """No more deliveries.  Blocked ``get`` calls are woken (they raise ``QueueClosed``)
+        unless ``wake`` is False (at interpreter exit, when only daemon threads are left)."""
         self.closed = True
-        for waiter in self.waiters:
-            waiter.wake()
+        if wake:
+            for waiter in self.waiters:
+                waiter.wake()
 
-    def check_open(self) -> None:
-        if self.closed:
-            raise QueueClosed(f"reader {self.name!r} is closed")
+    def close_in_child(self, lock: threading.Lock) -> None:
+        """In a forked child: closed, its waiters (threads of the parent) left alone, and
+        guarded by ``lock`` from now on (the old one may have been held at the fork)."""
+        self.lock = lock
+        self.closed = True

@@ -3,7 +3,8 @@ existing one.  Same positions, same rules: ``"earliest"`` (the oldest item still
 journal), ``"latest"`` (only items put from now on), an item id (clamped into the journal), or a
 point in time (``float`` epoch seconds or a ``datetime``: the first item added at or after it).
 
-Every function here must be called with the queue lock held.
+Every function here must be called with the queue lock held; moving a reader is the core's
+``reset_to``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import datetime as _dt
 
 from journaled.config import ReaderConfig
-from journaled.core import policies
-from journaled.core.readercore import LogSource, ReaderCore
+from journaled.core.readbehind import LogSource
+from journaled.core.readercore import ReaderCore
 from journaled.item import epoch_ms
 
 
@@ -47,25 +48,7 @@ def seek(core: ReaderCore, start: object) -> int:
     are forgotten.  Returns the new head.  A bad ``start`` raises ``ValueError`` first."""
     ReaderConfig(start=start)  # type: ignore[arg-type]  # validates: same rules, same message
     head = start_id(core.journal, start)
-    core.open.clear()
-    core.opened_at.clear()
-    core.mem.clear()
-    core.mem_bytes = 0
-    core.parked.clear()
-    core.due.clear()
-    core.disposing.clear()
-    core.errors.clear()
-    core.done.clear()
-    core.head = head
-    journal = core.journal
-    core.load_id = head if head < journal.next_id else None
-    core.load_cursor = None
-    core.backlog_bytes = policies.estimate_backlog_bytes(journal, head, 0, 0)
-    core.backlog_exact = core.backlog_bytes == 0
-    core.dirty = True
-    core.head_moved()
-    if core.waiters:
-        core.hand_off()
+    core.reset_to(head)
     return head
 
 

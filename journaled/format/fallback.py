@@ -8,8 +8,8 @@ by construction; tests/format/test_speedups.py checks it with hypothesis.  They 
 fallback: journaled.format.speedups (the one switch) selects them where the extension is not built,
 is stale, or ``JOURNALED_PURE_PYTHON=1``.
 
-* :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops (defined in
-  format/record.py, beside the single-record codec they batch, and named here);
+* :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops, the batch forms
+  of format/record.py's single-record ``encode_put`` and ``decode_one``;
 * :func:`decode_columns`: PUT records into the Arrow column buffers of format/columns.py;
 * :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
   it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
@@ -30,16 +30,146 @@ from crc32c import crc32c
 
 from journaled.format.columns import DONE, FULL, MAX_BATCH_BYTES, MORE, Columns
 from journaled.format.record import (
+    CRC_STRUCT,
     MAX_BODY,
     PUT_FIELDS_SIZE,
+    PUT_FIELDS_STRUCT,
+    PUT_HEADER_STRUCT,
     PUT_OVERHEAD,
+    PUT_TAIL_STRUCT,
     RECORD_HEADER_SIZE,
+    RECORD_HEADER_STRUCT,
     TYPE_PUT,
-    decode_many,
-    encode_puts,
+    Damage,
+    Decoded,
+    Put,
+    decode_one,
 )
 
 __all__ = ["ITEM_FIELDS", "decode_columns", "decode_many", "encode_puts", "item_references"]
+
+# ----------------------------------------------------------------------- encode_puts, decode_many
+
+
+def encode_puts(
+    salt: int,
+    offset: int,
+    first_id: int,
+    add_ms: int,
+    expire_ms: int,
+    payloads: Sequence[bytes],
+    out: bytearray,
+) -> list[int]:
+    """Append PUT records for ``payloads`` (consecutive ids) to ``out``; return their offsets.
+
+    compiled twin: _speedups.c, section encode_puts (journaled.format.speedups.encode_puts is the
+    one callers use).
+
+    The batch form of :func:`encode_put`, kept in one loop with local names because this is the
+    hottest code in the library.
+    """
+    # perf: the CRC is chained over (header tail, payload) instead of over a copy of the
+    # record in ``out``: crc32c(a + b, seed) == crc32c(b, crc32c(a, seed)).  That makes each
+    # record two pack calls, two CRC calls and three appends, with no memoryview and no
+    # zero-filled placeholder; the bytes are identical to encode_put's.
+    pack_tail = PUT_TAIL_STRUCT.pack
+    pack_crc = CRC_STRUCT.pack
+    overhead = PUT_HEADER_STRUCT.size
+    fields_size = PUT_FIELDS_SIZE
+    offsets: list[int] = []
+    append_offset = offsets.append
+    item_id = first_id
+    for payload in payloads:
+        n = len(payload)
+        append_offset(offset)
+        tail = pack_tail(fields_size + n, TYPE_PUT, item_id, add_ms, expire_ms)
+        out += pack_crc(crc32c(payload, crc32c(tail, (salt ^ offset) & 0xFFFFFFFF)))
+        out += tail
+        out += payload
+        offset += overhead + n
+        item_id += 1
+    return offsets
+
+
+_put_slots = vars(Put)
+_put_setters = tuple(_put_slots[a.name].__set__ for a in attrs.fields(Put))
+if tuple(a.name for a in attrs.fields(Put)) != ("offset", "size", "id", "add_ms", "expire_ms", "payload"):
+    raise TypeError("journaled.format.fallback: update _new_put for Put's fields")  # pragma: no cover
+
+
+def _new_put(offset: int, size: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> Put:
+    """``Put(...)`` without attrs' __init__ (perf: decoding is on the read hot path; Put has no
+    validators or converters, and its setters come from ``attrs.fields`` in field order)."""
+    put: Put = object.__new__(Put)
+    s_offset, s_size, s_id, s_add, s_expire, s_payload = _put_setters
+    s_offset(put, offset)
+    s_size(put, size)
+    s_id(put, item_id)
+    s_add(put, add_ms)
+    s_expire(put, expire_ms)
+    s_payload(put, payload)
+    return put
+
+
+def decode_many(
+    buf: bytes | bytearray | memoryview,
+    base_offset: int,
+    salt: int,
+    pos: int = 0,
+    max_body: int = MAX_BODY,
+    limit: int | None = None,
+) -> tuple[list[Decoded], int, Damage | None]:
+    """Decode consecutive records from ``buf[pos:]``.
+
+    compiled twin: _speedups.c, section decode_many (journaled.format.speedups.decode_many is the
+    one callers use).
+
+    Returns ``(records, end, damage)``: ``end`` is the buffer position after the last good
+    record, and ``damage`` says why decoding stopped early (``None`` if the buffer ended exactly
+    on a record boundary or ``limit`` records were decoded).
+    """
+    out: list[Decoded] = []
+    n = len(buf)
+    # perf: well-formed PUT records (nearly all of them) are decoded inline here, with one
+    # memoryview for the whole buffer and Put built from its slots; anything else -- another
+    # type, a bad length, a short buffer, a CRC mismatch -- goes through decode_one, which
+    # classifies it exactly as before.  Only records whose CRC verified are ever returned.
+    view = memoryview(buf)
+    try:
+        unpack_hdr, unpack_fields = RECORD_HEADER_STRUCT.unpack_from, PUT_FIELDS_STRUCT.unpack_from
+        as_bytes = type(buf) is bytes
+        min_body = PUT_FIELDS_SIZE
+        append = out.append
+        count = 0
+        while pos < n and (limit is None or count < limit):
+            if pos + PUT_OVERHEAD <= n:
+                crc, length, rtype = unpack_hdr(buf, pos)
+                end = pos + RECORD_HEADER_SIZE + length
+                offset = base_offset + pos
+                if (
+                    rtype == TYPE_PUT
+                    and min_body <= length <= max_body
+                    and end <= n
+                    and crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) == crc
+                ):
+                    item_id, add_ms, expire_ms = unpack_fields(buf, pos + RECORD_HEADER_SIZE)
+                    payload = (
+                        buf[pos + PUT_OVERHEAD : end] if as_bytes else bytes(view[pos + PUT_OVERHEAD : end])
+                    )
+                    append(_new_put(offset, end - pos, item_id, add_ms, expire_ms, payload))  # type: ignore[arg-type]
+                    pos = end
+                    count += 1
+                    continue
+            rec = decode_one(buf, pos, base_offset, salt, max_body)
+            if isinstance(rec, Damage):
+                return out, pos, rec
+            append(rec)
+            pos += rec.size
+            count += 1
+    finally:
+        view.release()
+    return out, pos, None
+
 
 # ------------------------------------------------------------------------------- decode_columns
 

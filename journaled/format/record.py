@@ -13,7 +13,6 @@ therefore fail the check, so a forward scan after damage cannot be fooled into a
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -128,7 +127,7 @@ def salvage_header(buf: bytes, name: str, created_ms: int) -> FileHeader | None:
     anchored = not near_magic(buf)
     _, version, hlen, salt, _, _, name_len = _HEADER_FIXED.unpack_from(buf, 0)
     if version != FORMAT_VERSION and hlen == HEADER_FIXED_SIZE + name_len + 4 <= len(buf):
-        if crc32c(buf[: hlen - 4]) == _CRC.unpack_from(buf, hlen - 4)[0]:
+        if crc32c(buf[: hlen - 4]) == CRC_STRUCT.unpack_from(buf, hlen - 4)[0]:
             return None  # an intact header of another format version: never guessed at
     pos = find_next_record(buf, size, 0, salt, 0)
     if pos is None or (anchored and pos != size):
@@ -153,7 +152,7 @@ def _solve_salt(buf: bytes, offset: int) -> int | None:
     """The salt under which the PUT at ``offset`` validates (None: no whole PUT there)."""
     if offset + PUT_OVERHEAD > len(buf):
         return None
-    crc, length, rtype = _REC_HDR.unpack_from(buf, offset)
+    crc, length, rtype = RECORD_HEADER_STRUCT.unpack_from(buf, offset)
     data = buf[offset + 4 : offset + RECORD_HEADER_SIZE + length]
     if rtype != TYPE_PUT or length < PUT_FIELDS_SIZE or len(data) < length + 5:
         return None
@@ -178,16 +177,16 @@ def _solve_salt(buf: bytes, offset: int) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 # crc(u32) length(u32) type(u8): ``length`` counts the body only.
-_REC_HDR = struct.Struct("<IIB")
-RECORD_HEADER_SIZE: Final = _REC_HDR.size  # 9
+RECORD_HEADER_STRUCT = struct.Struct("<IIB")
+RECORD_HEADER_SIZE: Final = RECORD_HEADER_STRUCT.size  # 9
 # PUT body: id(u64) add_ms(u64) expire_ms(u64, 0 = never) payload
-_PUT_HDR = struct.Struct("<IIBQQQ")
-_PUT_FIELDS = struct.Struct("<QQQ")
-_PUT_TAIL = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
-_CRC = struct.Struct("<I")
-PUT_OVERHEAD: Final = _PUT_HDR.size  # 33: bytes a PUT adds around its payload
+PUT_HEADER_STRUCT = struct.Struct("<IIBQQQ")  # a whole PUT header: record header + the fields
+PUT_FIELDS_STRUCT = struct.Struct("<QQQ")
+PUT_TAIL_STRUCT = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
+CRC_STRUCT = struct.Struct("<I")
+PUT_OVERHEAD: Final = PUT_HEADER_STRUCT.size  # 33: bytes a PUT adds around its payload
 #: A PUT's fixed fields (id, add_ms, expire_ms): the least body a PUT has.
-PUT_FIELDS_SIZE: Final = _PUT_FIELDS.size  # 24
+PUT_FIELDS_SIZE: Final = PUT_FIELDS_STRUCT.size  # 24
 
 # Where each field lies from the record's start.  The compiled twin (_speedups.c) names the same
 # offsets; journaled.format.speedups hands it these values and it refuses to run if any differs.
@@ -224,56 +223,19 @@ def record_seed(salt: int, offset: int) -> int:
 
 def encode_put(salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> bytes:
     """Encode one PUT record destined for byte ``offset`` of a file with ``salt``."""
-    rec = _PUT_HDR.pack(0, PUT_FIELDS_SIZE + len(payload), TYPE_PUT, item_id, add_ms, expire_ms) + payload
+    rec = (
+        PUT_HEADER_STRUCT.pack(0, PUT_FIELDS_SIZE + len(payload), TYPE_PUT, item_id, add_ms, expire_ms)
+        + payload
+    )
     crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
     return struct.pack("<I", crc) + rec[4:]
-
-
-def encode_puts(
-    salt: int,
-    offset: int,
-    first_id: int,
-    add_ms: int,
-    expire_ms: int,
-    payloads: Sequence[bytes],
-    out: bytearray,
-) -> list[int]:
-    """Append PUT records for ``payloads`` (consecutive ids) to ``out``; return their offsets.
-
-    compiled twin: _speedups.c, section encode_puts (format/fallback.py names it with the other
-    references; journaled.format.speedups.encode_puts is the one callers use).
-
-    The batch form of :func:`encode_put`, kept in one loop with local names because this is the
-    hottest code in the library.
-    """
-    # perf: the CRC is chained over (header tail, payload) instead of over a copy of the
-    # record in ``out``: crc32c(a + b, seed) == crc32c(b, crc32c(a, seed)).  That makes each
-    # record two pack calls, two CRC calls and three appends, with no memoryview and no
-    # zero-filled placeholder; the bytes are identical to encode_put's.
-    pack_tail = _PUT_TAIL.pack
-    pack_crc = _CRC.pack
-    overhead = _PUT_HDR.size
-    fields_size = PUT_FIELDS_SIZE
-    offsets: list[int] = []
-    append_offset = offsets.append
-    item_id = first_id
-    for payload in payloads:
-        n = len(payload)
-        append_offset(offset)
-        tail = pack_tail(fields_size + n, TYPE_PUT, item_id, add_ms, expire_ms)
-        out += pack_crc(crc32c(payload, crc32c(tail, (salt ^ offset) & 0xFFFFFFFF)))
-        out += tail
-        out += payload
-        offset += overhead + n
-        item_id += 1
-    return offsets
 
 
 def encode_record(salt: int, offset: int, rtype: int, body: bytes) -> bytes:
     """Encode a record of any type (used for future/skippable types and in tests)."""
     if not 0 < rtype < 256:
         raise ValueError("record type must be 1..255")
-    rec = _REC_HDR.pack(0, len(body), rtype) + body
+    rec = RECORD_HEADER_STRUCT.pack(0, len(body), rtype) + body
     crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
     return struct.pack("<I", crc) + rec[4:]
 
@@ -288,26 +250,6 @@ class Put:
     add_ms: int
     expire_ms: int
     payload: bytes
-
-
-_put_slots = vars(Put)
-_put_setters = tuple(_put_slots[a.name].__set__ for a in attrs.fields(Put))
-if tuple(a.name for a in attrs.fields(Put)) != ("offset", "size", "id", "add_ms", "expire_ms", "payload"):
-    raise TypeError("journaled.format.record: update _new_put for Put's fields")  # pragma: no cover
-
-
-def _new_put(offset: int, size: int, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> Put:
-    """``Put(...)`` without attrs' __init__ (perf: decoding is on the read hot path; Put has no
-    validators or converters, and its setters come from ``attrs.fields`` in field order)."""
-    put: Put = object.__new__(Put)
-    s_offset, s_size, s_id, s_add, s_expire, s_payload = _put_setters
-    s_offset(put, offset)
-    s_size(put, size)
-    s_id(put, item_id)
-    s_add(put, add_ms)
-    s_expire(put, expire_ms)
-    s_payload(put, payload)
-    return put
 
 
 @attrs.frozen
@@ -349,7 +291,7 @@ def decode_one(
         if avail > 0 and not any(buf[pos:]):
             return Damage(offset, "zero-filled tail", False)
         return Damage(offset, "truncated record header", True)
-    crc, length, rtype = _REC_HDR.unpack_from(buf, pos)
+    crc, length, rtype = RECORD_HEADER_STRUCT.unpack_from(buf, pos)
     if rtype == 0:
         return Damage(offset, "record type 0 (zero-filled or garbage)", False)
     if length > max_body or (rtype == TYPE_PUT and length < PUT_FIELDS_SIZE):
@@ -363,7 +305,7 @@ def decode_one(
             return Damage(offset, "record CRC mismatch", False)
         size = end - pos
         if rtype == TYPE_PUT:
-            item_id, add_ms, expire_ms = _PUT_FIELDS.unpack_from(buf, pos + RECORD_HEADER_SIZE)
+            item_id, add_ms, expire_ms = PUT_FIELDS_STRUCT.unpack_from(buf, pos + RECORD_HEADER_SIZE)
             payload = bytes(view[pos + PUT_OVERHEAD : end])
             return Put(offset, size, item_id, add_ms, expire_ms, payload)
     finally:
@@ -371,66 +313,6 @@ def decode_one(
     if rtype & TYPE_SKIPPABLE:
         return Skipped(offset, size, rtype)
     raise UnsupportedVersion("<journal>", offset, f"record type {rtype} is not supported")
-
-
-def decode_many(
-    buf: bytes | bytearray | memoryview,
-    base_offset: int,
-    salt: int,
-    pos: int = 0,
-    max_body: int = MAX_BODY,
-    limit: int | None = None,
-) -> tuple[list[Decoded], int, Damage | None]:
-    """Decode consecutive records from ``buf[pos:]``.
-
-    compiled twin: _speedups.c, section decode_many (format/fallback.py names it with the other
-    references; journaled.format.speedups.decode_many is the one callers use).
-
-    Returns ``(records, end, damage)``: ``end`` is the buffer position after the last good
-    record, and ``damage`` says why decoding stopped early (``None`` if the buffer ended exactly
-    on a record boundary or ``limit`` records were decoded).
-    """
-    out: list[Decoded] = []
-    n = len(buf)
-    # perf: well-formed PUT records (nearly all of them) are decoded inline here, with one
-    # memoryview for the whole buffer and Put built from its slots; anything else -- another
-    # type, a bad length, a short buffer, a CRC mismatch -- goes through decode_one, which
-    # classifies it exactly as before.  Only records whose CRC verified are ever returned.
-    view = memoryview(buf)
-    try:
-        unpack_hdr, unpack_fields = _REC_HDR.unpack_from, _PUT_FIELDS.unpack_from
-        as_bytes = type(buf) is bytes
-        min_body = PUT_FIELDS_SIZE
-        append = out.append
-        count = 0
-        while pos < n and (limit is None or count < limit):
-            if pos + PUT_OVERHEAD <= n:
-                crc, length, rtype = unpack_hdr(buf, pos)
-                end = pos + RECORD_HEADER_SIZE + length
-                offset = base_offset + pos
-                if (
-                    rtype == TYPE_PUT
-                    and min_body <= length <= max_body
-                    and end <= n
-                    and crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) == crc
-                ):
-                    item_id, add_ms, expire_ms = unpack_fields(buf, pos + RECORD_HEADER_SIZE)
-                    payload = (
-                        buf[pos + PUT_OVERHEAD : end] if as_bytes else bytes(view[pos + PUT_OVERHEAD : end])
-                    )
-                    append(_new_put(offset, end - pos, item_id, add_ms, expire_ms, payload))  # type: ignore[arg-type]
-                    pos = end
-                    count += 1
-                    continue
-            rec = decode_one(buf, pos, base_offset, salt, max_body)
-            if isinstance(rec, Damage):
-                return out, pos, rec
-            append(rec)
-            pos += rec.size
-            count += 1
-    finally:
-        view.release()
-    return out, pos, None
 
 
 def find_next_record(

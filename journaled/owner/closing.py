@@ -110,9 +110,8 @@ def close_readers(cores: Sequence[ReaderCore], wake: bool) -> None:
     :class:`queue.Queue`; woken, each would die of ``QueueClosed`` with a traceback.
     """
     for core in cores:
-        if wake:
-            core.close()
-        core.closed = core.dirty = True
+        core.close(wake)
+        core.mark_dirty()
 
 
 def close_parts(engine: Engine, journal: Journal, checkpoint: Callable[[], None], dirlock: DirLock) -> None:
@@ -149,8 +148,7 @@ def forget_in_child(cores: Sequence[ReaderCore], journal: Journal) -> threading.
     a thread that does not exist here: the readers get a fresh lock, which is returned."""
     lock = threading.Lock()
     for core in cores:
-        core.lock = lock
-        core.closed = True  # not core.close(): its waiters are threads of the parent
+        core.close_in_child(lock)
         lifecycle.mark_forked(core)
     journal.abandon()
     return lock

@@ -196,8 +196,8 @@ def run_disposals(lock: threading.Lock, cores: Sequence[ReaderCore], closing: Ca
             log.exception("reader %s: sink %r failed for item %d; item dropped", core.name, sink, item.id)
     with lock:
         for k, (core, item, _sink) in enumerate(batch):
-            if k not in kept and core.disposing.pop(item.id, None) is not None:
-                core.settle(item)
+            if k not in kept:
+                core.end_disposal(item)
     return len(batch)
 
 

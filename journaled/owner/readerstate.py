@@ -86,7 +86,7 @@ class ReaderFiles:
                 dirty = [c for c in self.cores() if c.dirty]
                 for core in dirty:
                     todo.append((core.name, core.checkpoint_state()))
-                    core.dirty = False
+                    core.mark_clean()
             if not todo:
                 return
             written = 0
@@ -102,7 +102,7 @@ class ReaderFiles:
                 # would stay stale (and hold back archiving) until its state changed again
                 with self.queue_lock:
                     for core in dirty[written:]:
-                        core.dirty = True
+                        core.mark_dirty()
                 raise
             with self.queue_lock:
                 for rname, state in todo:

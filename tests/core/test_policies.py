@@ -22,8 +22,8 @@ from journaled import (
     ReaderConfig,
     UnknownRead,
 )
-from journaled.core import policies
-from journaled.core.readercore import ITEM_OVERHEAD
+from journaled.core import policies, readercore, retry
+from journaled.core.readercore import ITEM_OVERHEAD, ReaderCore
 from journaled.disk import fileio
 from journaled.log.journal import Journal
 
@@ -31,8 +31,9 @@ FAST = QueueConfig(sync="never")
 
 
 class FakeClock:
-    """Stands in for the ``time`` module inside journaled.core.policies: expiry and open-read
-    timeouts become deterministic (no sleeps)."""
+    """Stands in for the ``time`` module wherever a reader's policies read a clock (the core's
+    delivery, the policies' tick, the retry delays): expiry, open-read timeouts and delays become
+    deterministic (no sleeps)."""
 
     def __init__(self) -> None:
         self.wall = time.time()
@@ -52,7 +53,8 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     c = FakeClock()
-    monkeypatch.setattr(policies, "time", c)
+    for module in (policies, readercore, retry):
+        monkeypatch.setattr(module, "time", c)
     return c
 
 
@@ -280,7 +282,7 @@ def test_an_item_expiring_after_the_sweep_does_not_wedge_the_head(qdir, clock, m
         q.run_policies()  # the sweep: nothing has expired yet
         assert r.stats().expired == 0
         # no further sweep may help (the background thread's included): only delivery can
-        monkeypatch.setattr(policies, "sweep_expired", lambda reader, now: 0)
+        monkeypatch.setattr(ReaderCore, "expire_head", lambda core, now: 0)
         clock.advance(2)  # now the head expires, before anyone asked for it
         item = r.get(block=False)
         assert item.data == b"later"

@@ -1,7 +1,8 @@
-"""The reader core alone: delivery.ReaderCore over an in-memory log, no queue, no files, no threads.
+"""The reader core alone: ReaderCore over an in-memory log, no queue, no files, no threads.
 
-What the core promises through its protocol (take, commit, abort, release, settle, requeue,
-on_put, join/leave), checked without anything above or below it.
+What the core promises through its protocol (on_put, take, join/leave, commit, abort, reject,
+release, the upkeep methods, reset_to, the checkpoint and closing calls), checked without
+anything above or below it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 import pytest
 
 from journaled.config import ReaderConfig
+from journaled.core import readercore, retry
 from journaled.core.readercore import ITEM_OVERHEAD, ReaderCore
 from journaled.errors import UnknownRead
 from journaled.format.record import PUT_OVERHEAD, Put
@@ -56,11 +58,17 @@ class MemoryLog:
 
 
 class Woken:
+    """A blocked ``get`` stand-in: keeps what the core hands it."""
+
     def __init__(self) -> None:
         self.item: Item | None = None
+        self.woken = 0
+
+    def deliver(self, item: Item) -> None:
+        self.item = item
 
     def wake(self) -> None:
-        pass
+        self.woken += 1
 
 
 def core_over(
@@ -155,3 +163,149 @@ def test_memory_stays_within_max_memory_and_the_rest_is_read_back():
     assert core.charged() <= 10 + 2 * ITEM_OVERHEAD and core.load_id == 3  # item 3 stays on disk only
     log.records = [Put(k, PUT_OVERHEAD + 5, k + 1, 1000, 0, b"12345") for k in range(3)]
     assert [core.take().id for _ in range(3)] == [1, 2, 3]  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------------------- the state methods
+class Clock:
+    """Stands in for ``time`` in journaled.core.retry and journaled.core.readercore."""
+
+    def __init__(self) -> None:
+        self.wall, self.mono = 1_000_000.0, 1000.0
+
+    def time(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(retry, "time", c)
+    monkeypatch.setattr(readercore, "time", c)
+    return c
+
+
+def test_seek_resets_open_reads_and_memory():
+    core, _, calls = core_over([b"a", b"b", b"c", b"d"], retry_delay=60.0)
+    a, b = core.take(), core.take()
+    core.abort(b)  # type: ignore[arg-type]  # parked for a minute
+    core.commit(core.take())  # type: ignore[arg-type]  # c, out of order
+    core.mark_clean()
+    core.reset_to(2)
+    assert (core.head, core.done, core.errors, core.open, core.parked) == (2, set(), {}, {}, {})
+    assert not core.mem and core.load_id == 2 and core.dirty and calls[-1] == "head_moved"
+    assert [core.take().data for _ in range(3)] == [b"b", b"c", b"d"]  # type: ignore[union-attr]
+    with pytest.raises(UnknownRead):
+        core.commit(a)  # type: ignore[arg-type]  # the open read was taken back
+    assert core.checkpoint_state().head == 2
+
+
+def test_seek_serves_the_blocked_gets_from_the_new_head():
+    core, _, _ = core_over([b"a", b"b"])
+    core.take(), core.take()
+    waiter = Woken()
+    core.join(waiter)
+    core.reset_to(1)
+    assert waiter.item is not None and waiter.item.data == b"a" and not core.waiters
+
+
+def test_a_checkpoint_taken_marks_the_core_clean_until_its_state_changes():
+    core, _, _ = core_over([b"a"])
+    assert core.dirty  # a new core has a checkpoint to write
+    core.mark_clean()
+    item = core.take()
+    assert not core.dirty  # an open read is not durable state
+    core.commit(item)  # type: ignore[arg-type]
+    assert core.dirty
+    core.mark_clean()
+    core.mark_dirty()  # a write failed: write it again
+    assert core.dirty
+
+
+def test_an_abort_with_a_delay_parks_the_item_until_it_is_due(clock: Clock):
+    core, _, calls = core_over([b"a", b"b"])
+    core.abort(core.take(), delay=5)  # type: ignore[arg-type]
+    assert set(core.parked) == {1} and core.errors == {1: 1} and "wake" in calls
+    assert core.take().data == b"b"  # type: ignore[union-attr]  # the head is not held back
+    assert core.take() is None
+    clock.mono += 5
+    again = core.take()
+    assert (again.id, again.error_count) == (1, 1) and not core.parked  # type: ignore[union-attr]
+
+
+def test_release_due_hands_due_items_to_waiting_gets(clock: Clock):
+    core, _, _ = core_over([b"a"])
+    core.abort(core.take(), delay=1)  # type: ignore[arg-type]
+    waiter = Woken()
+    core.join(waiter)
+    assert core.release_due() == 0 and waiter.item is None
+    clock.mono += 1
+    assert core.release_due() == 1 and waiter.item is not None and waiter.item.error_count == 1
+
+
+def test_discard_waiting_drops_the_oldest_waiting_items_and_counts_them():
+    core, _, _ = core_over([b"a", b"b", b"c"])
+    held = core.take()
+    assert core.discard_waiting(1) == 1 and core.discarded == 1
+    assert core.head == 1 and core.done == {2}  # the open read is left alone
+    assert core.discard_waiting(10) == 1 and core.discarded == 2 and core.take() is None
+    core.commit(held)  # type: ignore[arg-type]
+    assert core.head == 4
+
+
+def test_a_disposal_ends_when_the_engine_has_handed_the_item_to_its_sink():
+    sink: list[Item] = []
+    core, _, _ = core_over([b"a"], dead_letter=sink.append)
+    core.reject(core.take(), "bad")  # type: ignore[arg-type]
+    (letter, to), *_ = core.disposing.values()
+    assert to == sink.append and letter.reason == "bad" and core.rejected == 1 and core.head == 1
+    core.end_disposal(letter)
+    assert not core.disposing and core.head == 2
+    core.end_disposal(letter)  # already settled (or forgotten by a seek): nothing happens
+    assert core.head == 2
+
+
+def test_expiry_sweeps_send_expired_items_to_their_sink(clock: Clock):
+    core, _, _ = core_over([], max_age=10.0)
+    now = clock.wall
+    core.on_put([Item(1, b"old", now - 20), Item(2, b"new", now), Item(3, b"old", now - 20)], 9)
+    assert core.expire_head(now) == 1  # stops at the first live item
+    assert core.expire_in_memory(now) == 1 and core.expired == 2  # wherever it is
+    assert [i.id for i in core.mem] == [2] and core.mem_bytes == 3 and core.done == {3}
+
+
+def test_reads_open_too_long_are_aborted(clock: Clock):
+    core, _, _ = core_over([b"a", b"b"], open_read_timeout=30.0)
+    first = core.take()
+    clock.mono += 20
+    second = core.take()
+    assert core.time_out_reads(clock.mono + 10) == 1 and core.timed_out == 1
+    assert set(core.open) == {second.id} and core.errors == {first.id: 1}  # type: ignore[union-attr]
+
+
+def test_closing_wakes_blocked_gets_unless_told_not_to():
+    core, _, _ = core_over([])
+    waiter = Woken()
+    core.join(waiter)
+    core.close(wake=False)
+    assert core.closed and waiter.woken == 0
+    core.close()
+    assert waiter.woken == 1
+
+
+def test_a_forked_child_closes_the_core_under_a_fresh_lock_without_waking_the_parents_threads():
+    core, _, _ = core_over([])
+    waiter = Woken()
+    core.join(waiter)
+    fresh = threading.Lock()
+    core.close_in_child(fresh)
+    assert core.closed and core.lock is fresh and waiter.woken == 0
+
+
+def test_the_backlog_estimate_becomes_exact_once_everything_is_in_memory():
+    core, _, _ = core_over([b"aaaa", b"bb"], head=1)
+    assert not core.backlog_exact and core.backlog_items() == 2
+    core.take()
+    assert core.backlog_payload() == 6 and core.backlog_exact

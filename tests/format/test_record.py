@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled.errors import CorruptJournal, UnsupportedVersion
+from journaled.format.fallback import decode_many, encode_puts
 from journaled.format.record import (
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
@@ -19,11 +20,9 @@ from journaled.format.record import (
     Put,
     Skipped,
     decode_header,
-    decode_many,
     decode_one,
     encode_header,
     encode_put,
-    encode_puts,
     encode_record,
     find_next_record,
 )

@@ -694,10 +694,6 @@ def test_each_c_section_names_its_reference_and_each_reference_its_section():
             m = re.search(r"compiled twin: _speedups\.c, section (\w+)", doc)
             if m:
                 twins[node.name] = m.group(1)
-    for fn in (fallback.encode_puts, fallback.decode_many):  # record.py's, named by fallback.py
-        m = re.search(r"compiled twin: _speedups\.c, section (\w+)", fn.__doc__ or "")
-        assert m is not None, fn
-        twins[fn.__name__] = m.group(1)
     assert set(twins) == {
         "encode_puts",
         "decode_many",

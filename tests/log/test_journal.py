@@ -24,7 +24,8 @@ from journaled import (
     UnsupportedVersion,
 )
 from journaled.disk import fileio
-from journaled.format.record import HEADER_FIXED_SIZE, Put, decode_header, decode_many
+from journaled.format.fallback import decode_many
+from journaled.format.record import HEADER_FIXED_SIZE, Put, decode_header
 from journaled.offline.scan import JournalScanner
 
 NEVER = QueueConfig(sync="never")

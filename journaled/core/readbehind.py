@@ -1,0 +1,80 @@
+"""What a reader core needs of the journal, and how it reads its backlog back from it.
+
+A reader keeps at most ``max_memory`` of its waiting items in memory; the rest stay on disk
+only and are read back, in id order, a window at a time as memory drains (read-behind).  This
+module holds the journal's side of that: the :class:`LogSource` protocol, how large one window
+may be, reading one, and the backlog's size estimated from file sizes.  It never sees a core:
+:class:`~journaled.core.readercore.ReaderCore` decides which of the items read it keeps.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from journaled.format.record import PUT_OVERHEAD, Put
+from journaled.item import Item, items_from_puts
+from journaled.log.journal import Cursor
+
+#: Most bytes (payload + ITEM_OVERHEAD each) one read-behind window brings into memory, so one
+#: ``get`` decodes at most REFILL_BYTES // ITEM_OVERHEAD records under the queue lock.
+REFILL_BYTES = 1024 * 1024
+#: What ``max_memory`` charges per item in memory besides its payload: the Item, its id and time
+#: objects, the bytes header and the deque slot (~145-175 bytes on CPython 3.11, rounded up).
+ITEM_OVERHEAD = 200
+
+
+class LogSource(Protocol):
+    """What a reader core needs from the journal (``journaled.log.journal.Journal`` is one)."""
+
+    @property
+    def next_id(self) -> int: ...
+    def locate(self, item_id: int, hint: Cursor | None = None) -> Cursor: ...
+    def read(
+        self, cursor: Cursor, max_bytes: int = ..., max_items: int = ...
+    ) -> tuple[list[Put], Cursor]: ...
+    def hint(self, item_id: int) -> tuple[int, int]: ...
+    def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int: ...
+    def file_created_s(self, item_id: int) -> float: ...
+    def first_id(self) -> int: ...
+    def locate_time(self, ms: int) -> int: ...
+
+
+def read_window(
+    journal: LogSource,
+    load_id: int,
+    cursor: Cursor | None,
+    room: int,
+    avg_payload: int,
+    errors: dict[int, int],
+) -> tuple[list[Item], int, bool, Cursor]:
+    """Decode the items from ``load_id`` on that fit in ``room`` bytes of ``max_memory`` (at
+    most REFILL_BYTES; one item at least).  ``cursor`` is where the last window ended, or a
+    position hint (verified); ``avg_payload`` the payload size seen so far; ``errors`` gives
+    each item its error count.  Returns the items, their payload bytes, whether any has an
+    ``expire_at``, and the cursor to read the next window from."""
+    if cursor is None or cursor.next_id != load_id:
+        cursor = journal.locate(load_id, hint=cursor)
+    # `cap` records with at most `want - cap * ITEM_OVERHEAD` of payload always fit, so nothing
+    # decoded is dropped (perf); the cap comes from the sizes seen so far, and a wrong guess
+    # only makes one window small.
+    want = min(max(1, room), REFILL_BYTES)
+    cap = max(1, want // (avg_payload + ITEM_OVERHEAD))
+    recs, cursor = journal.read(cursor, max_bytes=max(1, want - cap * ITEM_OVERHEAD), max_items=cap)
+    # Only a single record larger than a read chunk passes that: keep one item at least, and
+    # read the rest again next time, from a position hint that locate() verifies.
+    items, total, expiring = items_from_puts(recs, errors, want, ITEM_OVERHEAD)
+    n = len(items)
+    if n < len(recs):
+        cursor = Cursor(cursor.ms, recs[n].offset, -1)
+    return items, total - n * ITEM_OVERHEAD, expiring, cursor
+
+
+def estimate_backlog_bytes(journal: LogSource, head: int, file_ms: int, file_offset: int) -> int:
+    """Payload bytes of ids ``head..next_id-1``, estimated from journal file sizes without
+    reading them: bytes from the head's position to the end, minus the per-record overhead.
+    Never an under-estimate (ids committed out of order are counted, and the head's position is
+    a checkpoint hint at or before it)."""
+    n = journal.next_id - head
+    if n <= 0:
+        return 0
+    return max(0, journal.bytes_from(head, file_ms, file_offset) - n * PUT_OVERHEAD)
