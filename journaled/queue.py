@@ -303,6 +303,16 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         self._check_open()
         self._journal.sync()
 
+    def write_out(self) -> None:
+        """Return once every item put so far is in the OS (handed over with ``write(2)``, no
+        fsync): from then on a kill -9 of this process cannot unmake it, though a power loss
+        still can unless it was synced.  **Acknowledged to another process = in the OS**: the
+        owner's server calls this before a reply acknowledges a put or carries an item to a
+        client (remote/contract.py), so a killed owner never loses a put it acknowledged nor
+        gives the id of an item a client holds to a later put.  Cheap when there is nothing
+        buffered; the sync policy's own writes and fsyncs go on as before."""
+        self._journal.write_out()
+
     # ------------------------------------------------------------------ asyncio and wrappers
     async def aput(
         self,

@@ -18,6 +18,11 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
   and was durable iff the sync policy had synced it), so it is reported, never retried blindly;
 * a read opened under a previous owner is not open any more: ``commit``/``abort``/``release``
   of it raise ``OwnerLost`` and the item is delivered again (at least once, as after a crash).
+
+Once this process is the owner, its calls are the same requests, carried out on the queue it
+owns by the owner's own request handlers (remote/handlers.py) instead of over the socket: the
+choice between the two is made in one place, :meth:`RemoteQueue.call`, and every method states
+only its request and how it reads the reply.
 """
 
 from __future__ import annotations
@@ -28,20 +33,31 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.errors import OwnerLost, QueueLocked, UnknownReader
 from journaled.item import as_payload, epoch_ms
 from journaled.owner import closing
+from journaled.remote import handlers
 from journaled.remote import protocol as proto
-from journaled.remote.clientreader import OwnedHere, RemoteReader
+from journaled.remote.clientreader import RemoteReader
 from journaled.remote.connections import Link, closed_error
+from journaled.remote.contract import ServedQueue
 from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
 
 #: seconds an open, or a call after the owner went away, keeps trying to reach or become the owner
 CONNECT_TIMEOUT = 10.0
 _RETRY_PAUSE = 0.01  # between attempts while a new owner recovers and starts serving
+
+
+class OwnedQueue(ServedQueue, Protocol):
+    """The queue this process owns after taking the directory over (a ``JournaledQueue``): it is
+    served the owner's contract, and closed with this object."""
+
+    def close(self) -> None:
+        """Close the queue as its owner does, releasing the directory."""
+        ...
 
 
 class OpenOrConnect(type):
@@ -83,14 +99,16 @@ class RemoteQueue(closing.Closing):
         self,
         link: Link,
         config: QueueConfig | None,
-        open_owner: Callable[[], Any],
+        open_owner: Callable[[], OwnedQueue],
         opener: Callable[[], Any] | None = None,
     ) -> None:
         self.path = link.directory
         self.name = link.name
         self.config = config if config is not None else QueueConfig()
         self._link: Link | None = link
-        self._local: Any = None  # the JournaledQueue this process owns after a failover
+        self._local: OwnedQueue | None = None  # the JournaledQueue this process owns after a failover
+        self._here = handlers.Session(os.getpid())  # this process's open reads on _local
+        self._here_lock = threading.Lock()  # a leaf, as the server's: guards _here.reads
         self._open_owner = open_owner
         self._opener = opener  # picklable: how another process opens this queue
         self._switch = threading.Lock()
@@ -122,7 +140,9 @@ class RemoteQueue(closing.Closing):
             deadline = time.monotonic() + CONNECT_TIMEOUT
             while True:
                 try:
-                    self._local, self._link = self._open_owner(), None
+                    owned = self._open_owner()
+                    self._here = handlers.Session(os.getpid())  # before _local: call() reads it after
+                    self._local, self._link = owned, None
                     break
                 except OwnerLost:
                     pass
@@ -141,15 +161,19 @@ class RemoteQueue(closing.Closing):
     def call(
         self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False
     ) -> tuple[dict[str, Any], bytes, int]:
-        """One request to the owner: its reply, payload and this object's generation.  After a
-        loss that left nothing done, again on the next owner; :class:`OwnedHere` once that owner
-        is this process."""
+        """One request to the owner: its reply, payload and this object's generation.
+
+        The one place that chooses where a request is carried out: over the socket by the
+        owner, or, once this process is the owner, here, by the same handlers the owner's server
+        runs (the same reply, the same errors).  After a loss that left nothing done the
+        request is made again on the next owner."""
         while True:
             if self._closed:
                 raise closed_error(self.path)
-            generation, link, local = self._generation, self._link, self._local
+            generation, link, local, here = self._generation, self._link, self._local, self._here
             if local is not None:
-                raise OwnedHere(local, generation)
+                reply, data = handlers.carry_out_here(local, here, self._here_lock, header, payload)
+                return reply, data, generation
             try:
                 reply, data = cast(Link, link).call(header, payload, is_put=is_put)
                 return reply, data, generation
@@ -189,13 +213,7 @@ class RemoteQueue(closing.Closing):
                 f"a put_many of {total} bytes is more than one request carries ({proto.MAX_PAYLOAD})"
             )
         header = {"op": "put_many", "lens": list(map(len, payloads)), "ttl": ttl, "expire_at": when}
-        try:
-            reply, _, _ = self.call(header, b"".join(payloads), is_put=True)
-        except OwnedHere as here:
-            ids = cast("list[int]", here.local.put_many(payloads, expire_at=expire_at, ttl=ttl))
-            if here.local.config.sync != "always":
-                here.local.journal.write_out()  # the same promise as the owner's server makes
-            return ids
+        reply, _, _ = self.call(header, b"".join(payloads), is_put=True)
         first, count = int(reply["first"]), int(reply["count"])
         return list(range(first, first + count))
 
@@ -218,11 +236,7 @@ class RemoteQueue(closing.Closing):
         plain values (no sinks: ``expire_to``/``dead_letter`` belong to the owner's process)."""
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
-        header = {"op": "reader", "reader": name, "config": _config_dict(config)}
-        try:
-            self.call(header)
-        except OwnedHere as here:
-            here.local.reader(name, config)
+        self.call({"op": "reader", "reader": name, "config": _config_dict(config)})
         existing = self._readers.get(name)
         if existing is None:
             existing = self._readers[name] = RemoteReader(self, name)
@@ -230,31 +244,19 @@ class RemoteQueue(closing.Closing):
 
     def readers(self) -> list[str]:
         """Names of the existing readers, sorted."""
-        try:
-            return list(self.call({"op": "readers"})[0]["readers"])
-        except OwnedHere as here:
-            return cast("list[str]", here.local.readers())
+        return list(self.call({"op": "readers"})[0]["readers"])
 
     def remove_reader(self, name: str) -> None:
         """Delete a reader and its checkpoint (at the owner)."""
-        try:
-            self.call({"op": "remove_reader", "reader": name})
-        except OwnedHere as here:
-            here.local.remove_reader(name)
+        self.call({"op": "remove_reader", "reader": name})
 
     def sync(self) -> None:
         """Return once everything put so far is on stable storage."""
-        try:
-            self.call({"op": "sync"})
-        except OwnedHere as here:
-            here.local.sync()
+        self.call({"op": "sync"})
 
     def stats(self) -> QueueStats:
         """The owner's :class:`QueueStats` (``clients`` lists the processes it serves)."""
-        try:
-            raw = self.call({"op": "stats"})[0]["stats"]
-        except OwnedHere as here:
-            return cast(QueueStats, here.local.stats())
+        raw = self.call({"op": "stats"})[0]["stats"]
         health = dict(raw["health"], failing=tuple(raw["health"]["failing"]))
         return QueueStats(
             **dict(

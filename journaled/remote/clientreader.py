@@ -10,6 +10,9 @@ The :class:`Item` a ``get`` returns is this delivery's handle, as in-process.  W
   process to wake it), so a cancelled ``aget`` ends within one slice and never strands an item;
 * ``config``, ``head``, ``done`` and reader sinks exist at the owner only (``stats()`` shows
   ``head`` and the sizes).
+
+Every call is one request through :meth:`Served.call`, which carries it out at the owner, or
+here if this process took the queue over: the same request and reply either way.
 """
 
 from __future__ import annotations
@@ -35,26 +38,24 @@ from journaled.txn import ItemIterator, TransactionContext
 ASYNC_SLICE = 0.25
 
 
-class OwnedHere(Exception):
-    """Signal from :meth:`Served.call`: this process owns the queue now (it took over after the
-    owner left); carry the call out on ``local``, the :class:`~journaled.JournaledQueue`."""
-
-    def __init__(self, local: Any, generation: int) -> None:
-        super().__init__()
-        self.local, self.generation = local, generation
-
-
 class Served(Protocol):
     """What a remote reader needs of its queue (``remote.RemoteQueue``)."""
 
     @property
-    def generation(self) -> int: ...
+    def generation(self) -> int:
+        """How many times the queue changed owner: a read opened under another is gone."""
+        ...
 
     def call(
         self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False
-    ) -> tuple[dict[str, Any], bytes, int]: ...
+    ) -> tuple[dict[str, Any], bytes, int]:
+        """One request, carried out by whoever owns the queue now: its reply, its payload and
+        the generation it was carried out under."""
+        ...
 
-    def reader_stats(self, name: str) -> ReaderStats: ...
+    def reader_stats(self, name: str) -> ReaderStats:
+        """The owner's snapshot of reader ``name``."""
+        ...
 
 
 def _item(meta: dict[str, Any], data: bytes) -> Item:
@@ -71,7 +72,7 @@ class RemoteReader:
         self.queue = queue
         self.name = name
         self._lock = threading.Lock()  # a leaf: guards _open only
-        self._open: dict[int, tuple[int, Item, Any]] = {}  # id -> (generation, handle, owner's item)
+        self._open: dict[int, tuple[int, Item]] = {}  # id -> (generation, handle)
 
     # ------------------------------------------------------------------ opening reads
     def get(self, block: bool = True, timeout: float | None = None) -> Item:
@@ -96,23 +97,15 @@ class RemoteReader:
         }
         if op == "get_many":
             header["max_items"] = most
-        try:
-            reply, data, generation = self.queue.call(header)
-            if op == "get":
-                items = [_item(reply, data)]
-            else:
-                pieces = proto.split(data, reply.get("lens"))
-                items = [_item(meta, piece) for meta, piece in zip(reply["items"], pieces)]
-            held: list[Any] = [None] * len(items)
-        except OwnedHere as here:
-            local = here.local.reader(self.name)
-            items = held = (
-                [local.get(block, timeout)] if op == "get" else local.get_many(most, timeout, block=block)
-            )
-            generation = here.generation
+        reply, data, generation = self.queue.call(header)
+        if op == "get":
+            items = [_item(reply, data)]
+        else:
+            pieces = proto.split(data, reply.get("lens"))
+            items = [_item(meta, piece) for meta, piece in zip(reply["items"], pieces)]
         with self._lock:
-            for item, owners in zip(items, held):
-                self._open[item.id] = (generation, item, owners)
+            for item in items:
+                self._open[item.id] = (generation, item)
         return items
 
     # ------------------------------------------------------------------ settling reads
@@ -123,13 +116,9 @@ class RemoteReader:
             if entry is None or (isinstance(item, Item) and entry[1] is not item):
                 raise UnknownRead(f"no open read of {key} on reader {self.name!r} in this process")
             del self._open[key]
-        generation, _handle, held = entry
-        if generation != self.queue.generation:
+        if entry[0] != self.queue.generation:
             raise OwnerLost(f"read {key} was opened under an owner that is gone; it is delivered again")
-        try:
-            self.queue.call(dict({"op": op, "reader": self.name, "id": key}, **kwargs))
-        except OwnedHere as here:
-            getattr(here.local.reader(self.name), op)(held, **kwargs)
+        self.queue.call(dict({"op": op, "reader": self.name, "id": key}, **kwargs))
 
     def commit(self, item: Item | int) -> None:
         """Finish an open read: the item is never delivered to this reader again."""
@@ -141,7 +130,7 @@ class RemoteReader:
         (:class:`OwnerLost` if they were opened under an owner that is gone)."""
         batch = list(items)
         keys = [item.id if isinstance(item, Item) else read_id(item) for item in batch]
-        mine: list[tuple[int, Any]] = []
+        mine: list[int] = []
         unknown: list[int] = []
         stale = False
         with self._lock:
@@ -154,12 +143,9 @@ class RemoteReader:
                 if entry[0] != self.queue.generation:
                     stale = True
                     continue
-                mine.append((key, entry[2]))
+                mine.append(key)
         if mine:
-            try:
-                self.queue.call({"op": "commit_many", "reader": self.name, "ids": [k for k, _ in mine]})
-            except OwnedHere as here:
-                here.local.reader(self.name).commit_many([held for _, held in mine])
+            self.queue.call({"op": "commit_many", "reader": self.name, "ids": mine})
         if stale:
             raise OwnerLost("some reads were opened under an owner that is gone; they are delivered again")
         if unknown:
@@ -193,10 +179,7 @@ class RemoteReader:
                 f"position must be 'earliest', 'latest', an id, epoch seconds or a datetime, "
                 f"not {type(position).__name__}"
             )
-        try:
-            head = int(self.queue.call({"op": "seek", "reader": self.name, "position": where})[0]["head"])
-        except OwnedHere as here:
-            head = int(here.local.reader(self.name).seek(position))
+        head = int(self.queue.call({"op": "seek", "reader": self.name, "position": where})[0]["head"])
         with self._lock:
             self._open.clear()
         return head
@@ -310,4 +293,4 @@ class RemoteReader:
         return f"<RemoteReader {self.name!r}>"
 
 
-__all__ = ["ASYNC_SLICE", "OwnedHere", "RemoteReader", "Served"]
+__all__ = ["ASYNC_SLICE", "RemoteReader", "Served"]

@@ -5,7 +5,8 @@ per thread calling at once, so a blocked ``get`` on one thread never delays a ``
 another), all of one *session*, so they share the process's open reads.  A call is one request
 and one reply on one connection.  When the owner goes away mid-call the call raises
 :class:`OwnerLost` (``outcome_unknown`` set for a put, whose bytes may or may not be stored) and
-the link is dead: the queue object above it (remote/clientqueue.py) reconnects.
+the link is dead: the queue object above it (remote/clientqueue.py) reconnects.  Frames go
+through remote/transport.py, the module the server uses too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from journaled.disk import lifecycle
 from journaled.errors import OwnerLost, QueueClosed
 from journaled.remote import protocol as proto
-from journaled.remote.server import FrameReader, peer_ids, socket_address
+from journaled.remote.transport import FrameReader, peer_ids, send_frame, socket_address
 
 #: idle connections kept per process (more may be open while more threads call at once)
 POOL_SIZE = 8
@@ -84,7 +85,7 @@ class Link:
             self._busy.add(sock)
         sent = False
         try:
-            sock.sendall(proto.encode(header, payload))
+            send_frame(sock, header, payload)
             sent = True
             reply, data = _exchange(sock, None)
         except (OSError, proto.ProtocolError) as exc:
@@ -144,7 +145,7 @@ def _lost(directory: str, exc: BaseException, unknown: bool) -> OwnerLost:
 
 def _exchange(sock: socket.socket, header: dict[str, Any] | None) -> tuple[dict[str, Any], bytes]:
     if header is not None:
-        sock.sendall(proto.encode(header))
+        send_frame(sock, header)
     frame = FrameReader(sock).read()  # the owner sends nothing but the one reply
     if frame is None:
         raise ConnectionResetError("the owner closed the connection")

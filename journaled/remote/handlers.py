@@ -1,11 +1,15 @@
 """What the owner does for each request of another process (remote/server.py carries the bytes).
 
-Every function here takes the served queue and the client's :class:`Session` and returns the
-reply header and payload; an exception becomes an error reply (remote/server.py).  Nothing here reads
-from or writes to a socket, so each request's effect on the queue can be read in one place.
+Every function here takes the served queue (:class:`~journaled.remote.contract.ServedQueue`)
+and the client's :class:`Session` and returns the reply header and payload; an exception
+becomes an error reply (remote/server.py).  Nothing here reads from or writes to a socket, so
+each request's effect on the queue can be read in one place, and a client that took the queue
+over carries its own requests out here too (:func:`carry_out_here`, remote/clientqueue.py).
 
 Open reads are keyed by ``(reader, id)`` in the session that took them: a process can settle
 only the reads it holds, and when its last connection closes they are aborted (remote/server.py).
+Whatever acknowledges a put or carries an item to another process goes out only after the
+queue's ``write_out`` (remote/contract.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from journaled.config import ReaderConfig
 from journaled.errors import UnknownRead, UnknownReader
 from journaled.item import Item
 from journaled.remote import protocol as proto
+from journaled.remote.contract import ServedQueue, ServedReader
 
 #: how a read is settled: the op's name -> the keyword arguments it may carry (and their types)
 SETTLE_OPS: dict[str, dict[str, tuple[type, ...]]] = {
@@ -27,18 +32,36 @@ SETTLE_OPS: dict[str, dict[str, tuple[type, ...]]] = {
     "release": {},
     "reject": {"reason": (str,)},
 }
+#: the requests that open reads (they may wait: remote/server.py waits in slices)
+GET_OPS = ("get", "get_many")
 
 
 class Session:
-    """One client process: its connections and its open reads (``(reader, id) -> Item``)."""
+    """One client process: its connections and its open reads (``(reader, id) -> Item``).
+    Changed only under the server's lock, by the server's calls below and this module."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.connections = 0
         self.reads: dict[tuple[str, int], Item] = {}
 
+    def connected(self) -> None:
+        """One more connection of this process."""
+        self.connections += 1
 
-def existing_reader(queue: Any, name: str) -> Any:
+    def disconnected(self) -> list[tuple[str, Item]]:
+        """One connection fewer; when it was the last, the open reads it leaves (they are no
+        longer the session's), newest first: aborted in that order, each to the head, they
+        keep their id order."""
+        self.connections -= 1
+        if self.connections:
+            return []
+        reads = sorted(((k[0], it) for k, it in self.reads.items()), key=lambda r: -r[1].id)
+        self.reads.clear()
+        return reads
+
+
+def existing_reader(queue: ServedQueue, name: str) -> ServedReader:
     """The reader ``name``; never created here (a removed reader stays removed)."""
     if name not in queue.readers():
         raise UnknownReader(f"no reader named {name!r}")
@@ -66,8 +89,69 @@ def fit_reply(items: list[Item]) -> tuple[list[Item], list[Item]]:
     return items, []
 
 
+# ---------------------------------------------------------------------- opening reads
+def get_request(header: dict[str, Any], op: str) -> tuple[str, float | None, bool, int]:
+    """A ``get``/``get_many`` request's ``(reader, timeout, block, max_items)``, checked."""
+    name = proto.field(header, "reader", str)
+    timeout = proto.field(header, "timeout", (int, float, type(None)), None)
+    block = proto.field(header, "block", bool, True)
+    most = proto.field(header, "max_items", int) if op == "get_many" else 1
+    if timeout is not None and not timeout >= 0:
+        raise ValueError("'timeout' must be a non-negative number")
+    return name, timeout, block, most
+
+
+def hand_out(
+    queue: ServedQueue,
+    session: Session,
+    lock: threading.Lock,
+    name: str,
+    reader: ServedReader,
+    items: list[Item],
+    op: str,
+    *,
+    leaves_process: bool = True,
+) -> tuple[dict[str, Any], bytes, list[Item]]:
+    """The reply carrying ``items`` (reads ``reader`` just opened) to ``session``: its header,
+    its payload and the items it carries.  What one reply cannot carry goes back to the head
+    uncounted; the rest become the session's open reads.  When the items leave this process
+    (``leaves_process``), their records are in the OS first (``queue.write_out``): a kill -9
+    of this process must not unmake an item another process holds, whose id would then be given
+    to a later put.  A reader in the owner's own process needs no such step: it dies with us."""
+    items, excess = fit_reply(items)
+    for item in reversed(excess):  # back to the head, newest first, so they keep their order
+        reader.release(item)
+    if leaves_process:
+        try:
+            queue.write_out()
+        except BaseException:
+            for item in reversed(items):
+                reader.release(item)
+            raise
+    with lock:
+        for item in items:
+            session.reads[(name, item.id)] = item
+    if op == "get":
+        return dict(item_meta(items[0]), ok=True), items[0].data, items
+    reply = {"ok": True, "items": [item_meta(it) for it in items], "lens": [len(it.data) for it in items]}
+    return reply, b"".join(it.data for it in items), items
+
+
+def take_back(
+    session: Session, lock: threading.Lock, reader: ServedReader, name: str, items: list[Item]
+) -> None:
+    """The reply carrying ``items`` never reached the client: each still held by ``session``
+    goes back to the head, uncounted (no error of the client's), the newest first."""
+    for item in reversed(items):
+        with lock:
+            mine = session.reads.pop((name, item.id), None) is item
+        if mine:
+            reader.release(item)
+
+
+# ---------------------------------------------------------------------- every other request
 def carry_out(
-    queue: Any,
+    queue: ServedQueue,
     session: Session,
     sessions: dict[str, Session],
     lock: threading.Lock,
@@ -84,22 +168,26 @@ def carry_out(
         ttl = proto.field(header, "ttl", (int, float, type(None)), None)
         expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
         ids = queue.put_many(items, ttl=ttl, expire_at=expire_at)
-        if queue.config.sync != "always":
-            # the client cannot see our buffer: acknowledged means at least handed to the OS,
-            # so its put survives this process being killed (docs/design.md, "Many processes")
-            queue.journal.write_out()
+        # the client cannot see our buffer: acknowledged means at least handed to the OS,
+        # so its put survives this process being killed (docs/design.md, "Many processes")
+        queue.write_out()
         return {"ok": True, "first": ids[0] if ids else -1, "count": len(ids)}, b""
     if op in SETTLE_OPS:
         name, key = proto.field(header, "reader", str), proto.field(header, "id", int)
-        kwargs = {
-            k: proto.field(header, k, kinds, None) for k, kinds in SETTLE_OPS[op].items() if k in header
-        }
+        kwargs = {k: proto.field(header, k, kinds) for k, kinds in SETTLE_OPS[op].items() if k in header}
         reader = existing_reader(queue, name)
         with lock:
             item = session.reads.pop((name, key), None)
         if item is None:
             raise UnknownRead(f"no open read of id {key} on reader {name!r} by this process")
-        getattr(reader, op)(item, **kwargs)
+        if op == "commit":
+            reader.commit(item)
+        elif op == "release":
+            reader.release(item)
+        elif op == "abort":
+            reader.abort(item, kwargs.get("delay"))
+        else:
+            reader.reject(item, kwargs.get("reason", ""))
         return {"ok": True}, b""
     if op == "commit_many":
         name, keys = proto.field(header, "reader", str), proto.field(header, "ids", list)
@@ -143,4 +231,33 @@ def carry_out(
     raise proto.ProtocolError(f"unknown op {op!r}")
 
 
-__all__ = ["SETTLE_OPS", "Session", "carry_out", "existing_reader", "fit_reply", "item_meta"]
+def carry_out_here(
+    queue: ServedQueue, session: Session, lock: threading.Lock, header: dict[str, Any], payload: bytes = b""
+) -> tuple[dict[str, Any], bytes]:
+    """Carry out a request of this very process on the queue it owns (a client that took the
+    directory over after the owner left): the same code as for a request that came over the
+    socket, and the same reply, without the socket.  A ``get`` waits in one piece (there is no
+    peer that could go away) and its items stay in this process (no write-out)."""
+    op = proto.field(header, "op", str)
+    if op in GET_OPS:
+        name, timeout, block, most = get_request(header, op)
+        reader = existing_reader(queue, name)
+        items = reader.get_many(most, timeout, block=block)
+        reply, out, _ = hand_out(queue, session, lock, name, reader, items, op, leaves_process=False)
+        return reply, out
+    return carry_out(queue, session, {"here": session}, lock, op, header, payload)
+
+
+__all__ = [
+    "GET_OPS",
+    "SETTLE_OPS",
+    "Session",
+    "carry_out",
+    "carry_out_here",
+    "existing_reader",
+    "fit_reply",
+    "get_request",
+    "hand_out",
+    "item_meta",
+    "take_back",
+]

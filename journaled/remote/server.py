@@ -4,8 +4,10 @@ The process that owns a queue directory listens on a Unix domain socket inside i
 (``.journaled.sock``, mode 0600, no TCP).  Each accepted connection gets a thread of its own
 (at most ``MAX_CONNECTIONS``), so a slow, stuck or blocked client (a ``get`` waiting for items)
 delays nobody else.  A peer whose uid (``SO_PEERCRED``) is not ours is refused at once.  Every
-request is a frame of remote/protocol.py; a malformed one gets an error reply and the connection
-is closed, the queue is never touched by it.
+request is a frame of remote/protocol.py, read and sent with remote/transport.py (the client's
+framing too); a malformed one gets an error reply and the connection is closed, the queue is
+never touched by it.  What each request does is in remote/handlers.py; the queue is used only
+through the owner's contract, remote/contract.py's ``ServedQueue``.
 
 Clients (remote/connections.py) identify their process with a *session*: every connection of one session
 shares its open reads, and when the last of them closes (the process closed the queue, or died)
@@ -35,7 +37,9 @@ from journaled.errors import Empty, QueueClosed
 from journaled.item import Item
 from journaled.remote import handlers
 from journaled.remote import protocol as proto
+from journaled.remote.contract import ServedQueue
 from journaled.remote.handlers import Session
+from journaled.remote.transport import FrameReader, peer_ids, send_frame, socket_address
 from journaled.stats import ClientStats
 
 log = logging.getLogger("journaled")
@@ -45,98 +49,18 @@ MAX_CONNECTIONS = 256
 #: a blocked ``get`` wakes this often to notice its client went away
 GET_SLICE = 0.25
 #: seconds a connection polls for the next frame before blocking, while frames come quickly
+#: (remote/transport.py's ``FrameReader``: within ``SPIN_HOT`` of asking)
 SPIN = 0.0001
-#: a frame that came within this many seconds of asking keeps (or turns) the polling on
-SPIN_HOT = 0.0002
 #: seconds a reply may take to be accepted by a client that does not read (then it is dropped)
 SEND_TIMEOUT = 30.0
-_CRED = struct.Struct("3i")
 _TIMEVAL = struct.Struct("ll")
 
 
-def socket_address(dir_fd: int, directory: str) -> str:
-    """A path to the socket that fits ``sun_path`` (108 bytes) however deep the directory is:
-    through ``/proc/self/fd`` where Linux has it."""
-    if os.path.isdir(f"/proc/self/fd/{dir_fd}"):
-        return f"/proc/self/fd/{dir_fd}/{proto.SOCKET_NAME}"
-    return os.path.join(directory, proto.SOCKET_NAME)
-
-
-def peer_ids(sock: socket.socket) -> tuple[int, int]:
-    """``(pid, uid)`` of the process at the other end (``SO_PEERCRED``)."""
-    pid, uid, _gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
-    return pid, uid
-
-
-class FrameReader:
-    """Reads whole frames from a socket, several bytes at a time (one ``recv`` per small frame).
-
-    ``spin`` (used on the owner's side only): once two frames in a row came within ``SPIN_HOT``
-    seconds of asking, poll the socket for up to ``spin`` seconds before blocking.  A request
-    and its reply are a ping-pong between two processes, and on an idle machine waking a thread
-    blocked in ``recv`` is a large part of a round trip; a client sending back to back (a loop
-    of puts) saves the owner's wake-up.  One slow frame (a consumer working on its item) turns
-    the polling off, so a client that pauses between requests never has a core burnt for it.
-    Clients do not poll: their spinning would take the core the owner needs to answer them."""
-
-    def __init__(self, sock: socket.socket, spin: float = 0.0) -> None:
-        self.sock = sock
-        self.buf = bytearray()
-        self.spin = spin
-        self.quick = 0  # frames in a row that came within SPIN_HOT of asking
-
-    def _poll(self) -> bool:
-        """Poll for the next bytes for up to ``spin`` seconds; False if the peer closed meanwhile."""
-        deadline = time.perf_counter() + self.spin
-        while True:
-            try:
-                chunk = self.sock.recv(65536, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                if time.perf_counter() < deadline:
-                    continue
-                return True
-            if chunk:
-                self.buf += chunk
-                return True
-            return False
-
-    def _fill(self, n: int) -> bool:
-        if self.spin and not self.buf:
-            start = time.perf_counter()
-            if self.quick >= 2 and not self._poll():
-                return False
-            if not self.buf:
-                chunk = self.sock.recv(65536)
-                if not chunk:
-                    return False
-                self.buf += chunk
-            self.quick = self.quick + 1 if time.perf_counter() - start < SPIN_HOT else 0
-        while len(self.buf) < n:
-            chunk = self.sock.recv(min(max(n - len(self.buf), 65536), 1 << 20))
-            if not chunk:
-                if self.buf:
-                    raise ConnectionResetError("the peer closed the connection mid-frame")
-                return False
-            self.buf += chunk
-        return True
-
-    def read(self) -> tuple[dict[str, Any], bytes] | None:
-        """The next frame's header and payload; ``None`` if the peer closed between frames."""
-        if not self._fill(proto.HEAD.size):
-            return None
-        hlen, plen = proto.lengths(bytes(self.buf[: proto.HEAD.size]))
-        end = proto.HEAD.size + hlen + plen
-        self._fill(end)
-        header = proto.decode_header(bytes(self.buf[proto.HEAD.size : proto.HEAD.size + hlen]))
-        payload = bytes(self.buf[proto.HEAD.size + hlen : end])
-        del self.buf[:end]
-        return header, payload
-
-
 class Server:
-    """Serves ``queue`` (an open :class:`~journaled.JournaledQueue`) on its directory's socket."""
+    """Serves ``queue`` (an open :class:`~journaled.JournaledQueue`, or anything else that keeps
+    the owner's contract of remote/contract.py) on its directory's socket."""
 
-    def __init__(self, queue: Any, dirlock: DirLock) -> None:
+    def __init__(self, queue: ServedQueue, dirlock: DirLock) -> None:
         self._queue = weakref.ref(queue)  # an abandoned queue must still be collected and closed
         self.name = queue.name
         self._lock = threading.Lock()  # a leaf: guards the sessions and connection set only
@@ -161,7 +85,7 @@ class Server:
         self._acceptor.start()
 
     @property
-    def queue(self) -> Any:
+    def queue(self) -> ServedQueue:
         """The queue served (``QueueClosed`` once it was collected)."""
         queue = self._queue()
         if queue is None:
@@ -216,7 +140,7 @@ class Server:
                 log.warning("journaled %s: refused a connection from pid %d: %s", self.name, pid, why)
                 try:
                     conn.settimeout(0.5)
-                    conn.sendall(proto.encode({"ok": False, "error": "JournaledError", "message": why}))
+                    send_frame(conn, {"ok": False, "error": "JournaledError", "message": why})
                 except OSError:
                     pass
                 conn.close()
@@ -246,10 +170,10 @@ class Server:
                         if op != "hello":
                             raise proto.ProtocolError("the first message must be 'hello'")
                         session = self._hello(header, pid)
-                        self._send(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
+                        send_frame(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
                         continue
                 except proto.ProtocolError as exc:
-                    self._send(conn, proto.error_reply(exc))
+                    send_frame(conn, proto.error_reply(exc))
                     return
                 with self._lock:
                     self._busy.add(conn)
@@ -276,39 +200,33 @@ class Server:
             session = self._sessions.get(f"{pid}:{key}")
             if session is None:
                 session = self._sessions[f"{pid}:{key}"] = Session(pid)
-            session.connections += 1
+            session.connected()
         return session
-
-    def _send(self, conn: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
-        conn.sendall(proto.encode(header, payload))
 
     def _request(
         self, conn: socket.socket, session: Session, op: str, header: dict[str, Any], payload: bytes
     ) -> bool:
         """Carry out one request and reply; False when the connection must close."""
         try:
-            if op in ("get", "get_many"):
-                return self._get(conn, session, header, many=op == "get_many")
+            if op in handlers.GET_OPS:
+                return self._get(conn, session, op, header)
             reply, out = handlers.carry_out(
                 self.queue, session, self._sessions, self._lock, op, header, payload
             )
         except proto.ProtocolError as exc:
-            self._send(conn, proto.error_reply(exc))
+            send_frame(conn, proto.error_reply(exc))
             return False
         except Exception as exc:
             reply, out = proto.error_reply(exc), b""
             if isinstance(exc, QueueClosed) and (self._stopping or self.queue.closed):
                 reply["closing"] = True  # the owner is going: the client should find the next one
-        self._send(conn, reply, out)
+        send_frame(conn, reply, out)
         return True
 
-    def _get(self, conn: socket.socket, session: Session, header: dict[str, Any], *, many: bool) -> bool:
-        name = proto.field(header, "reader", str)
-        timeout = proto.field(header, "timeout", (int, float, type(None)), None)
-        block = proto.field(header, "block", bool, True)
-        most = proto.field(header, "max_items", int) if many else 1
-        if timeout is not None and not timeout >= 0:
-            raise ValueError("'timeout' must be a non-negative number")
+    def _get(self, conn: socket.socket, session: Session, op: str, header: dict[str, Any]) -> bool:
+        """Open reads for a ``get``/``get_many`` and send them; False when the connection must close.
+        The wait holds the reader, never the queue: an abandoned queue is still collected."""
+        name, timeout, block, most = handlers.get_request(header, op)
         reader = handlers.existing_reader(self.queue, name)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -322,37 +240,11 @@ class Server:
                     raise
                 if self._stopping or _peer_gone(conn):
                     return False
-        items, excess = handlers.fit_reply(items)
-        for item in reversed(excess):  # more than one reply carries: back to the head, newest first
-            reader.release(item)
+        reply, out, items = handlers.hand_out(self.queue, session, self._lock, name, reader, items, op)
         try:
-            # An item leaves this process only once its record is in the OS: a kill -9 of this
-            # process must not unmake an item another process already holds (its id would be
-            # given to a later put).  In-process readers need no such step: they die with us.
-            self.queue.journal.write_out()
-        except BaseException:
-            for item in reversed(items):
-                reader.release(item)
-            raise
-        with self._lock:
-            for item in items:
-                session.reads[(name, item.id)] = item
-        try:
-            if many:
-                metas = [handlers.item_meta(item) for item in items]
-                self._send(
-                    conn,
-                    {"ok": True, "items": metas, "lens": [len(it.data) for it in items]},
-                    b"".join(it.data for it in items),
-                )
-            else:
-                self._send(conn, dict(handlers.item_meta(items[0]), ok=True), items[0].data)
+            send_frame(conn, reply, out)
         except OSError:
-            for item in reversed(items):  # each goes back to the head: the newest first
-                with self._lock:
-                    mine = session.reads.pop((name, item.id), None) is item
-                if mine:
-                    reader.release(item)  # it never reached the client: no error to count
+            handlers.take_back(session, self._lock, reader, name, items)  # it never reached the client
             return False
         return True
 
@@ -363,12 +255,9 @@ class Server:
             self._conns.discard(conn)
             self._threads.discard(threading.current_thread())
             if session is not None:
-                session.connections -= 1
-                if session.connections == 0:
+                reads = session.disconnected()
+                if not session.connections:
                     self._sessions = {k: s for k, s in self._sessions.items() if s is not session}
-                    # each abort goes to the head: the newest first keeps them in id order
-                    reads = sorted(((k[0], it) for k, it in session.reads.items()), key=lambda r: -r[1].id)
-                    session.reads.clear()
         for name, item in reads:  # the process closed or died with these open: deliver them again
             try:
                 self.queue.reader(name).abort(item)
@@ -452,7 +341,7 @@ def _peer_gone(conn: socket.socket) -> bool:
     return False
 
 
-def serve(queue: Any, dirlock: DirLock) -> Server | None:
+def serve(queue: ServedQueue, dirlock: DirLock) -> Server | None:
     """Start serving ``queue`` to other processes; ``None`` (logged) where that is impossible
     (no Unix sockets, something else named like the socket): the queue then works as before,
     other processes get ``QueueLocked``."""

@@ -188,6 +188,11 @@ def test_reads_held_by_a_killed_client_are_delivered_again(tmp_path):
         assert q.stats().clients[0].open_reads == {"r": 3}
         child.kill()  # SIGKILL: no close, no goodbye
         child.wait(timeout=TIMEOUT)
+        # the owner's connection thread notices the end on its own time: a get made before
+        # would be handed the first abort directly, out of order
+        deadline = time.monotonic() + TIMEOUT
+        while q.stats().clients and time.monotonic() < deadline:
+            time.sleep(0.01)
         back = [r.get(timeout=TIMEOUT) for _ in range(4)]
         assert [i.data for i in back] == [b"x", b"y", b"z", b"rest"]
         assert [i.error_count for i in back] == [1, 1, 1, 0]  # aborted: the consumer failed
