@@ -123,13 +123,13 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
         core = ReaderCore(
-            rname, config, state, self._lock, self._journal, self._head_moved, self._engine.wake
+            rname, config, state, self._lock, self._journal, self._files.want_archiving, self._engine.wake
         )
         reader = Reader(core, self._files)
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._cores = [r.core for r in self._readers.values()]
-        self._files.heads[rname] = state.head  # loaded from disk, or about to be written
+        self._files.track(rname, state.head)
         return reader
 
     # ------------------------------------------------------------------ readers
@@ -187,8 +187,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 if reader is None:
                     raise UnknownReader(f"no reader named {name!r}")
                 self._cores = [r.core for r in self._readers.values()]
-                self._files.heads.pop(name, None)
-                self._files.archive_wanted = True
+                self._files.forget(name)
                 reader.core.close()
                 names = list(self._readers)
             self._files.removed(name, names)
@@ -351,10 +350,6 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         return TransactionalQueue(self, reader, serializer)
 
     # ------------------------------------------------------------------ maintenance
-    def _head_moved(self) -> None:
-        # called by a reader core with the queue lock held: only a flag
-        self._files.archive_wanted = True
-
     def _maintain(self) -> None:
         """The background thread's spool adoption and archiving steps."""
         if self._spool.has_work():

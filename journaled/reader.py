@@ -161,7 +161,7 @@ class Reader:
                 if core.closed:
                     raise closing.reader_closed(core)
                 head = seek.seek(core, position)
-                files.heads[self.name] = min(files.heads.get(self.name, head), head)
+                files.head_moved_back(self.name, head)
         return head
 
     def commit(self, item: Item | int) -> None:

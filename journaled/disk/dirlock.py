@@ -86,6 +86,11 @@ class DirLock:
         self.before_release: list[Callable[[], None]] = []
         lifecycle.track(self, None, DirLock.drop)  # in a forked child: drop the copy
 
+    def on_release(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` in :meth:`release`, just before the directory is given up (after the
+        hooks registered before it), while this process still owns it; never in a forked child."""
+        self.before_release.append(hook)
+
     @classmethod
     def acquire(cls, directory: str) -> DirLock:
         """Take the directory, or raise :class:`QueueLocked` naming the current owner's pid."""

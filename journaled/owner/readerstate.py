@@ -57,6 +57,26 @@ class ReaderFiles:
         self.heads: dict[str, int] = {}
         self.archive_wanted = True  # a checkpointed head moved, or a reader left
 
+    def track(self, reader: str, head: int) -> None:
+        """``reader`` exists with its checkpointed head at ``head`` (loaded from disk, or about to be
+        written).  Call with the queue lock held."""
+        self.heads[reader] = head
+
+    def head_moved_back(self, reader: str, head: int) -> None:
+        """A seek moved ``reader`` back to ``head``: archiving must keep what it needs from now on,
+        before the next checkpoint records it.  Call with :attr:`lock` and the queue lock held."""
+        self.heads[reader] = min(self.heads.get(reader, head), head)
+
+    def forget(self, reader: str) -> None:
+        """``reader`` was removed: it holds back no file from now on.  Call with the queue lock."""
+        self.heads.pop(reader, None)
+        self.archive_wanted = True
+
+    def want_archiving(self) -> None:
+        """A head moved: the next maintenance pass should look for files to archive.  Only sets a
+        flag, so a reader core may call it with the queue lock held."""
+        self.archive_wanted = True
+
     def path_of(self, reader: str) -> str:
         return ckp.checkpoint_path(self.directory, self.name, reader)
 

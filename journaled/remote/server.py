@@ -13,7 +13,7 @@ Clients (remote/connections.py) identify their process with a *session*: every c
 shares its open reads, and when the last of them closes (the process closed the queue, or died)
 its open reads are aborted and so delivered again, as kestrel does with a closed connection.
 
-The server stops from ``DirLock.before_release``: after the queue's close has finished every call
+The server stops from ``DirLock.on_release``: after the queue's close has finished every call
 in flight (they reply, or fail with ``QueueClosed``, which tells a client nothing was done) and
 before the directory can belong to someone else, so it never unlinks another owner's socket.
 """
@@ -77,7 +77,7 @@ class Server:
         except BaseException:
             os.close(self._dir_fd)
             raise
-        dirlock.before_release.append(self.stop)
+        dirlock.on_release(self.stop)
         lifecycle.track(self, None, Server.forget_in_child)
         self._acceptor = threading.Thread(
             target=self._accept_loop, name=f"journaled-{self.name}-serve", daemon=True

@@ -416,7 +416,7 @@ def test_checkpoints_racing_remove_reader_never_resurrect_it(tmpfs_qdir):
                 try:
                     for rd in list(current.values()):
                         with rd.core.lock:
-                            rd.core.dirty = True  # a removed reader's core is no longer saved
+                            rd.core.mark_dirty()  # a removed reader's core is no longer saved
                     q.checkpoint()
                 except BaseException as exc:  # noqa: BLE001
                     errors.append(exc)
