@@ -331,10 +331,14 @@ def test_a_seek_back_is_kept_by_the_checkpoint_and_its_files_are_not_archived(qd
     cfg = QueueConfig(sync="never", checkpoint_interval=3600.0, journal_size=64)
     with JournaledQueue(qdir, cfg) as q:
         r = q.reader("r")
+        # "pin" holds every file until r has moved back: otherwise the background thread may
+        # archive them as soon as the first checkpoint moves r's head, before the seek
+        q.reader("pin")
         ids = q.put_many([b"%d" % i for i in range(20)])
         ready(r)
         q.checkpoint()
         r.seek(ids[5])
+        q.remove_reader("pin")
         q.archive()
         q.checkpoint()
     with JournaledQueue(qdir, cfg) as q:
