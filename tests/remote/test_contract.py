@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import datetime as _dt
 import os
 import socket
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -252,10 +254,9 @@ sys.stdin.readline()
 """
 
 
-def test_after_a_takeover_every_client_call_is_carried_out_here(tmp_path):
-    """A client that became the owner carries its calls out on the queue it owns now, with
-    the same results and errors as at a remote owner."""
-    d = str(tmp_path / "q")
+@contextlib.contextmanager
+def owner_process(d: str) -> Iterator[Callable[[], None]]:
+    """Another process owns queue ``d`` until the ``close_owner()`` this yields is called."""
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(OWNER), d],
         stdin=subprocess.PIPE,
@@ -263,16 +264,32 @@ def test_after_a_takeover_every_client_call_is_carried_out_here(tmp_path):
         text=True,
     )
     assert owner.stdin is not None and owner.stdout is not None
+    stdin, stdout = owner.stdin, owner.stdout
+
+    def close_owner() -> None:
+        stdin.write("close\n")
+        stdin.flush()
+        assert stdout.readline().strip() == "closed"
+
     try:
-        assert owner.stdout.readline().strip() == "ready"
+        assert stdout.readline().strip() == "ready"
+        yield close_owner
+    finally:
+        stdin.close()
+        owner.wait(TIMEOUT)
+
+
+def test_after_a_takeover_every_client_call_is_carried_out_here(tmp_path):
+    """A client that became the owner carries its calls out on the queue it owns now, with
+    the same results and errors as at a remote owner."""
+    d = str(tmp_path / "q")
+    with owner_process(d) as close_owner:
         q = JournaledQueue(d)
         assert not q.is_owner
         r = q.reader("r")
         q.put_many([b"a", b"b"])
         before = r.get(timeout=5)  # opened under the first owner
-        owner.stdin.write("close\n")
-        owner.stdin.flush()
-        assert owner.stdout.readline().strip() == "closed"
+        close_owner()
         # the first call notices the owner left and takes over
         assert q.put(b"c", expire_at=_dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(hours=1)) == 3
         assert q.is_owner and owner_pid(d) == os.getpid()
@@ -305,28 +322,15 @@ def test_after_a_takeover_every_client_call_is_carried_out_here(tmp_path):
         q.remove_reader("s")
         assert q.readers() == ["r"]
         q.close()
-    finally:
-        owner.stdin.close()
-        owner.wait(TIMEOUT)
 
 
 def test_a_takeover_client_waiting_in_get_is_woken_by_its_own_put(tmp_path):
     """Carried out here, a ``get`` waits in the owned queue itself (no slices, no socket)."""
     d = str(tmp_path / "q")
-    owner = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(OWNER), d],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert owner.stdin is not None and owner.stdout is not None
-    try:
-        assert owner.stdout.readline().strip() == "ready"
+    with owner_process(d) as close_owner:
         q = JournaledQueue(d)
         r = q.reader("r")
-        owner.stdin.write("close\n")
-        owner.stdin.flush()
-        assert owner.stdout.readline().strip() == "closed"
+        close_owner()
         assert q.readers() == ["r"] and q.is_owner
         got: list[bytes] = []
         waiter = threading.Thread(target=lambda: got.append(r.get(timeout=TIMEOUT).data))
@@ -335,6 +339,3 @@ def test_a_takeover_client_waiting_in_get_is_woken_by_its_own_put(tmp_path):
         waiter.join(TIMEOUT)
         assert got == [b"x"]
         q.close()
-    finally:
-        owner.stdin.close()
-        owner.wait(TIMEOUT)
