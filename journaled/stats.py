@@ -4,7 +4,9 @@ Both are built from counters the reader core and journal already keep, under the
 with no I/O, so calling them every second from a monitoring thread costs microseconds.  What is exact
 and what is an estimate is documented per field (and in docs/design.md, "Reader policies").
 Totals (``put``, ``delivered``, ...) count since this queue object was opened; they are not
-persisted.
+persisted.  A reader whose head item keeps failing is flagged (:attr:`ReaderStats.poison`, and
+:attr:`Health.poison_readers` for the queue) once that item has failed more than
+:data:`POISON_ERRORS` times.
 """
 
 from __future__ import annotations
@@ -18,6 +20,31 @@ from journaled.core import policies
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
+
+#: A reader is flagged (:attr:`ReaderStats.poison`) when its head item, the oldest it has not
+#: committed, has failed (been aborted or timed out) more than this many times.
+POISON_ERRORS = 5
+
+
+@attrs.frozen
+class PoisonItem:
+    """A reader's head item that has failed more than :data:`POISON_ERRORS` times: it holds the
+    reader's head (and checkpoint) back, and is retried at a bounded rate
+    (:func:`journaled.core.retry.floor`) until it is committed or dead-lettered.
+
+    Attributes:
+        id: the item's id (the reader's ``head``).
+        error_count: how many times it has failed (its ``error_count``).
+    """
+
+    id: int
+    error_count: int
+
+
+def _poison(value: PoisonItem | dict[str, int] | None) -> PoisonItem | None:
+    """A :class:`PoisonItem` from itself, or from its fields as a dict (a snapshot sent over
+    the owner's socket as JSON)."""
+    return PoisonItem(**value) if isinstance(value, dict) else value
 
 
 @attrs.frozen
@@ -50,6 +77,10 @@ class ReaderStats:
         timed_out: open reads aborted by ``open_read_timeout``.
         expired / discarded / dead_lettered: items removed by those policies.
         rejected: items given up on with ``reader.reject`` (not counted in ``dead_lettered``).
+        poison: the head item when it has failed more than :data:`POISON_ERRORS` times and is
+            still to be delivered (waiting, open or delayed; not once it is committed or on its
+            way to a sink), else None.  Error counts are in the checkpoint, so a reopened reader
+            is flagged at once.
     """
 
     name: str
@@ -77,6 +108,7 @@ class ReaderStats:
     discarded: int
     dead_lettered: int
     rejected: int
+    poison: PoisonItem | None = attrs.field(default=None, converter=_poison)
 
 
 @attrs.frozen
@@ -84,7 +116,8 @@ class Health:
     """Is the queue accepting writes, and is its background work succeeding?
 
     Attributes:
-        ok: puts are accepted and no background step is failing.
+        ok: puts are accepted, no background step is failing and no reader is held by a poison
+            item (``poison_readers`` is empty).
         poisoned: why the queue refuses writes (the first I/O error, or that its directory is
             gone), or None while it accepts them.  Permanent until the queue is reopened.
         poisoned_since: when that started (epoch seconds), or None.
@@ -95,6 +128,9 @@ class Health:
         errors: background failures since the queue was opened.
         last_error: the most recent background failure, as ``"<step>: <error>"``, or None.
         last_error_at: when it happened (epoch seconds), or None.
+        poison_readers: the readers whose head item has failed more than :data:`POISON_ERRORS`
+            times (:attr:`ReaderStats.poison`), sorted; filled in by :class:`QueueStats` from its
+            readers.
     """
 
     ok: bool = True
@@ -105,6 +141,7 @@ class Health:
     errors: int = 0
     last_error: str | None = None
     last_error_at: float | None = None
+    poison_readers: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -133,8 +170,9 @@ class QueueStats:
         journal_files: journal files in the directory (the one being written included).
         journal_bytes: bytes of those files, including what is buffered and not yet written.
         readers: one :class:`ReaderStats` per reader, sorted by name.
-        health: whether the queue accepts writes and its background work succeeds
-            (:class:`Health`).
+        health: whether the queue accepts writes, its background work succeeds and no reader is
+            held by a poison item (:class:`Health`; its ``poison_readers`` and ``ok`` are made
+            to agree with ``readers`` when the snapshot is built).
         clients: the other processes using the queue through this owner (:class:`ClientStats`).
     """
 
@@ -148,6 +186,15 @@ class QueueStats:
     readers: tuple[ReaderStats, ...]
     health: Health = Health()
     clients: tuple[ClientStats, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        """``health`` as given (the engine's, or the owner's over its socket), with the readers'
+        poison flags: ``poison_readers`` from ``readers``, and ``ok`` False when there are any."""
+        poison = tuple(r.name for r in self.readers if r.poison is not None)
+        health = self.health
+        if poison != health.poison_readers:
+            health = attrs.evolve(health, poison_readers=poison, ok=health.ok and not poison)
+            object.__setattr__(self, "health", health)
 
 
 def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
@@ -195,4 +242,14 @@ def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
         discarded=core.discarded,
         dead_lettered=core.dead_lettered,
         rejected=core.rejected,
+        poison=_head_poison(core),
     )
+
+
+def _head_poison(core: ReaderCore) -> PoisonItem | None:
+    """The head item as a :class:`PoisonItem` if it failed more than :data:`POISON_ERRORS` times
+    and is not on its way to a sink (O(1): two dict lookups)."""
+    count = core.errors.get(core.head, 0)
+    if count <= POISON_ERRORS or core.head in core.disposing:
+        return None
+    return PoisonItem(core.head, count)

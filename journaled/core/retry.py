@@ -3,8 +3,11 @@
 :class:`~journaled.core.readercore.ReaderCore` asks these rules (``abort``, ``release``,
 ``release_due``) and keeps its parked items in a :class:`Parked`; nothing here sees a core.  An
 aborted item waits ``delay`` seconds, or the reader's backoff when the consumer names none,
-before it may be delivered again; the wait is measured on :func:`now` (``time.monotonic``, read
-through this module's ``time``, so tests replace the clock of every delay at once).  A parked item
+before it may be delivered again, and never less than the built-in :func:`floor` once it has
+failed more than :data:`FREE_RETRIES` times (so an item aborted again and again is retried at a
+bounded rate, whatever the config and the consumer ask); the wait is measured on :func:`now`
+(``time.monotonic``, read through this module's ``time``, so tests replace the clock of every
+delay at once).  A parked item
 is out of the delivery order, so it never holds back the items behind it; its id stays
 uncommitted, so the head (and the checkpoint) does not pass it.  The delay lives in memory only:
 after a crash or reopen a parked item is delivered again at once, with its error count.
@@ -18,6 +21,15 @@ import time
 
 from journaled.config import ReaderConfig
 from journaled.item import Item, new_item
+
+#: Aborts an item may have (its ``error_count`` after the abort) and still go back at once when
+#: nothing asks for a delay: a normal abort and redelivery stays immediate.
+FREE_RETRIES = 3
+#: The least wait (seconds) after the first abort past :data:`FREE_RETRIES`; it doubles with
+#: each further abort, up to :data:`RETRY_FLOOR_MAX`.
+RETRY_FLOOR = 0.05
+#: The most the floor grows to: a poison item is delivered about once a second at most.
+RETRY_FLOOR_MAX = 1.0
 
 
 def now() -> float:
@@ -48,10 +60,22 @@ def backoff(config: ReaderConfig, error_count: int) -> float:
     return delay if cap is None else min(delay, cap)
 
 
+def floor(error_count: int) -> float:
+    """The least delay before an item that failed ``error_count`` times is delivered again,
+    whatever the reader's backoff or the abort's ``delay`` say: 0 up to :data:`FREE_RETRIES`,
+    then ``RETRY_FLOOR * 2 ** (error_count - FREE_RETRIES - 1)``, at most
+    :data:`RETRY_FLOOR_MAX` (0.05, 0.1, 0.2, 0.4, 0.8, then 1 s).  So a poison item aborted in a
+    tight loop is delivered at most ``FREE_RETRIES + 1`` times at once, then once per floor."""
+    if error_count <= FREE_RETRIES:
+        return 0.0
+    return min(RETRY_FLOOR * 2.0 ** min(error_count - FREE_RETRIES - 1, 64), RETRY_FLOOR_MAX)
+
+
 def due_time(config: ReaderConfig, error_count: int, delay: float | None) -> float | None:
     """When (on :func:`now`) an item aborted for the ``error_count``-th time may be delivered
-    again: after ``delay`` seconds, or the backoff when ``delay`` is None.  ``None``: at once."""
-    wait = backoff(config, error_count) if delay is None else delay
+    again: after ``delay`` seconds, or the backoff when ``delay`` is None, and never before the
+    :func:`floor` for that count.  ``None``: at once."""
+    wait = max(backoff(config, error_count) if delay is None else delay, floor(error_count))
     return now() + wait if wait > 0 else None
 
 
@@ -93,4 +117,15 @@ class Parked(dict[int, Item]):
         return self._due[0][0] if self._due else None
 
 
-__all__ = ["Parked", "backoff", "check_delay", "due_time", "now", "redelivery"]
+__all__ = [
+    "FREE_RETRIES",
+    "RETRY_FLOOR",
+    "RETRY_FLOOR_MAX",
+    "Parked",
+    "backoff",
+    "check_delay",
+    "due_time",
+    "floor",
+    "now",
+    "redelivery",
+]
