@@ -209,8 +209,11 @@ class Reader:
         (or goes to ``dead_letter`` once ``max_errors`` is reached).
 
         ``delay``: seconds before it is delivered again (``None``: the reader's
-        ``retry_delay`` backoff, at once without one).  Meanwhile the items behind it are
-        delivered; the delay is in memory only (after a crash it is delivered at once).
+        ``retry_delay`` backoff, at once without one), never less than the built-in floor for
+        its error count (:func:`journaled.core.retry.floor`: none for its first 3 failures, then
+        0.05 s doubling up to 1 s), so an item aborted again and again is retried at a bounded
+        rate.  Meanwhile the items behind it are delivered; the delay is in memory only (after a
+        crash it is delivered at once).
         """
         wait = retry.check_delay(delay)
         core = self.core
