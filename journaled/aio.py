@@ -11,6 +11,8 @@ head of the reader *without* an ``error_count`` increment (the item did nothing 
 
 The commit rules of :mod:`journaled.txn` apply unchanged to :class:`AsyncTransactionContext`
 and :class:`AsyncItemIterator`; a cancellation counts as a ``BaseException`` (release, no error).
+So does what :mod:`journaled.txn` says of a lost owner: in a client of another process's queue a
+commit lost with its owner is reported and the loop goes on with the next owner.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, cast
 
-from journaled.errors import Empty, QueueClosed, UnknownRead
+from journaled.errors import Empty, OwnerLost, QueueClosed, UnknownRead
 from journaled.item import Item
 from journaled.owner import closing
-from journaled.txn import Consumer, ItemLoop, check_timeout, failed, settle
+from journaled.txn import Consumer, ItemLoop, check_timeout, failed, finish, lost_commit, settle
 
 if TYPE_CHECKING:
     import datetime as _dt
@@ -122,15 +124,19 @@ async def aget(core: ReaderCore, timeout: float | None = None) -> Item:
 
 class AsyncTransactionContext:
     """``async with reader.atransaction(timeout) as item:`` -- commit on normal exit, abort on an
-    ``Exception``, release (no error counted) on cancellation or another ``BaseException``."""
+    ``Exception``, release (no error counted) on cancellation or another ``BaseException``.  A
+    commit lost with the queue's owner is logged and kept in :attr:`lost`, not raised (as for
+    :class:`~journaled.txn.TransactionContext`)."""
 
-    __slots__ = ("_reader", "_timeout", "item")
+    __slots__ = ("_reader", "_timeout", "item", "lost")
 
     def __init__(self, reader: AsyncConsumer, timeout: float | None = None) -> None:
         check_timeout(timeout)
         self._reader = reader
         self._timeout = timeout
         self.item: Item | None = None
+        #: the error that kept the block's commit from landing (its owner was gone), else None
+        self.lost: OwnerLost | None = None
 
     async def __aenter__(self) -> Item:
         if self.item is not None:
@@ -142,7 +148,7 @@ class AsyncTransactionContext:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.item is not None:
-            settle(self._reader, self.item, exc, commit=True)
+            self.lost = finish(self._reader, self.item, exc)
 
 
 class AsyncItemIterator(ItemLoop):
@@ -188,7 +194,8 @@ async def aprocess(
     timeout: float | None = None,
     on_error: Callable[[Item, Exception], object] | None = None,
 ) -> int:
-    """``await reader.aprocess(fn, timeout)``: see :meth:`journaled.Reader.aprocess`."""
+    """``await reader.aprocess(fn, timeout)``: see :meth:`journaled.Reader.aprocess`; a commit
+    lost with the queue's owner is reported and the loop goes on, as in :func:`journaled.txn.process`."""
     check_timeout(timeout)
     done = 0
     while True:
@@ -213,6 +220,8 @@ async def aprocess(
             pass  # fn settled it itself
         except QueueClosed:
             return done
+        except OwnerLost as exc:
+            lost_commit(reader, item, exc, on_error)
 
 
 async def aput(

@@ -18,6 +18,14 @@ A third shape keeps going: :func:`process` (``reader.process(fn)``) calls ``fn(i
 each item; an :class:`Exception` aborts that item (logged) and the loop goes on with the next.
 
 If the body already committed or aborted the item itself, nothing more is done with it.
+
+**A lost owner.**  In a process that is a client of another process's queue, the owner may close
+or die while an item is being worked on: its read is gone with that owner, and its commit cannot
+land (:class:`~journaled.OwnerLost`).  None of the three shapes ends for that: the lost commit is
+reported (to ``on_error`` in :func:`process`, else a WARNING on the ``journaled`` logger), the
+item is delivered again by the next owner (at least once: the consumer's code may run for it
+again, possibly in another process), and the next ``get`` goes to the next owner.  An abort or
+release that cannot land is skipped: the item comes back anyway, without that error counted.
 """
 
 from __future__ import annotations
@@ -60,10 +68,46 @@ def settle(reader: Consumer, item: Item, exc: BaseException | None, *, commit: b
         pass  # the consumer settled it already
     except (QueueClosed, OwnerLost):
         # The item stays uncommitted and is delivered again on the next open (or by the next
-        # owner).  A failed commit is reported; a failed give-back is not (it would mask the
-        # exception in flight).
+        # owner).  A failed commit is raised, for the caller to report; a failed give-back is
+        # not (it would mask the exception in flight).
         if exc is None and commit:
             raise
+
+
+def report(
+    reader: Consumer,
+    item: Item,
+    exc: Exception,
+    on_error: Callable[[Item, Exception], object] | None,
+    message: str,
+) -> None:
+    """Tell ``on_error(item, exc)``, or log ``message`` and ``exc``'s traceback as an ERROR when
+    there is no ``on_error``; an exception of ``on_error`` itself is logged, never raised."""
+    if on_error is None:
+        log.error("reader %s: " + message, reader.name, item.id, exc_info=exc)
+        return
+    try:
+        on_error(item, exc)
+    except Exception:
+        log.exception("reader %s: on_error failed for item %d", reader.name, item.id)
+
+
+def lost_commit(
+    reader: Consumer, item: Item, exc: OwnerLost, on_error: Callable[[Item, Exception], object] | None = None
+) -> None:
+    """The body for ``item`` finished, but its commit raised ``exc``: the read was opened under
+    an owner that closed or died.  Passed to ``on_error``, else logged as one WARNING line (no
+    traceback: nothing failed in the consumer's code); the loop goes on."""
+    if on_error is not None:
+        report(reader, item, exc, on_error, "")
+        return
+    log.warning(
+        "reader %s: item %d was processed, but its read was lost with the queue's owner (%s); "
+        "it is delivered again",
+        reader.name,
+        item.id,
+        exc,
+    )
 
 
 def release_later(reader: Consumer, item: Item) -> None:
@@ -94,9 +138,13 @@ class TransactionContext:
     ``__enter__`` opens the read (raising :class:`~journaled.Empty` on timeout or
     :class:`~journaled.QueueClosed`); ``__exit__`` commits it, aborts it (an ``Exception``
     escaped) or releases it (a ``BaseException`` such as a cancellation escaped).
+
+    A commit that cannot land because the read was opened under an owner that is gone (a client
+    of another process's queue) does not raise: it is logged as a WARNING and kept in
+    :attr:`lost` (the :class:`~journaled.OwnerLost`); the item is delivered again.
     """
 
-    __slots__ = ("_reader", "_block", "_timeout", "item")
+    __slots__ = ("_reader", "_block", "_timeout", "item", "lost")
 
     def __init__(self, reader: Consumer, timeout: float | None = None, *, block: bool = True) -> None:
         check_timeout(timeout)
@@ -104,6 +152,8 @@ class TransactionContext:
         self._block = block
         self._timeout = timeout
         self.item: Item | None = None
+        #: the error that kept the block's commit from landing (its owner was gone), else None
+        self.lost: OwnerLost | None = None
 
     def __enter__(self) -> Item:
         if self.item is not None:
@@ -115,7 +165,18 @@ class TransactionContext:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.item is not None:
-            settle(self._reader, self.item, exc, commit=True)
+            self.lost = finish(self._reader, self.item, exc)
+
+
+def finish(reader: Consumer, item: Item, exc: BaseException | None) -> OwnerLost | None:
+    """A transaction's block ended (``exc`` escaped it, or None): settle ``item``; a commit lost
+    with its owner is logged and returned instead of raised."""
+    try:
+        settle(reader, item, exc, commit=True)
+    except OwnerLost as lost:
+        lost_commit(reader, item, lost)
+        return lost
+    return None
 
 
 class ItemLoop:
@@ -128,6 +189,8 @@ class ItemLoop:
         self._timeout = timeout
         self._current: Item | None = None
         self._finished = False
+        #: items whose commit could not land because their owner was gone (delivered again)
+        self.lost = 0
 
     @property
     def current(self) -> Item | None:
@@ -143,6 +206,9 @@ class ItemLoop:
                 settle(self._reader, current, None, commit=True)
             except QueueClosed:
                 self._finished = True  # not committed: delivered again on the next open
+            except OwnerLost as exc:
+                self.lost += 1  # not committed: the next owner delivers it again; go on
+                lost_commit(self._reader, current, exc)
         return not self._finished
 
     def _stop(self, exc: BaseException | None) -> None:
@@ -195,15 +261,10 @@ class ItemIterator(ItemLoop):
 def failed(
     reader: Consumer, item: Item, exc: Exception, on_error: Callable[[Item, Exception], object] | None
 ) -> None:
-    """A worker loop's body raised ``exc`` for ``item``: abort it and report it."""
+    """A worker loop's body raised ``exc`` for ``item``: abort it and report it (once, with
+    ``exc``, also when the abort could not land because the item's owner was gone)."""
     settle(reader, item, exc, commit=False)
-    if on_error is None:
-        log.error("reader %s: processing item %d failed; aborted", reader.name, item.id, exc_info=exc)
-    else:
-        try:
-            on_error(item, exc)
-        except Exception:
-            log.exception("reader %s: on_error failed for item %d", reader.name, item.id)
+    report(reader, item, exc, on_error, "processing item %d failed; aborted")
 
 
 def process(
@@ -212,7 +273,13 @@ def process(
     timeout: float | None = None,
     on_error: Callable[[Item, Exception], object] | None = None,
 ) -> int:
-    """``reader.process(fn, timeout)``: see :meth:`journaled.Reader.process`."""
+    """``reader.process(fn, timeout)``: see :meth:`journaled.Reader.process`.
+
+    A client of another process's queue goes on through a change of owner: a commit that
+    cannot land because the item's read was lost with its owner (:class:`~journaled.OwnerLost`)
+    is passed to ``on_error`` (else logged as a WARNING), is not counted in the result, and the
+    item is delivered again, so ``fn`` runs for it at least once more (maybe in another
+    process).  The loop raises ``OwnerLost`` only when no owner can be reached or become."""
     check_timeout(timeout)
     done = 0
     while True:
@@ -235,6 +302,8 @@ def process(
             pass  # fn settled it itself
         except QueueClosed:
             return done  # not committed: delivered again on the next open
+        except OwnerLost as exc:
+            lost_commit(reader, item, exc, on_error)
 
 
 __all__ = ["Consumer", "ItemIterator", "TransactionContext", "process", "settle"]

@@ -16,8 +16,12 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
   one sent to an owner that then died raises :class:`OwnerLost` with ``outcome_unknown=True``:
   it may or may not be stored (it is stored iff it reached the journal before the owner died,
   and was durable iff the sync policy had synced it), so it is reported, never retried blindly;
-* a read opened under a previous owner is not open any more: ``commit``/``abort``/``release``
-  of it raise ``OwnerLost`` and the item is delivered again (at least once, as after a crash).
+* a read opened under a previous owner is not open any more: ``commit``/``commit_many``/
+  ``abort``/``release``/``reject`` of it raise ``OwnerLost`` and are never made again (the item
+  is delivered again: at least once, as after a crash); ``outcome_unknown`` is True when the
+  request reached an owner that died before answering (it may have been carried out).  The
+  worker loops (``process``, ``iter``, ``transaction`` and their asyncio forms) report such a
+  lost commit and go on with the next owner (journaled/txn.py).
 
 Once this process is the owner, its calls are the same requests, carried out on the queue it
 owns by the owner's own request handlers (remote/handlers.py) instead of over the socket: the
@@ -42,7 +46,7 @@ from journaled.owner import closing
 from journaled.remote import handlers
 from journaled.remote import protocol as proto
 from journaled.remote.clientreader import RemoteReader
-from journaled.remote.connections import Link, closed_error
+from journaled.remote.connections import SETTLE_OPS, Link, closed_error
 from journaled.remote.contract import ServedQueue
 from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
 
@@ -179,7 +183,7 @@ class RemoteQueue(closing.Closing):
                 return reply, data, generation
             except OwnerLost as exc:
                 self._reconnect(generation)
-                if exc.outcome_unknown or header["op"] in ("commit", "abort", "release", "reject"):
+                if exc.outcome_unknown or header["op"] in SETTLE_OPS:
                     raise
 
     # ------------------------------------------------------------------ putting

@@ -4,8 +4,9 @@ carried out by the owner (remote/handlers.py), with the same contracts.
 The :class:`Item` a ``get`` returns is this delivery's handle, as in-process.  What differs:
 
 * a read opened under an owner that is gone is not open any more: settling it raises
-  :class:`OwnerLost` (it is delivered again), and the scoped forms (``transaction``, ``iter``,
-  ``process`` and their asyncio twins) treat that like a closed queue;
+  :class:`OwnerLost` (it is delivered again by the next owner), and the scoped forms
+  (``transaction``, ``iter``, ``process`` and their asyncio twins) report such a lost commit
+  (``on_error``, else a WARNING) and go on with the next owner (journaled/txn.py);
 * ``aget`` waits in a thread in slices of :data:`ASYNC_SLICE` seconds (there is no put on this
   process to wake it), so a cancelled ``aget`` ends within one slice and never strands an item;
 * ``config``, ``head``, ``done`` and reader sinks exist at the owner only (``stats()`` shows
@@ -200,7 +201,9 @@ class RemoteReader:
         *,
         on_error: Callable[[Item, Exception], object] | None = None,
     ) -> int:
-        """The worker loop of :meth:`journaled.Reader.process`."""
+        """The worker loop of :meth:`journaled.Reader.process`; it goes on through a change of
+        owner: a commit lost with the owner is passed to ``on_error`` (else logged), the item
+        is delivered again (``fn`` runs for it at least once more, maybe in another process)."""
         return txn.process(self, fn, timeout, on_error)
 
     async def aget(self, timeout: float | None = None) -> Item:

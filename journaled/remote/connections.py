@@ -4,9 +4,10 @@
 per thread calling at once, so a blocked ``get`` on one thread never delays a ``put`` on
 another), all of one *session*, so they share the process's open reads.  A call is one request
 and one reply on one connection.  When the owner goes away mid-call the call raises
-:class:`OwnerLost` (``outcome_unknown`` set for a put, whose bytes may or may not be stored) and
-the link is dead: the queue object above it (remote/clientqueue.py) reconnects.  Frames go
-through remote/transport.py, the module the server uses too.
+:class:`OwnerLost` (``outcome_unknown`` set when a put or a settling of reads was sent but not
+answered: it may or may not have been carried out) and the link is dead: the queue object above
+it (remote/clientqueue.py) reconnects.  Frames go through remote/transport.py, the module the
+server uses too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from journaled.remote.transport import FrameReader, peer_ids, send_frame, socket
 
 #: idle connections kept per process (more may be open while more threads call at once)
 POOL_SIZE = 8
+#: requests that settle open reads: never made again on another owner (the reads died with the
+#: one they were opened under); sent but not answered, their outcome is unknown
+SETTLE_OPS = frozenset({"commit", "commit_many", "abort", "release", "reject"})
 
 
 class Link:
@@ -93,7 +97,9 @@ class Link:
                 self._busy.discard(sock)
             sock.close()
             self.kill()
-            raise _lost(self.directory, exc, is_put and sent) from exc
+            raise _lost(
+                self.directory, exc, sent and (is_put or header.get("op") in SETTLE_OPS), is_put
+            ) from exc
         with self._lock:
             self._busy.discard(sock)
             if self.dead or len(self._idle) >= POOL_SIZE:
@@ -131,11 +137,16 @@ class Link:
         self._idle, self._busy = [], set()
 
 
-def _lost(directory: str, exc: BaseException, unknown: bool) -> OwnerLost:
-    if unknown:
+def _lost(directory: str, exc: BaseException, unknown: bool, is_put: bool = False) -> OwnerLost:
+    if unknown and is_put:
         lost = OwnerLost(
             f"the owner of {directory} went away during a put, which may or may not "
             f"have been stored ({exc}); a retry may store it twice"
+        )
+    elif unknown:
+        lost = OwnerLost(
+            f"the owner of {directory} went away after a commit/abort/release/reject reached it, "
+            f"which may or may not have been carried out ({exc}); the read is not open any more"
         )
     else:
         lost = OwnerLost(f"the owner of {directory} went away ({exc}); the call may be retried")
