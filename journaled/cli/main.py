@@ -40,13 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_qtest_command(sub)
     add_inspect_commands(sub)
     add_serve_command(sub)
+    for command in sub.choices.values():
+        command.set_defaults(command_parser=command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; return the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse leaves a subcommand's unknown option to the top-level parser, which would
+        # print the top-level usage: the subcommand's own usage says what it does accept
+        command = getattr(args, "command_parser", None) or parser
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

@@ -185,3 +185,12 @@ def test_help_documents_the_exit_codes():
     for code in ("0 ", "1 ", "2 ", "130 "):
         assert f"  {code}" in out.stdout
     assert "exit status" in out.stdout.lower()
+
+
+@pytest.mark.parametrize("command", (*COMMANDS, "serve", "qtest"))
+def test_a_mistyped_option_prints_the_subcommands_usage(tmp_path, command):
+    out = cli(command, "--jsn") if command == "qtest" else cli(command, str(tmp_path), "--jsn")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"usage: journaled {command} "), out.stderr
+    assert f"journaled {command}: error: unrecognized arguments: --jsn" in out.stderr
+    assert os.listdir(tmp_path) == []  # nothing ran
