@@ -316,3 +316,31 @@ def test_a_settling_request_received_by_an_owner_that_died_unanswered_has_an_unk
         assert link.dead
     finally:
         owner.stop()
+
+
+def test_a_commit_many_caught_by_a_change_of_owner_is_not_sent_again_and_its_items_come_back(tmp_path):
+    """The reads of a ``commit_many`` died with the owner that noticed it: the call raises
+    ``OwnerLost`` (the next owner never knew those reads: sent again, it answered
+    ``UnknownRead``) and the items are delivered again, uncounted."""
+    from journaled.errors import OwnerLost
+
+    d = str(tmp_path / "q")
+    owner = Child(OWNER, d, "3")
+    try:
+        owner.wait_for("ready")
+        q = JournaledQueue(d)
+        assert not q.is_owner
+        r = q.reader("w")
+        items = r.get_many(3, timeout=5)
+        owner.send("close")
+        assert "closed" in owner.finish()
+        with pytest.raises(OwnerLost) as lost:
+            r.commit_many(items)  # the first call to notice: this process takes the queue over
+        assert not lost.value.outcome_unknown  # the closing owner carried nothing of it out
+        assert q.is_owner
+        again = r.get_many(3, timeout=5)
+        assert [(it.data, it.error_count) for it in again] == [(b"job-0", 0), (b"job-1", 0), (b"job-2", 0)]
+        r.commit_many(again)
+        q.close()
+    finally:
+        owner.stop()
