@@ -225,9 +225,10 @@ class ReaderConfig:
 
     start: Start = attrs.field(default="earliest", validator=_check_start)
     max_memory: int = attrs.field(default=16 * MiB, validator=[attrs.validators.instance_of(int), _positive])
-    # Policies (docs/design.md, "Reader policies").  Configs are not stored on disk: pass the same
-    # ReaderConfig to ``q.reader(name, config)`` after every open.  The *state* the policies act
-    # on (head, committed ids, error counts, add/expiry times) is on disk and survives reopen.
+    # Policies (docs/design.md, "Reader policies").  Every field but ``start`` is stored in the
+    # queue directory (docs/design.md, "Durable settings"): every later owner applies it.  The
+    # *state* the policies act on (head, committed ids, error counts, add/expiry times) is on
+    # disk as well and survives reopen.
     max_items: int | None = attrs.field(default=None, validator=_optional_positive_int)
     max_size: int | None = attrs.field(default=None, validator=_optional_positive_int)
     discard_old_when_full: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
@@ -261,3 +262,111 @@ def validate_name(name: object, what: str = "name") -> str:
     if bad:
         raise InvalidName(f"{what} {name!r} has characters outside [A-Za-z0-9_.:-]: {sorted(bad)!r}")
     return name
+
+
+# ---------------------------------------------------------------------------------------------
+# Durable settings: ReaderConfig <-> a JSON object (docs/design.md, "Durable settings")
+# ---------------------------------------------------------------------------------------------
+
+#: The fields stored per reader: all but ``start``, which only places a new reader.
+STORED_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(ReaderConfig) if f.name != "start")
+SINK_FIELDS = ("expire_to", "dead_letter")
+
+#: A sink as stored: ``None``, ``{"queue": path}`` (a queue named by its directory; a relative
+#: path is relative to the queue directory) or ``{"callable": description}`` (not storable: the
+#: reader had a sink only a process can provide).
+SinkSpec = Union[dict[str, str], None]
+
+
+def _queue_dir_of(sink: object) -> str | None:
+    """The directory of a queue sink (a ``JournaledQueue`` or a client of one), else ``None``.
+    Duck-typed, as config.py sits below the queue: both have a str ``path`` and ``is_owner``."""
+    path = getattr(sink, "path", None)
+    if isinstance(path, str) and hasattr(type(sink), "is_owner") and callable(getattr(sink, "put", None)):
+        return path
+    return None
+
+
+def sink_spec(sink: object, queue_dir: str) -> SinkSpec:
+    """How ``sink`` is stored for a reader of the queue in ``queue_dir``.
+
+    A queue sink is named by its directory: relative to ``queue_dir`` (``../dead``) when both
+    directories have the same parent, so the pair can be moved together; absolute otherwise.
+    Anything else (a function, an object with ``put``) is ``{"callable": <its description>}``.
+    """
+    if sink is None:
+        return None
+    where = _queue_dir_of(sink)
+    if where is None:
+        return {"callable": _describe(sink)}
+    where, home = os.path.abspath(where), os.path.abspath(queue_dir)
+    if os.path.dirname(where) == os.path.dirname(home):
+        return {"queue": os.path.relpath(where, home)}
+    return {"queue": where}
+
+
+def _describe(sink: object) -> str:
+    kind = sink if callable(sink) and hasattr(sink, "__qualname__") else type(sink)
+    module, name = getattr(kind, "__module__", None), getattr(kind, "__qualname__", type(kind).__name__)
+    return (f"{module}.{name}" if module else str(name))[:200]  # informative only
+
+
+def sink_dir(spec: SinkSpec, queue_dir: str) -> str | None:
+    """The absolute directory a stored queue sink names (``None`` for no sink or a callable)."""
+    if spec is None or "queue" not in spec:
+        return None
+    return os.path.normpath(os.path.join(os.path.abspath(queue_dir), spec["queue"]))
+
+
+def reader_settings(config: ReaderConfig, queue_dir: str) -> dict[str, Any]:
+    """The stored form of ``config`` (a JSON-ready dict of :data:`STORED_FIELDS`) for a reader
+    of the queue in ``queue_dir``.  Pure: no file is touched."""
+    out: dict[str, Any] = {}
+    for field in STORED_FIELDS:
+        value = getattr(config, field)
+        out[field] = sink_spec(value, queue_dir) if field in SINK_FIELDS else value
+    return out
+
+
+def _check_spec(field: str, spec: object) -> SinkSpec:
+    if spec is None:
+        return None
+    if (
+        isinstance(spec, dict)
+        and len(spec) == 1
+        and next(iter(spec)) in ("queue", "callable")
+        and isinstance(next(iter(spec.values())), str)
+        and next(iter(spec.values()))
+    ):
+        return spec
+    raise ValueError(
+        f"{field}: a stored sink is null, {{'queue': path}} or {{'callable': name}}, got {spec!r}"
+    )
+
+
+def reader_config_from_settings(
+    settings: dict[str, Any], open_sink: Callable[[str, dict[str, str]], Sink | None] | None = None
+) -> ReaderConfig:
+    """The :class:`ReaderConfig` stored as ``settings`` (the inverse of :func:`reader_settings`).
+
+    Missing fields take their defaults (a file written before a field existed); an unknown
+    field or a bad value raises ``ValueError`` naming it.  Each stored sink is passed to
+    ``open_sink(field, spec)``, which returns the sink to use, or ``None`` when it cannot be
+    provided; without ``open_sink`` every stored sink is ``None``.  ``start`` is the default
+    (it is not a setting of an existing reader)."""
+    if not isinstance(settings, dict):
+        raise ValueError(f"reader settings must be a JSON object, got {type(settings).__name__}")
+    unknown = sorted(set(settings) - set(STORED_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown reader settings {unknown!r}")
+    kwargs: dict[str, Any] = {}
+    for field, value in settings.items():
+        if field in SINK_FIELDS:
+            spec = _check_spec(field, value)
+            kwargs[field] = None if spec is None or open_sink is None else open_sink(field, spec)
+        else:
+            kwargs[field] = value
+    try:
+        return ReaderConfig(**kwargs)
+    except TypeError as exc:  # attrs' instance_of says TypeError: a bad value all the same
+        raise ValueError(str(exc)) from None

@@ -19,15 +19,17 @@ Locks, and the only order in which they nest (docs/design.md, "Locks")::
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from journaled import aio as _aio
-from journaled.config import QueueConfig, ReaderConfig, validate_name
+from journaled.config import QueueConfig, ReaderConfig, Sink, reader_settings, sink_dir, validate_name
 from journaled.core import policies, seek
 from journaled.core.readercore import ReaderCore
 from journaled.disk import lifecycle
@@ -49,6 +51,11 @@ from journaled.stats import QueueStats, reader_stats
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
 _JUST_BYTES = {bytes}
+log = logging.getLogger("journaled")
+#: The queues this process owns, by directory: a stored destination that is one of them is used,
+#: never opened a second time (that would be ``QueueLocked``).
+_OWNED: weakref.WeakValueDictionary[str, JournaledQueue] = weakref.WeakValueDictionary()
+_DEFAULTS = reader_settings(ReaderConfig(), "/")  # no sink in it: the directory does not matter
 Run = tuple[Sequence[bytes], int]  #: ``(payloads, expire_ms)``: items appended with one expiry (0 = never)
 
 
@@ -106,8 +113,14 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 weak(self, lambda q: q._closed, True),
             )
             first, end = self._journal.first_id(), self._journal.next_id
+            # every reader runs with its stored settings (docs/design.md, "Durable settings"); a
+            # destination queue this opens is closed with this one
+            self._destinations: dict[str, Any] = {}
+            _OWNED[self.path] = self
             for rname, state in states.items():
-                self._add_reader(rname, ReaderConfig(), reopen.fit_to_journal(rname, state, first, end))
+                # stacklevel 5 (through OpenOrConnect): the warning names the line that opened the queue
+                cfg = reopen.stored_config(rname, self._files.stored(rname), self._open_destination, 5)
+                self._add_reader(rname, cfg, reopen.fit_to_journal(rname, state, first, end))
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
             self._spool = Adopter(self.path)
@@ -115,11 +128,46 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
         except BaseException:
             self._closed = True  # a failed open leaves no descriptor and no lock behind
+            self._forget_owned()
             closing.undo_open(self.__dict__.get("_journal"), self._dirlock)
+            self._close_destinations()
             raise
         self._engine.start()
         self.server = serve(self, self._dirlock)  # other processes' calls (remote/server.py)
         lifecycle.track(self, lambda q: q._close(wake=False), JournaledQueue._forget_in_child)
+
+    def _open_destination(self, spec: dict[str, str]) -> Sink | None:
+        """The queue a stored sink ``{"queue": path}`` names, or ``None`` (logged) when it cannot
+        be opened.  This queue itself, or one this process owns, is used as it is; any other is
+        opened by path -- as its owner, or as a client of its owner -- and closed with this one.
+        A missing directory is not created (it may be a moved pair of directories)."""
+        path = sink_dir(spec, self.path)
+        if path is None:
+            return None
+        found = self._destinations.get(path) or _OWNED.get(path)
+        if found is not None and not found.closed:
+            return cast("Sink", found)
+        if not os.path.isdir(path):
+            log.warning("queue %s: destination %s is not a directory", self.path, path)
+            return None
+        try:
+            dest = JournaledQueue(path)
+        except Exception as exc:
+            log.warning("queue %s: destination %s cannot be opened: %s", self.path, path, exc)
+            return None
+        self._destinations[path] = dest
+        return cast("Sink", dest)
+
+    def _close_destinations(self) -> None:
+        for dest in self.__dict__.get("_destinations", {}).values():
+            try:
+                dest.close()
+            except Exception:  # one destination failing to close must not keep the others open
+                log.exception("queue %s: closing destination %s failed", self.path, dest.path)
+
+    def _forget_owned(self) -> None:
+        if _OWNED.get(self.path) is self:
+            del _OWNED[self.path]
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
         core = ReaderCore(
@@ -136,9 +184,12 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
     def reader(self, name: str, config: ReaderConfig | None = None) -> Reader:
         """The reader called ``name``, created on first use and remembered across reopens.
 
-        ``config`` applies from now on; its ``start`` only places a new reader (for an existing
-        one it is ignored, with a ``UserWarning`` if it would have moved it: use
-        :meth:`Reader.seek`).
+        Without ``config``, the reader runs with its stored settings (docs/design.md, "Durable
+        settings"; the defaults for a reader that never had any).  A ``config`` applies from now
+        on and, when it differs from the stored settings, is an explicit change: stored in the
+        queue directory (durable before this returns, so every later owner applies it) and
+        logged at INFO.  Its ``start`` only places a new reader (for an existing one it is
+        ignored, with a ``UserWarning`` if it would have moved it: use :meth:`Reader.seek`).
         """
         closing.check_process(self.path, self._forked)  # before a lock a vanished thread may hold
         validate_name(name, "reader name")
@@ -152,6 +203,11 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
         ignored = new = None
         with self._files.lock:
+            if config is not None:
+                self._check_open()  # a closed queue's directory may be someone else's now
+                settings = reader_settings(config, self.path)
+                if self._files.store(name, None if settings == _DEFAULTS else settings):
+                    log.info("queue %s: reader %s settings changed to %s", self.path, name, settings)
             with self._lock:
                 self._check_open()
                 existing = self._readers.get(name)
@@ -160,7 +216,9 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                     existing.core.reconfigure(config)
                     self._engine.wake()  # its time-driven policies may start now
                 if existing is None:
-                    cfg = config or ReaderConfig()
+                    cfg = config or reopen.stored_config(
+                        name, self._files.stored(name), self._open_destination
+                    )
                     head = seek.start_id(self._journal, cfg.start)
                     existing = self._add_reader(name, cfg, CheckpointData(head))
                     new = (existing.core.checkpoint_state(), list(self._readers))
@@ -457,9 +515,12 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 self._close_done.wait()
             return
         lifecycle.untrack(self)
+        self._forget_owned()
         try:
             closing.close_parts(self._engine, self._journal, self.checkpoint, self._dirlock)
         finally:
+            # after close_parts: its last hand-over to the sinks may still put into them
+            self._close_destinations()
             self._close_done.set()
 
     def _forget_in_child(self) -> None:  # every call raises QueueForked from now on

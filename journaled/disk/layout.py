@@ -1,8 +1,9 @@
 """Names of the files in a queue directory, and which queue a directory holds.
 
 ``<queue>.<creation ms>`` journal files, ``<queue>.read.<reader>`` checkpoints (disk/checkpointfiles.py),
-``<queue>.readers``, ``.journaled.lock`` (disk/dirlock.py), ``spool/`` (disk/spoolfiles.py),
-``external/`` (disk/bookmarks.py).  docs/format.md lists them all.
+``<queue>.readers``, ``<queue>.settings`` (disk/settingsfile.py), ``.journaled.lock``
+(disk/dirlock.py), ``spool/`` (disk/spoolfiles.py), ``external/`` (disk/bookmarks.py).
+docs/format.md lists them all.
 """
 
 from __future__ import annotations

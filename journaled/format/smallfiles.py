@@ -1,9 +1,11 @@
 """The small files' formats, as pure functions on bytes: reader checkpoints, and the CRC'd text
-files (reader registry, external bookmarks).  docs/format.md describes them byte by byte."""
+files (reader registry, external bookmarks, durable settings).  docs/format.md describes them byte by byte."""
 
 from __future__ import annotations
 
+import json
 import struct
+from typing import Any
 
 import attrs
 from crc32c import crc32c
@@ -101,3 +103,56 @@ def decode_crc_text(raw: bytes, magic: str) -> list[str] | None:
     if not lines or lines[0] != magic:
         return None
     return lines[1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Durable settings (`<queue>.settings`)
+# ---------------------------------------------------------------------------------------------
+
+SETTINGS_MAGIC = "journaled-settings 1"
+
+
+@attrs.frozen
+class SettingsData:
+    """The decoded lines of a settings file: ``readers`` maps a reader name to its settings (a
+    JSON object, see ``journaled.config.reader_settings``); ``other`` keeps, verbatim and in
+    order, the lines of kinds this version does not know, so a rewrite never drops them."""
+
+    readers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    other: tuple[str, ...] = ()
+
+
+def _json_line(value: object) -> str:
+    # ASCII (non-ASCII and lone surrogates of undecodable paths escaped), one line, canonical
+    return json.dumps(value, ensure_ascii=True, allow_nan=False, sort_keys=True, separators=(",", ":"))
+
+
+def encode_settings(data: SettingsData) -> bytes:
+    """The canonical bytes of a settings file: readers sorted by name, then the other lines."""
+    lines = [f"reader {name} {_json_line(data.readers[name])}" for name in sorted(data.readers)]
+    return encode_crc_text(SETTINGS_MAGIC, [*lines, *data.other])
+
+
+def decode_settings(raw: bytes, path: str = "<settings>") -> SettingsData:
+    """Decode a settings file, raising :class:`CorruptJournal` when its magic or CRC does not
+    match (then nothing of it is trusted).  A ``reader`` line whose JSON is not an object is
+    damage too: the CRC matched, so something that is not us wrote it."""
+    entries = decode_crc_text(raw, SETTINGS_MAGIC)
+    if entries is None:
+        raise CorruptJournal(path, 0, "settings file: bad magic or CRC mismatch")
+    readers: dict[str, dict[str, Any]] = {}
+    other: list[str] = []
+    for line in entries:
+        kind, _, rest = line.partition(" ")
+        if kind != "reader":
+            other.append(line)
+            continue
+        name, _, text = rest.partition(" ")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not name or not isinstance(value, dict) or name in readers:
+            raise CorruptJournal(path, 0, f"settings file: bad reader line {line[:80]!r}")
+        readers[name] = value
+    return SettingsData(readers, tuple(other))

@@ -2,10 +2,11 @@
 
 libkestrel's ``Journal`` keeps each reader's head and done set next to the files; here that job
 is :class:`ReaderFiles`: it writes checkpoints (never claiming more than the journal durably
-holds), the reader registry, removes a reader's file, and archives journal files once every
+holds), the reader registry and the queue's durable settings (disk/settingsfile.py), removes a
+reader's files, and archives journal files once every
 reader's *checkpointed* head (and every external bookmark) has passed them.
 
-Locks: ``ReaderFiles.lock`` serializes every checkpoint/registry write and removal and the
+Locks: ``ReaderFiles.lock`` serializes every checkpoint/registry/settings write and removal and the
 archiving decision.  It is taken *before* the queue lock (``queue_lock``), never after it.
 """
 
@@ -14,13 +15,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from journaled.config import QueueConfig
 from journaled.disk import checkpointfiles as ckp
 from journaled.disk import fileio
+from journaled.disk import settingsfile as sf
 from journaled.disk.bookmarks import read_bookmarks
-from journaled.format.smallfiles import CheckpointData
+from journaled.format.smallfiles import CheckpointData, SettingsData
 from journaled.log.journal import Journal
 
 if TYPE_CHECKING:
@@ -56,6 +60,29 @@ class ReaderFiles:
         # archiving goes by these, so after a crash every checkpoint still points into the journal
         self.heads: dict[str, int] = {}
         self.archive_wanted = True  # a checkpointed head moved, or a reader left
+        self.settings_path = sf.settings_path(directory, name)
+        # the stored settings as the file holds them (guarded by ``lock``); a damaged file was
+        # logged and counts as empty, kept until a change of settings replaces it
+        self.settings = sf.read_settings(self.settings_path) or SettingsData()
+
+    def stored(self, reader: str) -> dict[str, Any] | None:
+        """``reader``'s stored settings, or ``None`` (defaults)."""
+        return self.settings.readers.get(reader)
+
+    def store(self, reader: str, settings: dict[str, Any] | None) -> bool:
+        """Make ``settings`` (``None``: the defaults) ``reader``'s stored settings, durably before
+        returning; ``False`` when they already were (nothing written).  Call with :attr:`lock`."""
+        if self.settings.readers.get(reader) == settings:
+            return False
+        readers = dict(self.settings.readers)
+        if settings is None:
+            readers.pop(reader, None)
+        else:
+            readers[reader] = settings
+        data = attrs.evolve(self.settings, readers=readers)
+        sf.write_settings(self.settings_path, data, self.config.file_mode)
+        self.settings = data
+        return True
 
     def track(self, reader: str, head: int) -> None:
         """``reader`` exists with its checkpointed head at ``head`` (loaded from disk, or about to be
@@ -90,8 +117,9 @@ class ReaderFiles:
         self.write_registry(names)
 
     def removed(self, reader: str, names: Sequence[str]) -> None:
-        """A reader was removed: forget its file.  Call with :attr:`lock`."""
+        """A reader was removed: forget its files (checkpoint, settings).  Call with :attr:`lock`."""
         self.write_registry(names)
+        self.store(reader, None)
         try:
             fileio.ops.unlink(self.path_of(reader))
             fileio.ops.fsync_dir(self.directory)

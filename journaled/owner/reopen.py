@@ -8,15 +8,22 @@ disk/checkpointfiles.py), kept out of queue.py so the rules are in one place and
 * :func:`id_floor`: the journal never hands out an id a reader has already seen, even if the
   journal lost its tail;
 * :func:`fit_to_journal`: a checkpoint whose head lies outside the journal is clamped, and
-  ids beyond the journal's end lose their commits and error counts (they will be reused).
+  ids beyond the journal's end lose their commits and error counts (they will be reused);
+* :func:`stored_config`: the :class:`~journaled.config.ReaderConfig` a reader's stored settings
+  give (docs/design.md, "Durable settings"), with a policy whose destination is missing suspended
+  rather than dropping items.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
+from journaled.config import ReaderConfig, Sink, reader_config_from_settings
 from journaled.disk import checkpointfiles as ckp
 from journaled.format.smallfiles import CheckpointData
 
@@ -74,3 +81,57 @@ def fit_to_journal(rname: str, state: CheckpointData | None, first: int, end: in
             errors=tuple((i, c) for i, c in state.errors if i < end),
         )
     return state
+
+
+#: The policy that sends items to each sink: suspended while its sink cannot be provided.
+_SENDS_TO = {"dead_letter": "max_errors", "expire_to": "max_age"}
+
+
+def stored_config(
+    rname: str,
+    settings: dict[str, Any] | None,
+    open_queue: Callable[[dict[str, str]], Sink | None],
+    stacklevel: int = 3,
+) -> ReaderConfig:
+    """The config reader ``rname`` runs with, given its stored ``settings`` (``None``: defaults).
+
+    ``open_queue(spec)`` opens a stored queue sink ``{"queue": path}`` (``None`` if it cannot).
+    A sink this process cannot provide -- a callable (``{"callable": ...}``: only the process that
+    set it has it), or a queue that cannot be opened -- never makes items vanish: the policy that
+    would hand items to it (``max_errors`` for ``dead_letter``, ``max_age`` for ``expire_to``) is
+    suspended, so those items stay in the reader (retried, with the stored ``retry_delay``, or
+    kept) until a process passes the sink with ``q.reader(name, config)``; a ``UserWarning`` and
+    a log warning say so.  Settings that do not form a valid config are logged and give the
+    defaults (the file is kept)."""
+    if settings is None:
+        return ReaderConfig()
+    missing: list[str] = []
+
+    def open_sink(field: str, spec: dict[str, str]) -> Sink | None:
+        sink = open_queue(spec) if "queue" in spec else None
+        if sink is None:
+            missing.append(field)
+        return sink
+
+    try:
+        config = reader_config_from_settings(settings, open_sink)
+    except ValueError as exc:
+        log.warning("reader %s: its stored settings are invalid (%s); it uses the defaults", rname, exc)
+        return ReaderConfig()
+    if missing:
+        suspended: dict[str, Any] = {
+            _SENDS_TO[f]: None for f in missing if getattr(config, _SENDS_TO[f]) is not None
+        }
+        names = ", ".join(f"{f}={settings[f]!r}" for f in missing)
+        if suspended:
+            outcome = f"{', '.join(sorted(suspended))} suspended (its items are kept, never dropped)"
+        else:  # e.g. expire_to without max_age: items with their own ttl still expire
+            outcome = "items bound for it are dropped and counted"
+        message = (
+            f"reader {rname}: its stored sink(s) {names} cannot be provided by this process; "
+            f"{outcome} until q.reader({rname!r}, config) passes the sink"
+        )
+        log.warning("%s", message)
+        warnings.warn(message, UserWarning, stacklevel=stacklevel)
+        config = attrs.evolve(config, **suspended)
+    return config

@@ -706,3 +706,94 @@ def test_owner_and_spec_reader_agree_on_random_header_damage(tmp_path, seed: int
     assert lost(events) == sorted(read.lost)
     assert sum(e.action == "recovered-header" for e in events) == verdicts.count("rebuilt")
     assert sum(e.action == "skipped-file" for e in events) == verdicts.count("unreadable")
+
+
+# ------------------------------------------------------------------------------ 15. settings
+def test_the_settings_file_is_the_canonical_text_of_section_15(tmp_path) -> None:
+    """[F-33] [F-4]: the bytes the owner writes are the spec's, byte for byte, rebuilt here from
+    the spec's rules with json and crc32c alone; the files are in section 1's inventory."""
+    import json
+
+    from journaled import ReaderConfig
+
+    path, dead_path = str(tmp_path / "q"), str(tmp_path / "d\u00e9ad")
+    with JournaledQueue(dead_path) as dead, JournaledQueue(path, name="q") as q:
+        q.reader("plain")  # the defaults: no line
+        q.reader("workers", ReaderConfig(max_errors=2, retry_delay=0.05, dead_letter=dead))
+        q.reader("a", ReaderConfig(max_age=7, expire_to=print, max_items=10))
+    with open(os.path.join(path, "q.settings"), "rb") as f:
+        raw = f.read()
+    keys = ["max_memory", "max_items", "max_size", "discard_old_when_full", "max_age", "expire_to"]
+    keys += ["open_read_timeout", "max_errors", "dead_letter", "retry_delay", "retry_delay_max"]
+    base = dict.fromkeys(keys) | {"max_memory": 16 * 1024 * 1024, "discard_old_when_full": False}
+    a = base | {"max_age": 7, "expire_to": {"callable": "builtins.print"}, "max_items": 10}
+    w = base | {"max_errors": 2, "retry_delay": 0.05, "dead_letter": {"queue": "../d\u00e9ad"}}
+    body = "journaled-settings 1\n"
+    for name, obj in (("a", a), ("workers", w)):
+        body += f"reader {name} {json.dumps(obj, sort_keys=True, separators=(',', ':'))}\n"
+    assert "\\u00e9" in body
+    assert raw == body.encode("ascii") + b"crc32c %08x\n" % crc32c(body.encode("ascii"))
+    for e in os.listdir(path):
+        assert not e.startswith("q.settings") or re.fullmatch(r"q\.settings(\.damaged)?", e), e
+
+
+def test_a_damaged_settings_file_is_kept_and_lines_of_other_kinds_survive(tmp_path) -> None:
+    """[F-34]: a wrong CRC, a bad reader line, a repeated reader: damaged, the defaults apply,
+    the bytes stay; replaced only by new settings, kept first in ``.damaged``.  An unknown key
+    gives that reader the defaults; a line of another kind survives a rewrite."""
+    from journaled import ReaderConfig
+    from journaled.disk.settingsfile import load_settings
+    from journaled.errors import CorruptJournal
+
+    path = str(tmp_path / "q")
+    file = os.path.join(path, "q.settings")
+    with JournaledQueue(path, name="q") as q:
+        q.reader("r", ReaderConfig(max_errors=2))
+    good = encode_crc_text("journaled-settings 1", ['reader r {"max_errors":3,"colour":1}', "queue {}"])
+    for bad in (
+        encode_crc_text("journaled-settings 1", ["reader r [1]"]),
+        encode_crc_text("journaled-settings 1", ['reader r {"max_errors":2}', 'reader r {"max_errors":3}']),
+        good[:-2] + b"0\n",
+    ):
+        with open(file, "wb") as f:
+            f.write(bad)
+        with pytest.raises(CorruptJournal):
+            load_settings(file)
+        with JournaledQueue(path, name="q") as q:
+            assert q.reader("r").config.max_errors is None
+        with open(file, "rb") as f:
+            assert f.read() == bad
+    with open(file, "wb") as f:
+        f.write(good)
+    with JournaledQueue(path, name="q") as q:
+        assert q.reader("r").config.max_errors is None  # an unknown key: that reader's defaults
+        q.reader("s", ReaderConfig(max_errors=4))
+    assert load_settings(file).other == ("queue {}",)
+    assert not os.path.exists(file + ".damaged")  # it was not damaged: nothing set aside
+    with open(file, "wb") as f:
+        f.write(good[:-2] + b"0\n")
+    with JournaledQueue(path, name="q") as q:
+        q.reader("s", ReaderConfig(max_errors=5))
+    with open(file + ".damaged", "rb") as f:
+        assert f.read() == good[:-2] + b"0\n"
+
+
+def test_a_stored_queue_sink_is_opened_by_path_and_a_missing_one_suspends_its_policy(tmp_path) -> None:
+    """[F-35]: ``{"queue": "../dead"}`` is opened relative to the queue directory; a directory
+    that is not there is not created, and ``max_errors`` is suspended (the item stays)."""
+    from journaled import ReaderConfig
+
+    path, dead_path = str(tmp_path / "q"), str(tmp_path / "dead")
+    os.makedirs(path, 0o700)
+    line = 'reader r {"dead_letter":{"queue":"../dead"},"max_errors":1}'
+    with open(os.path.join(path, "q.settings"), "wb") as f:
+        f.write(encode_crc_text("journaled-settings 1", [line]))
+    with pytest.warns(UserWarning, match="max_errors suspended"), JournaledQueue(path, name="q") as q:
+        r = q.reader("r", None)
+        assert r.config.max_errors is None and r.config.dead_letter is None
+        assert r.config == ReaderConfig()
+    assert not os.path.exists(dead_path)
+    JournaledQueue(dead_path).close()
+    with JournaledQueue(path, name="q") as q:
+        r = q.reader("r")
+        assert r.config.max_errors == 1 and r.config.dead_letter.path == dead_path
