@@ -28,6 +28,7 @@ from journaled.errors import (
     UnsafeDirectory,
     UnsupportedVersion,
 )
+from journaled.inspection import inspect_queue
 from journaled.item import Item
 from journaled.log.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
@@ -81,5 +82,6 @@ __all__ = [
     "UnsafeDirectory",
     "UnsupportedVersion",
     "__version__",
+    "inspect_queue",
     "spool_put",
 ]

@@ -3,8 +3,10 @@
 ``dump``, ``stat`` and ``check`` never modify anything (not even a lock file) and are safe
 while another process owns the queue.  ``repair`` is offline: it takes the directory lock and
 refuses when a live process holds it.  Every command first checks that the path is a directory
-holding exactly one queue (or the one ``--name`` picks): anything else is a :class:`UsageError`,
-so no command ever creates a file where there is no queue.  Exit codes: 0 clean/success,
+holding exactly one queue (or the one ``--name`` picks): anything else is a ``NotAQueue``
+(offline/snapshot.py; one line, exit 2), so no command ever creates a file where there is no
+queue.  ``stat`` prints :func:`journaled.inspection.inspect_queue`'s snapshot: it takes no lock,
+not even to see who holds the directory.  Exit codes: 0 clean/success,
 1 damage found (check, dump) or repair failed, 2 usage error or wrong path, 3 the directory is
 locked by a live process (repair).
 """
@@ -15,78 +17,21 @@ import argparse
 import base64
 import datetime as _dt
 import json
-import os
-import re
 import sys
-import time
 from typing import Any
 
 import attrs
 
-from journaled.config import validate_name
-from journaled.disk.bookmarks import BOOKMARK_DIR, read_bookmarks
-from journaled.disk.checkpointfiles import (
-    checkpoint_path,
-    list_checkpoints,
-    read_checkpoint,
-    read_registry,
-    registry_path,
-)
-from journaled.disk.dirlock import owner_pid
-from journaled.disk.layout import is_journal
-from journaled.errors import InvalidName, JournaledError, QueueLocked
+from journaled.errors import JournaledError, QueueLocked
 from journaled.format import speedups
-from journaled.format.smallfiles import CheckpointData
+from journaled.inspection import inspect_queue
 from journaled.offline import repair
 from journaled.offline.scan import JournalScanner
-from journaled.remote.connections import Link
-
-_JOURNAL_NAME = re.compile(r"(.+)\.(\d{1,20})")
-_REGISTRY_NAME = re.compile(r"(.+)\.readers")
+from journaled.offline.snapshot import queue_name, reader_state
 
 
 class UsageError(Exception):
     """A wrong path or option: the command prints the message on one line and exits 2."""
-
-
-def queues_in(path: str) -> list[str]:
-    """The queues a directory holds: names with a journal file (proved by its header) or a
-    readable reader registry.  Reads only; a missing or non-directory path is a UsageError."""
-    if not os.path.lexists(path):
-        raise UsageError(f"{path}: does not exist")
-    if not os.path.isdir(path):
-        raise UsageError(f"{path}: not a directory")
-    found: set[str] = set()
-    for entry in os.listdir(path):
-        m = _JOURNAL_NAME.fullmatch(entry) or _REGISTRY_NAME.fullmatch(entry)
-        if m is None or entry.startswith("."):
-            continue
-        try:
-            name = validate_name(m.group(1))
-        except InvalidName:
-            continue
-        full = os.path.join(path, entry)
-        if name in found:
-            continue
-        if m.re is _JOURNAL_NAME and is_journal(full, name, int(m.group(2))):
-            found.add(name)
-        elif m.re is _REGISTRY_NAME and read_registry(full) is not None:
-            found.add(name)
-    return sorted(found)
-
-
-def queue_name(path: str, name: str | None) -> str:
-    """The one queue ``path`` holds (or ``name``, if it holds that); else a UsageError."""
-    names = queues_in(path)
-    if not names:
-        raise UsageError(f"{path}: no journaled queue here (no journal files)")
-    if name is not None:
-        if name not in names:
-            raise UsageError(f"{path}: holds no queue {name!r} (it holds: {', '.join(names)})")
-        return name
-    if len(names) > 1:
-        raise UsageError(f"{path}: holds several queues ({', '.join(names)}); pick one with --name")
-    return names[0]
 
 
 def escape(text: str) -> str:
@@ -124,7 +69,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     n = 0
     start, done = args.start, frozenset[int]()
     if args.reader:
-        state = _reader_state(args.path, scanner.name, args.reader)
+        state = reader_state(args.path, scanner.name, args.reader)
         if state is None:
             raise UsageError(f"{args.path}: no reader {args.reader!r} in queue {scanner.name!r}")
         start, done = max(start, state.head), frozenset(state.done)
@@ -155,96 +100,54 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 1 if scanner.damage else 0
 
 
-def _reader_state(path: str, name: str, reader: str) -> CheckpointData | None:
-    ck = checkpoint_path(path, name, reader)
-    if not os.path.exists(ck):
-        return None
-    return read_checkpoint(ck) or CheckpointData(head=0)
-
-
 def collect_stat(path: str, name: str | None = None) -> dict[str, Any]:
-    """Readers, heads, backlog, files, bytes and ages of a queue directory (read-only)."""
-    scanner = JournalScanner(path, queue_name(path, name))
-    name = scanner.name
-    files = scanner.files()
-    now = time.time()
-    next_id = 1
-    first_id = 1
-    oldest_ms: int | None = None
-    if files:
-        good = [f for f in files if f.header is not None]
-        if good:
-            first_id = good[0].header.first_id  # type: ignore[union-attr]
-            next_id = good[-1].header.first_id  # type: ignore[union-attr]
-            for rec in scanner.records(next_id):
-                next_id = rec.id + 1
-            for rec in scanner.records(first_id):
-                oldest_ms = rec.add_ms
-                break
-    names = set(list_checkpoints(path, name)) | set(read_registry(registry_path(path, name)) or ())
-    readers = []
-    for r in sorted(names):
-        state = _reader_state(path, name, r)
-        ck = checkpoint_path(path, name, r)
-        head = max(state.head, first_id) if state else first_id
-        done = [i for i in (state.done if state else ()) if head <= i < next_id]
-        readers.append(
-            {
-                "name": r,
-                "head": head,
-                "backlog_items": max(0, next_id - head - len(done)),
-                "done_out_of_order": len(done),
-                "checkpoint_age_s": round(now - os.path.getmtime(ck), 3) if os.path.exists(ck) else None,
-                "checkpoint_ok": state is not None and os.path.exists(ck),
-            }
-        )
+    """``journaled stat --json``: :func:`journaled.inspection.inspect_queue` as JSON (ages in
+    seconds under ``*_s`` names); read-only, never the owner."""
+    snap = inspect_queue(path, name)
+    owner: dict[str, Any] | None = None
+    if snap.owner is not None and snap.owner.error is not None:
+        owner = {"error": snap.owner.error}
+    elif snap.owner is not None:
+        owner = {
+            "health": attrs.asdict(snap.owner.health) if snap.owner.health else None,
+            "clients": [attrs.asdict(c) for c in snap.owner.clients],
+        }
     return {
-        "path": os.path.abspath(path),
-        "queue": name,
-        "owner_pid": owner_pid(path),
-        "files": len(files),
-        "bytes": sum(f.size for f in files),
-        "first_id": first_id,
-        "next_id": next_id,
-        "items": next_id - first_id,
-        "oldest_item_age_s": round(now - oldest_ms / 1000, 3) if oldest_ms else None,
-        "newest_file_age_s": round(now - files[-1].ms / 1000, 3) if files else None,
-        "readers": readers,
-        "external_readers": _external_readers(path, first_id, next_id, now),
-        "damaged_files_kept": sorted(e for e in os.listdir(path) if e.endswith(".damaged")),
-        "owner": ask_owner(path) if owner_pid(path) else None,
+        "path": snap.path,
+        "queue": snap.name,
+        "owner_pid": snap.owner_pid,
+        "files": snap.files,
+        "bytes": snap.bytes,
+        "first_id": snap.first_id,
+        "next_id": snap.next_id,
+        "items": snap.items,
+        "oldest_item_age_s": snap.oldest_item_age,
+        "newest_file_age_s": snap.newest_file_age,
+        "readers": [
+            {
+                "name": r.name,
+                "head": r.head,
+                "backlog_items": r.backlog_items,
+                "backlog_bytes": r.backlog_bytes,
+                "oldest_uncommitted_age_s": r.oldest_age,
+                "live": r.live,
+                "done_out_of_order": r.done_out_of_order,
+                "checkpoint_age_s": r.checkpoint_age,
+                "checkpoint_ok": r.checkpoint_ok,
+                "open_reads": r.open_reads,
+                "items_delayed": r.items_delayed,
+                "dead_lettered": r.dead_lettered,
+                "expired": r.expired,
+            }
+            for r in snap.readers
+        ],
+        "external_readers": [
+            {"name": b.name, "head": b.head, "lag": b.lag, "bookmark_age_s": b.bookmark_age}
+            for b in snap.external_readers
+        ],
+        "damaged_files_kept": list(snap.damaged_files_kept),
+        "owner": owner,
     }
-
-
-def ask_owner(path: str) -> dict[str, Any]:
-    """What only the live owner knows, asked through its socket: its health and the processes
-    it serves with their open reads (``{"error": ...}`` if it does not answer within 5 s)."""
-    try:
-        link = Link(os.path.abspath(path), timeout=5.0)
-    except (OSError, JournaledError) as exc:
-        return {"error": f"the owner does not answer: {exc}"}
-    try:
-        stats = link.call({"op": "stats"})[0]["stats"]
-    except (OSError, JournaledError) as exc:
-        return {"error": f"the owner does not answer: {exc}"}
-    finally:
-        link.kill()
-    me = os.getpid()
-    return {"health": stats["health"], "clients": [c for c in stats["clients"] if c["pid"] != me]}
-
-
-def _external_readers(path: str, first_id: int, next_id: int, now: float) -> list[dict[str, Any]]:
-    """Bookmarks (a Spark query's committed offset, disk/bookmarks.py) as readers: head and lag."""
-    out = []
-    for r, head in sorted(read_bookmarks(path).items()):
-        try:
-            age: float | None = round(now - os.path.getmtime(os.path.join(path, BOOKMARK_DIR, r)), 3)
-        except OSError:
-            age = None
-        out.append(
-            {"name": r, "head": head, "lag": max(0, next_id - max(head, first_id)), "bookmark_age_s": age}
-        )
-    return out
 
 
 def cmd_stat(args: argparse.Namespace) -> int:
@@ -264,11 +167,20 @@ def cmd_stat(args: argparse.Namespace) -> int:
             f"newest file {st['newest_file_age_s']:.1f} s old"
         )
     for r in st["readers"]:
+        age = r["oldest_uncommitted_age_s"]
         print(
-            f"  reader {r['name']}: head {r['head']}, backlog_items {r['backlog_items']}, "
-            f"{r['done_out_of_order']} committed out of order, checkpoint "
+            f"  reader {r['name']}: head {r['head']}, backlog_items {r['backlog_items']} "
+            f"({r['backlog_bytes']} bytes"
+            + ("" if age is None else f", oldest uncommitted {age:.1f} s old")
+            + f"), {r['done_out_of_order']} committed out of order, checkpoint "
             + (f"{r['checkpoint_age_s']:.1f} s old" if r["checkpoint_ok"] else "missing or damaged")
+            + (" (figures from the live owner)" if r["live"] else "")
         )
+        if r["open_reads"] is not None:
+            print(
+                f"    open reads {r['open_reads']}, delayed {r['items_delayed']}, "
+                f"dead-lettered {r['dead_lettered']}, expired {r['expired']}"
+            )
     for r in st["external_readers"]:
         age = "" if r["bookmark_age_s"] is None else f", bookmark {r['bookmark_age_s']:.1f} s old"
         print(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
@@ -279,7 +191,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
         print(f"  owner: {live['error']}")
     elif live is not None:
         health = live["health"]
-        if health["ok"]:
+        if health is None or health["ok"]:
             print("  health: ok")
         else:
             print(
