@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from journaled import DeadLetter, Empty, JournaledQueue
+from journaled.disk.settingsfile import load_settings, settings_path
 
 TIMEOUT = 120
 JOBS = 5
@@ -65,15 +66,13 @@ while time.monotonic() < deadline:
     else:
         done.append(item.data.decode())
         r.commit(item)
-assert q.is_owner
-# the reader as the owner runs it (a client's RemoteQueue owns it through _local after taking over)
-cfg = (q if role == "owner" else q._local)._readers["workers"].config
+out = {"done": sorted(done), "poison_at": poison_at}
+if role != "served":  # the reader as the owner runs it (a client owns it through _local after taking over)
+    assert q.is_owner
+    cfg = (q if role == "owner" else q._local)._readers["workers"].config
+    out.update(max_errors=cfg.max_errors, retry_delay=cfg.retry_delay, dead_letter=cfg.dead_letter.path)
 q.close()
-print(json.dumps({
-    "max_errors": cfg.max_errors, "retry_delay": cfg.retry_delay,
-    "dead_letter": getattr(cfg.dead_letter, "path", None),
-    "done": sorted(done), "poison_at": poison_at,
-}), flush=True)
+print(json.dumps(out), flush=True)
 """
 
 
@@ -89,10 +88,15 @@ def _worker(qdir: str) -> dict[str, object]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _check(result: dict[str, object], deaddir: str) -> None:
-    assert result["max_errors"] == 2
-    assert result["retry_delay"] == 0.05
-    assert result["dead_letter"] == deaddir
+def _check(result: dict[str, object], qdir: str, deaddir: str) -> None:
+    if "max_errors" in result:  # what the owner ran
+        assert (result["max_errors"], result["retry_delay"], result["dead_letter"]) == (2, 0.05, deaddir)
+    stored = load_settings(settings_path(qdir, "jobs")).readers["workers"]  # the same after as before
+    assert (stored["max_errors"], stored["retry_delay"], stored["dead_letter"]) == (
+        2,
+        0.05,
+        {"queue": "../dead"},
+    )
     assert result["done"] == sorted(f"job-{i}" for i in range(JOBS))
     at = result["poison_at"]
     assert isinstance(at, list) and len(at) == 2  # two errors, then the dead-letter queue: no hot loop
@@ -112,7 +116,7 @@ def test_settings_outlive_a_producer_that_exits_normally(tmp_path) -> None:
     subprocess.run(
         [sys.executable, "-c", _code(PRODUCER), qdir, deaddir, "exit"], check=True, timeout=TIMEOUT
     )
-    _check(_worker(qdir), deaddir)
+    _check(_worker(qdir), qdir, deaddir)
 
 
 def test_settings_outlive_a_producer_killed_with_sigkill(tmp_path) -> None:
@@ -130,7 +134,7 @@ def test_settings_outlive_a_producer_killed_with_sigkill(tmp_path) -> None:
         producer.send_signal(signal.SIGKILL)
         producer.wait(timeout=TIMEOUT)
     assert producer.returncode == -signal.SIGKILL
-    _check(_worker(qdir), deaddir)
+    _check(_worker(qdir), qdir, deaddir)
 
 
 @pytest.mark.parametrize("how", ["close", "kill"])
@@ -159,4 +163,30 @@ def test_a_client_taking_over_applies_the_stored_settings(tmp_path, how) -> None
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=TIMEOUT)
-    _check(json.loads(out.strip().splitlines()[-1]), deaddir)
+    _check(json.loads(out.strip().splitlines()[-1]), qdir, deaddir)
+
+
+def test_journaled_serve_applies_the_stored_settings(tmp_path) -> None:
+    """The producer exits; ``journaled serve`` owns the queue (and opens the dead-letter queue by
+    its stored path); a worker, its client, runs the reader without a config."""
+    qdir, deaddir = str(tmp_path / "jobs"), str(tmp_path / "dead")
+    subprocess.run(
+        [sys.executable, "-c", _code(PRODUCER), qdir, deaddir, "exit"], check=True, timeout=TIMEOUT
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "journaled", "serve", qdir], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().startswith("serving")
+        out = subprocess.run(
+            [sys.executable, "-c", _code(WORKER), qdir, "served"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=TIMEOUT)
+    assert server.returncode == 0
+    _check(json.loads(out.stdout.strip().splitlines()[-1]), qdir, deaddir)
