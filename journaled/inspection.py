@@ -188,6 +188,11 @@ def inspect_queue(path: str | os.PathLike[str], name: str | None = None) -> Queu
     one request to the live owner, if any (at most ``OWNER_TIMEOUT`` seconds)."""
     disk: DiskView = read_disk(os.fspath(path), name)
     owner = ask_owner(disk.path)
+    if owner is None and disk.lock_holder is not None:
+        owner = OwnerView(
+            pid=disk.lock_holder,
+            error="the process holding the directory does not serve it (an offline repair?)",
+        )
     owner_pid = disk.lock_holder
     if owner is not None and owner.pid > 0:
         owner_pid = owner.pid

@@ -201,7 +201,13 @@ def read_disk(path: str, name: str | None = None) -> DiskView:
     first_id = good[0].first_id if good else 1
     last_file_id = good[-1].first_id if good else 1
     names = set(list_checkpoints(path, name)) | set(read_registry(registry_path(path, name)) or ())
-    states = {r: reader_state(path, name, r) for r in sorted(names)}
+    states: dict[str, CheckpointData | None] = {}
+    intact: dict[str, bool] = {}
+    for r in sorted(names):
+        ck = checkpoint_path(path, name, r)
+        data = read_checkpoint(ck) if os.path.exists(ck) else None
+        intact[r] = data is not None
+        states[r] = data if data is not None else (CheckpointData(head=0) if os.path.exists(ck) else None)
     heads = {r: max(s.head, first_id) if s else first_id for r, s in states.items()}
     done = {r: frozenset(s.done) if s else frozenset() for r, s in states.items()}
     nbytes = dict.fromkeys(heads, 0)
@@ -233,7 +239,7 @@ def read_disk(path: str, name: str | None = None) -> DiskView:
                 oldest_age=round(now - oldest[r] / 1000, 3) if r in oldest else None,
                 done_out_of_order=skipped,
                 checkpoint_age=_age(now, ck),
-                checkpoint_ok=states[r] is not None and os.path.exists(ck),
+                checkpoint_ok=intact[r],
             )
         )
     bookmarks = tuple(

@@ -205,3 +205,41 @@ def test_several_queues_need_a_name(tmp_path):
     assert inspect_queue(d, "beta").name == "beta"
     with pytest.raises(NotAQueue, match="gamma"):
         inspect_queue(d, "gamma")
+
+
+def test_a_damaged_checkpoint_is_reported_not_ok(qpath, capsys):
+    with open(os.path.join(qpath, "q.read.b"), "r+b") as f:
+        f.write(b"junk")
+    b = {r.name: r for r in inspect_queue(qpath).readers}["b"]
+    assert b.checkpoint_ok is False and b.head == 1
+    assert main(["stat", qpath]) == 0
+    assert "reader b: head 1" in capsys.readouterr().out.split("checkpoint missing or damaged")[0]
+
+
+HOLDER = """
+import sys
+from journaled.disk.dirlock import DirLock
+lock = DirLock.acquire(sys.argv[1])  # held, never served: what an offline repair does
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_process_that_holds_the_directory_without_serving_it_is_named(qpath, no_flock):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, qpath],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        snap = inspect_queue(qpath)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert no_flock == []
+    assert snap.owner_pid == holder.pid  # read from /proc/locks, not by probing the lock
+    assert snap.owner is not None and "does not serve it" in (snap.owner.error or "")
+    assert inspect_queue(qpath).owner_pid is None  # released
