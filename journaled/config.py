@@ -299,10 +299,7 @@ def sink_spec(sink: object, queue_dir: str) -> SinkSpec:
     where = _queue_dir_of(sink)
     if where is None:
         return {"callable": _describe(sink)}
-    where, home = os.path.abspath(where), os.path.abspath(queue_dir)
-    if os.path.dirname(where) == os.path.dirname(home):
-        return {"queue": os.path.relpath(where, home)}
-    return {"queue": where}
+    return sink_spec_of_dir(where, queue_dir)
 
 
 def _describe(sink: object) -> str:
@@ -370,3 +367,38 @@ def reader_config_from_settings(
         return ReaderConfig(**kwargs)
     except TypeError as exc:  # attrs' instance_of says TypeError: a bad value all the same
         raise ValueError(str(exc)) from None
+
+
+def merge_settings(stored: dict[str, Any] | None, changes: dict[str, Any], queue_dir: str) -> dict[str, Any]:
+    """``stored`` (``None``: the defaults) with only the fields named in ``changes`` replaced: a
+    change never drops a setting it did not name.  Plain fields take what ``ReaderConfig``
+    takes; a sink takes ``None``, a sink object (a queue is stored by its directory), a
+    directory path (``str``/``PathLike``, relative to the current directory) or a stored form
+    ``{"queue": path}`` (relative to ``queue_dir``).  Raises ``ValueError`` for an unknown field
+    or a value ``ReaderConfig`` refuses (nothing is changed then)."""
+    unknown = sorted(set(changes) - set(STORED_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown reader settings {unknown!r} (known: {', '.join(STORED_FIELDS)})")
+    merged = dict(stored) if stored is not None else reader_settings(ReaderConfig(), queue_dir)
+    for field, value in changes.items():
+        if field not in SINK_FIELDS:
+            merged[field] = value
+        elif isinstance(value, (str, os.PathLike)):
+            merged[field] = sink_spec_of_dir(os.fspath(value), queue_dir)
+        elif isinstance(value, dict):
+            merged[field] = _check_spec(field, value)
+        else:
+            _check_sink(None, attrs.fields_dict(ReaderConfig)[field], value)
+            merged[field] = sink_spec(value, queue_dir)
+    reader_config_from_settings(merged)  # every value checked as a ReaderConfig checks it
+    return merged
+
+
+def sink_spec_of_dir(directory: str, queue_dir: str) -> dict[str, str]:
+    """The stored form of a queue sink given by its directory (see :func:`sink_spec`)."""
+    if not directory:
+        raise ValueError("a destination directory must not be empty")
+    where, home = os.path.abspath(directory), os.path.abspath(queue_dir)
+    if os.path.dirname(where) == os.path.dirname(home):
+        return {"queue": os.path.relpath(where, home)}
+    return {"queue": where}

@@ -28,8 +28,18 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
+import attrs
+
 from journaled import aio as _aio
-from journaled.config import QueueConfig, ReaderConfig, Sink, reader_settings, sink_dir, validate_name
+from journaled.config import (
+    QueueConfig,
+    ReaderConfig,
+    Sink,
+    merge_settings,
+    reader_settings,
+    sink_dir,
+    validate_name,
+)
 from journaled.core import policies, seek
 from journaled.core.readercore import ReaderCore
 from journaled.disk import lifecycle
@@ -119,7 +129,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             _OWNED[self.path] = self
             for rname, state in states.items():
                 # stacklevel 5 (through OpenOrConnect): the warning names the line that opened the queue
-                cfg = reopen.stored_config(rname, self._files.stored(rname), self._open_destination, 5)
+                cfg = reopen.stored_config(rname, self._files.stored(rname), self._provide_sink, 5)
                 self._add_reader(rname, cfg, reopen.fit_to_journal(rname, state, first, end))
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
@@ -157,6 +167,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             return None
         self._destinations[path] = dest
         return cast("Sink", dest)
+
+    def _provide_sink(self, _field: str, spec: dict[str, str]) -> Sink | None:
+        # a stored queue is opened by path; a callable only its process has (not this one, at open)
+        return self._open_destination(spec) if "queue" in spec else None
 
     def _close_destinations(self) -> None:
         for dest in self.__dict__.get("_destinations", {}).values():
@@ -201,13 +215,15 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             )
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
-        ignored = new = None
-        with self._files.lock:
+        ignored = new = stored = None
+        with self._files.lock:  # readers are created and removed only under it: no race below
+            self._check_open()  # a closed queue's directory may be someone else's now
             if config is not None:
-                self._check_open()  # a closed queue's directory may be someone else's now
                 settings = reader_settings(config, self.path)
                 if self._files.store(name, None if settings == _DEFAULTS else settings):
                     log.info("queue %s: reader %s settings changed to %s", self.path, name, settings)
+            elif name not in self._readers:  # outside the queue lock: it may open a destination
+                stored = reopen.stored_config(name, self._files.stored(name), self._provide_sink)
             with self._lock:
                 self._check_open()
                 existing = self._readers.get(name)
@@ -216,9 +232,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                     existing.core.reconfigure(config)
                     self._engine.wake()  # its time-driven policies may start now
                 if existing is None:
-                    cfg = config or reopen.stored_config(
-                        name, self._files.stored(name), self._open_destination
-                    )
+                    cfg = config or stored or ReaderConfig()
                     head = seek.start_id(self._journal, cfg.start)
                     existing = self._add_reader(name, cfg, CheckpointData(head))
                     new = (existing.core.checkpoint_state(), list(self._readers))
@@ -227,6 +241,46 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         if ignored is not None:
             warnings.warn(ignored, UserWarning, stacklevel=2)  # outside the locks: it may raise
         return existing
+
+    def reader_settings(self, name: str) -> dict[str, Any]:
+        """Reader ``name``'s stored settings (docs/format.md, section 15): every field of
+        ``ReaderConfig`` but ``start``, sinks in their stored form; the defaults where none are
+        stored.  Raises :class:`UnknownReader` for a reader that does not exist."""
+        with self._files.lock:
+            self._check_open()
+            if name not in self._readers:
+                raise UnknownReader(f"no reader named {name!r}")
+            return dict(self._files.stored(name) or _DEFAULTS)
+
+    def set_reader_settings(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change only the settings named in ``changes`` of reader ``name`` (the others stay as
+        stored: nothing is dropped that was not named), durably before returning, logged at INFO,
+        and applied.  Values as :func:`journaled.config.merge_settings` takes them (a sink may be
+        a directory path).  Returns the new stored settings.  Raises :class:`UnknownReader`, or
+        ``ValueError`` for an unknown field or a bad value (nothing changed)."""
+        with self._files.lock:
+            self._check_open()
+            reader = self._readers.get(name)
+            if reader is None:
+                raise UnknownReader(f"no reader named {name!r}")
+            merged = merge_settings(self._files.stored(name), changes, self.path)
+            live = reader.core.config
+
+            def provide(field: str, spec: dict[str, str]) -> Sink | None:
+                if field in changes and not isinstance(changes[field], (str, os.PathLike, dict)):
+                    return cast("Sink", changes[field])  # the object given
+                if field not in changes and getattr(live, field) is not None:
+                    return cast("Sink", getattr(live, field))  # unchanged: the sink in use stays
+                return self._provide_sink(field, spec)
+
+            config = reopen.stored_config(name, merged, provide)
+            if self._files.store(name, None if merged == _DEFAULTS else merged):
+                log.info("queue %s: reader %s settings changed to %s", self.path, name, merged)
+            with self._lock:
+                self._check_open()
+                reader.core.reconfigure(attrs.evolve(config, start=live.start))
+                self._engine.wake()  # its time-driven policies may start now
+        return merged
 
     def readers(self) -> list[str]:
         """Names of the existing readers, sorted."""

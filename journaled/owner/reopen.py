@@ -90,12 +90,13 @@ _SENDS_TO = {"dead_letter": "max_errors", "expire_to": "max_age"}
 def stored_config(
     rname: str,
     settings: dict[str, Any] | None,
-    open_queue: Callable[[dict[str, str]], Sink | None],
+    provide: Callable[[str, dict[str, str]], Sink | None],
     stacklevel: int = 3,
 ) -> ReaderConfig:
     """The config reader ``rname`` runs with, given its stored ``settings`` (``None``: defaults).
 
-    ``open_queue(spec)`` opens a stored queue sink ``{"queue": path}`` (``None`` if it cannot).
+    ``provide(field, spec)`` gives the sink for each stored one (``None`` if it cannot): opens a
+    queue ``{"queue": path}``; a ``{"callable": ...}`` only a process that still holds it can give.
     A sink this process cannot provide -- a callable (``{"callable": ...}``: only the process that
     set it has it), or a queue that cannot be opened -- never makes items vanish: the policy that
     would hand items to it (``max_errors`` for ``dead_letter``, ``max_age`` for ``expire_to``) is
@@ -108,7 +109,7 @@ def stored_config(
     missing: list[str] = []
 
     def open_sink(field: str, spec: dict[str, str]) -> Sink | None:
-        sink = open_queue(spec) if "queue" in spec else None
+        sink = provide(field, spec)
         if sink is None:
             missing.append(field)
         return sink

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from journaled import Empty, JournaledQueue, ReaderConfig, UnsafeDirectory
+from journaled import Empty, JournaledQueue, ReaderConfig, UnknownReader, UnsafeDirectory
 from journaled.config import STORED_FIELDS, reader_config_from_settings, reader_settings, sink_spec
 from journaled.disk.settingsfile import load_settings, settings_path, write_settings
 from journaled.errors import CorruptJournal
@@ -254,3 +254,36 @@ def test_a_planted_link_is_refused_never_followed(tmp_path) -> None:
     os.symlink(target, settings_path(qdir, "q"))
     with pytest.raises(UnsafeDirectory):
         JournaledQueue(qdir)
+
+
+def test_set_reader_settings_changes_only_what_it_names(tmp_path, caplog) -> None:
+    qdir, deaddir = str(tmp_path / "q"), str(tmp_path / "dead")
+    caplog.set_level(logging.INFO, logger="journaled")
+    seen: list[bytes] = []
+    with JournaledQueue(deaddir) as dead, JournaledQueue(qdir) as q:
+        r = q.reader("w", ReaderConfig(max_errors=5, dead_letter=dead, expire_to=seen.append, start="latest"))
+        caplog.clear()
+        new = q.set_reader_settings("w", {"retry_delay": 0.25, "max_errors": 2})
+        assert "reader w settings changed" in caplog.text
+        assert new == q.reader_settings("w") == load_settings(settings_path(qdir, "q")).readers["w"]
+        assert (new["retry_delay"], new["max_errors"], new["dead_letter"]) == (0.25, 2, {"queue": "../dead"})
+        assert new["expire_to"] == {"callable": "list.append"}
+        # the sinks it did not name are the ones in use, the callable included; start is kept
+        assert r.config.dead_letter is dead and r.config.expire_to == seen.append
+        assert (r.config.retry_delay, r.config.max_errors, r.config.start) == (0.25, 2, "latest")
+        for bad in ({"colour": 1}, {"max_errors": 0}, {"dead_letter": 7}, {"start": "earliest"}):
+            with pytest.raises(ValueError):
+                q.set_reader_settings("w", bad)
+        assert q.reader_settings("w") == new  # nothing changed by a refused change
+        with pytest.raises(UnknownReader):
+            q.set_reader_settings("nobody", {"max_errors": 1})
+        with pytest.raises(UnknownReader):
+            q.reader_settings("nobody")
+        q.reader("v")
+        assert q.reader_settings("v") == reader_settings(ReaderConfig(), qdir)
+    with pytest.warns(UserWarning, match="reader w: .*expire_to"):  # w's callable is gone
+        q = JournaledQueue(qdir)
+    with q:  # a destination given by its directory, as a command line would
+        q.set_reader_settings("v", {"dead_letter": deaddir, "max_errors": 1})
+        assert q.reader_settings("v")["dead_letter"] == {"queue": "../dead"}
+        assert q.reader("v").config.dead_letter.path == deaddir
