@@ -11,7 +11,7 @@ disk/checkpointfiles.py), kept out of queue.py so the rules are in one place and
   ids beyond the journal's end lose their commits and error counts (they will be reused);
 * :func:`stored_config`: the :class:`~journaled.config.ReaderConfig` a reader's stored settings
   give (docs/design.md, "Durable settings"), with a policy whose destination is missing suspended
-  rather than dropping items.
+  rather than dropping items; :func:`unprovided_sinks` says which (for a health flag).
 """
 
 from __future__ import annotations
@@ -136,3 +136,12 @@ def stored_config(
         warnings.warn(message, UserWarning, stacklevel=stacklevel)
         config = attrs.evolve(config, **suspended)
     return config
+
+
+def unprovided_sinks(settings: dict[str, Any] | None, config: ReaderConfig) -> tuple[str, ...]:
+    """The sinks stored in ``settings`` that the reader running ``config`` lacks (sorted): a
+    callable of another process, a destination that could not be opened.  What a health flag
+    reports (the policy sending items there is suspended, see :func:`stored_config`)."""
+    if settings is None:
+        return ()
+    return tuple(f for f in sorted(_SENDS_TO) if settings.get(f) is not None and getattr(config, f) is None)

@@ -287,3 +287,17 @@ def test_set_reader_settings_changes_only_what_it_names(tmp_path, caplog) -> Non
         q.set_reader_settings("v", {"dead_letter": deaddir, "max_errors": 1})
         assert q.reader_settings("v")["dead_letter"] == {"queue": "../dead"}
         assert q.reader("v").config.dead_letter.path == deaddir
+
+
+def test_unprovided_sinks_names_what_a_reader_lacks(tmp_path) -> None:
+    from journaled.owner.reopen import unprovided_sinks
+
+    qdir = str(tmp_path / "q")
+    with JournaledQueue(qdir) as q:
+        q.reader("w", ReaderConfig(max_errors=1, dead_letter=print, expire_to=print))
+        q.reader("v", ReaderConfig(max_errors=1))
+        assert unprovided_sinks(q.reader_settings("w"), q.reader("w").config) == ()
+    with pytest.warns(UserWarning), JournaledQueue(qdir) as q:
+        assert unprovided_sinks(q.reader_settings("w"), q.reader("w").config) == ("dead_letter", "expire_to")
+        assert unprovided_sinks(q.reader_settings("v"), q.reader("v").config) == ()
+        assert unprovided_sinks(None, ReaderConfig()) == ()
