@@ -19,7 +19,7 @@ What the owner promises, besides each member's own contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from journaled.config import ReaderConfig, Start
 from journaled.item import Item
@@ -98,6 +98,11 @@ class ServedQueue(Protocol):
 
     def reader(self, name: str, config: ReaderConfig | None = None) -> ServedReader:
         """The reader ``name``, created on first use; ``config`` applies from now on."""
+        ...
+
+    def set_reader_settings(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change only the settings ``changes`` names of an existing reader, stored before it
+        returns and applied; every other setting (a sink included) stays."""
         ...
 
     def readers(self) -> list[str]:

@@ -61,6 +61,11 @@ class Session:
         return reads
 
 
+#: What a client's ``reader(name, config)`` never changes in an existing reader: where it starts
+#: (a setting of a new reader only) and its sinks (objects of the owner's process).
+CLIENT_KEEPS = frozenset({"start", "expire_to", "dead_letter"})
+
+
 def existing_reader(queue: ServedQueue, name: str) -> ServedReader:
     """The reader ``name``; never created here (a removed reader stays removed)."""
     if name not in queue.readers():
@@ -216,7 +221,14 @@ def carry_out(
             proto.field(header, "reader", str),
             proto.field(header, "config", (dict, type(None)), None),
         )
-        queue.reader(name, None if config is None else ReaderConfig(**config))
+        if config is not None and name in queue.readers():
+            # An existing reader's config from a client changes only the plain fields it carries:
+            # a client cannot send sinks, so the owner's stored and running ones stay (dropping
+            # a dead-letter queue because a worker did not name it would lose items).
+            changes = {k: v for k, v in config.items() if k not in CLIENT_KEEPS}
+            queue.set_reader_settings(name, changes)
+        else:
+            queue.reader(name, None if config is None else ReaderConfig(**config))
         return {"ok": True}, b""
     if op == "remove_reader":
         queue.remove_reader(proto.field(header, "reader", str))

@@ -97,8 +97,8 @@ def test_server_uses_only_the_served_queue_protocol(tmp_path):
     """Every request, served from an object that has nothing but ServedQueue's members (and
     readers with nothing but ServedReader's): all answered, none needs anything else."""
     assert members(ServedQueue) == {
-        "name", "path", "closed", "put_many", "write_out", "reader", "readers", "remove_reader",
-        "stats", "sync",
+        "name", "path", "closed", "put_many", "write_out", "reader", "set_reader_settings", "readers",
+        "remove_reader", "stats", "sync",
     }  # fmt: skip
     q = JournaledQueue(str(tmp_path / "real"))
     served_dir = str(tmp_path / "served")
@@ -113,6 +113,8 @@ def test_server_uses_only_the_served_queue_protocol(tmp_path):
         ok = {"ok": True}
         assert c.call({"op": "reader", "reader": "r", "config": None}) == ok
         assert c.call({"op": "readers"}) == {"ok": True, "readers": ["r"]}
+        assert c.call({"op": "reader", "reader": "r", "config": {"max_errors": 3}}) == ok
+        assert q.reader_settings("r")["max_errors"] == 3
         assert c.call({"op": "put_many", "lens": [1, 2, 3]}, b"abbccc")["count"] == 3
         assert c.call({"op": "put", "ttl": None}, b"dddd") == {"ok": True, "first": 4, "count": 1}
         got = c.call({"op": "get", "reader": "r", "timeout": 1.0})
@@ -339,3 +341,31 @@ def test_a_takeover_client_waiting_in_get_is_woken_by_its_own_put(tmp_path):
         waiter.join(TIMEOUT)
         assert got == [b"x"]
         q.close()
+
+
+CLIENT_RECONFIGURES = """
+import sys
+from journaled import JournaledQueue, ReaderConfig
+q = JournaledQueue(sys.argv[1])
+assert not q.is_owner
+q.reader("workers", ReaderConfig(max_errors=2, retry_delay=0.01))
+q.close()
+"""
+
+
+def test_a_clients_reader_config_never_drops_the_owners_dead_letter_queue(tmp_path):
+    """A worker naming only plain settings changes those, durably; the sinks it cannot send (the
+    owner's dead-letter queue) stay stored and in use, so a poison item still lands there."""
+    d, dead_dir = str(tmp_path / "jobs"), str(tmp_path / "dead")
+    with JournaledQueue(dead_dir) as dead, JournaledQueue(d) as q:
+        r = q.reader("workers", ReaderConfig(max_errors=5, dead_letter=dead))
+        subprocess.run([sys.executable, "-c", CLIENT_RECONFIGURES, d], check=True, timeout=TIMEOUT)
+        stored = q.reader_settings("workers")
+        assert stored["max_errors"] == 2 and stored["retry_delay"] == 0.01
+        assert stored["dead_letter"] == {"queue": "../dead"}
+        assert r.config.dead_letter is dead
+        q.put(b"poison")
+        for _ in range(2):
+            r.abort(r.get(timeout=5))
+        letters = dead.reader("letters")
+        assert letters.get(timeout=5).data.endswith(b"poison")
