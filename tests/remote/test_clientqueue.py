@@ -262,7 +262,7 @@ def test_items_put_by_a_client_under_the_default_policy_survive_the_owner_being_
 def test_journaled_serve_holds_the_queue_for_others_and_hands_it_over_on_sigterm(tmp_path):
     d = str(tmp_path / "q")
     server = subprocess.Popen(
-        [sys.executable, "-m", "journaled", "serve", d], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "journaled", "serve", "--create", d], stdout=subprocess.PIPE, text=True
     )
     try:
         assert server.stdout is not None
