@@ -34,7 +34,7 @@ from journaled.log.journal import RecoveryEvent
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
 from journaled.serializers import BytesSerializer, JsonSerializer, PickleSerializer, Serializer
-from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
+from journaled.stats import ClientStats, Health, PoisonItem, QueueStats, ReaderStats
 from journaled.stdqueue import Queue
 from journaled.wrappers import BlockingQueue, Transaction, TransactionalQueue
 
@@ -62,6 +62,7 @@ __all__ = [
     "JsonSerializer",
     "OwnerLost",
     "PickleSerializer",
+    "PoisonItem",
     "Queue",
     "QueueClosed",
     "QueueConfig",

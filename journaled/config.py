@@ -218,8 +218,10 @@ class ReaderConfig:
             counted as ``rejected``).
         retry_delay: seconds an aborted item waits before it is delivered again, doubled on
             each further abort: ``retry_delay * 2 ** (error_count - 1)`` (default None: at
-            once).  A waiting item does not hold back the items behind it.  The delay is kept
-            in memory only: after a crash or reopen the item is delivered at once.
+            once for the first three aborts, then a built-in floor of 0.05 s doubling to 1 s,
+            so a poison item cannot spin: core/retry.py).  A waiting item does not hold back the
+            items behind it.  The delay is kept in memory only: after a crash or reopen the item
+            is delivered at once.
         retry_delay_max: the longest such delay (default None: no cap).
     """
 

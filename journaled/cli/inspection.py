@@ -194,11 +194,15 @@ def cmd_stat(args: argparse.Namespace) -> int:
         if health is None or health["ok"]:
             print("  health: ok")
         else:
-            print(
-                f"  health: poisoned: {health['poisoned']}"
-                if health["poisoned"]
-                else f"  health: failing: {', '.join(health['failing'])} ({health['errors']} errors)"
-            )
+            problems = []
+            if health["poisoned"]:
+                problems.append(f"poisoned: {health['poisoned']}")
+            if health["failing"]:
+                problems.append(f"failing: {', '.join(health['failing'])} ({health['errors']} errors)")
+            if health.get("poison_readers"):
+                held = ", ".join(health["poison_readers"])
+                problems.append(f"held by a poison item (its head failed again and again): {held}")
+            print(f"  health: {'; '.join(problems) or 'not ok'}")
             if health["last_error"]:
                 print(f"    last error: {health['last_error']}")
         for c in live["clients"]:
