@@ -156,9 +156,11 @@ class SerializationError(JournaledError, ValueError):
 class OwnerLost(JournaledError):
     """The process owning the queue closed or died while this call was in flight (a client of
     another process's queue only).  The client reconnects by itself (to the next owner, or
-    becomes the owner); calling again is safe, except that a ``put``/``put_many`` whose
-    ``outcome_unknown`` is True may or may not have been stored: retrying it can store it twice.
-    A read opened before the loss is not open any more (it is delivered again)."""
+    becomes the owner); calling again is safe, except that a request whose ``outcome_unknown``
+    is True reached the owner, which died before answering: a ``put``/``put_many`` may or may
+    not have been stored (retrying it can store it twice), and a ``commit``/``commit_many``/
+    ``abort``/``release``/``reject`` may or may not have landed.  A read opened before the loss
+    is not open any more (it is delivered again)."""
 
     outcome_unknown: bool = False
 
