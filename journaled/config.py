@@ -73,6 +73,50 @@ def _optional_positive_int(inst: object, attribute: attrs.Attribute[Any], value:
         _positive(inst, attribute, value)
 
 
+#: ``retention_age`` / ``retention_bytes`` value that removes a stored limit (Kafka's ``-1``).
+NO_LIMIT = -1
+
+
+def _check_retention(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None or (type(value) is int and value == NO_LIMIT):
+        return
+    ints_only = attribute.name == "retention_bytes"
+    if isinstance(value, bool) or not isinstance(value, int if ints_only else (int, float)):
+        kind = "an int" if ints_only else "a number of seconds"
+        raise TypeError(f"{attribute.name} must be {kind}, -1 (no limit) or None, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{attribute.name} must be positive, -1 (no limit) or None, got {value!r}")
+
+
+def retention_settings(config: QueueConfig, stored: dict[str, Any]) -> dict[str, Any]:
+    """The queue-level settings line (docs/format.md, section 15) after opening with ``config``
+    over ``stored``: ``None`` keeps the stored limit, ``-1`` removes it, a value replaces it.
+    Keys without a limit are absent (an empty dict: no line)."""
+    out = dict(stored)
+    for key in ("retention_age", "retention_bytes"):
+        value = getattr(config, key)
+        if value == NO_LIMIT:
+            out.pop(key, None)
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+def retention_limits(stored: dict[str, Any]) -> tuple[float | None, int | None]:
+    """``(retention_age, retention_bytes)`` from a stored queue-level line, validated: raises
+    ``ValueError`` (or ``TypeError``) for a key it does not know or a value ``QueueConfig``
+    refuses, so a damaged line is never half applied."""
+    unknown = set(stored) - {"retention_age", "retention_bytes"}
+    if unknown:
+        raise ValueError(f"unknown queue settings {sorted(unknown)}")
+    cfg = QueueConfig(
+        retention_age=stored.get("retention_age"), retention_bytes=stored.get("retention_bytes")
+    )
+    if NO_LIMIT in (cfg.retention_age, cfg.retention_bytes):
+        raise ValueError("a stored limit is never -1")
+    return cfg.retention_age, cfg.retention_bytes
+
+
 class PutTarget(Protocol):
     """Anything with ``put(bytes)``: a ``JournaledQueue`` is one."""
 
@@ -136,6 +180,19 @@ class QueueConfig:
             are kept in a ``*.damaged`` file and reported.  ``"tolerate_tail"``: only a torn
             tail of the newest file is cut; any other damage raises ``CorruptJournal``.
             ``"strict"``: any damage raises ``CorruptJournal``.
+        retention_age: seconds; journal files whose records are all older than this are
+            archived even when a reader or an external bookmark has not passed them (Kafka's
+            ``retention.ms``).  A file's age is that of its newest record, bounded by when the
+            next file was started; the file being written is never archived.  A reader behind
+            loses those items: it goes on at the first item kept, the gap is logged (a warning
+            with the ids) and counted in ``ReaderStats.items_lost_to_retention``.
+        retention_bytes: archive the oldest journal files while the journal files together
+            hold more than this many bytes (Kafka's ``retention.bytes``), with the same
+            consequences; the file being written is never archived, so the journal may hold
+            up to about ``journal_size`` more (plus what is written between two passes).
+            Both limits are stored with the queue (``<queue>.settings``) so every later owner
+            applies them: ``None`` (default) keeps what is stored (no limit if nothing is), a
+            value stores it (an explicit change, logged), ``-1`` removes a stored limit.
     """
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
@@ -156,6 +213,8 @@ class QueueConfig:
     file_mode: int = attrs.field(default=0o600, validator=_check_mode)
     allow_shared_dir: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     recovery: RecoveryMode = attrs.field(default="salvage", validator=attrs.validators.in_(RECOVERY_MODES))
+    retention_age: float | None = attrs.field(default=None, validator=_check_retention)
+    retention_bytes: int | None = attrs.field(default=None, validator=_check_retention)
 
     @property
     def sync_interval(self) -> float | None:

@@ -483,7 +483,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         closing.check_process(self.path, self._forked)
         now = time.time()
         with self._lock:
-            readers = tuple(reader_stats(c, now) for c in sorted(self._cores, key=lambda c: c.name))
+            lost = self._files.lost
+            readers = tuple(
+                reader_stats(c, now, lost.get(c.name, 0)) for c in sorted(self._cores, key=lambda c: c.name)
+            )
             files, nbytes = self._journal.disk_usage()
             return QueueStats(
                 name=self.name,
@@ -515,8 +518,12 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
 
     def archive(self) -> None:
         """Archive (delete, or move to ``archive_dir``) the journal files every reader's
-        checkpoint and every external bookmark has passed, now.  The background thread does this
-        whenever a checkpoint moved a head; nothing is archived while the queue has no reader."""
+        checkpoint and every external bookmark has passed, and those past the queue's retention
+        (``QueueConfig.retention_age`` / ``retention_bytes``), now.  The background thread does
+        this whenever a checkpoint moved a head, and every ``checkpoint_interval`` while the
+        queue has a bookmark or a retention limit.  A queue with no reader archives what every
+        bookmark passed; with no reader and no bookmark, only what retention drops (everything
+        else is kept for the first reader)."""
         closing.check_process(self.path, self._forked)
         self._files.archive()
 

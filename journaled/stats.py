@@ -81,6 +81,10 @@ class ReaderStats:
             still to be delivered (waiting, open or delayed; not once it is committed or on its
             way to a sink), else None.  Error counts are in the checkpoint, so a reopened reader
             is flagged at once.
+        items_lost_to_retention: uncommitted items this reader lost because their journal files
+            were past the queue's retention (``QueueConfig.retention_age`` /
+            ``retention_bytes``) and archived before it read them (each gap is also logged with
+            its ids).  Counted by the owning process since it opened the queue.
     """
 
     name: str
@@ -109,6 +113,7 @@ class ReaderStats:
     dead_lettered: int
     rejected: int
     poison: PoisonItem | None = attrs.field(default=None, converter=_poison)
+    items_lost_to_retention: int = 0
 
 
 @attrs.frozen
@@ -197,8 +202,9 @@ class QueueStats:
             object.__setattr__(self, "health", health)
 
 
-def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
-    """Build a reader's snapshot (caller holds the queue lock, ``core.lock``)."""
+def reader_stats(core: ReaderCore, now: float | None = None, lost: int = 0) -> ReaderStats:
+    """Build a reader's snapshot (caller holds the queue lock, ``core.lock``); ``lost``: its
+    items lost to retention (the owner layer counts them)."""
     if now is None:
         now = time.time()
     backlog = core.backlog_items()
@@ -243,6 +249,7 @@ def reader_stats(core: ReaderCore, now: float | None = None) -> ReaderStats:
         dead_lettered=core.dead_lettered,
         rejected=core.rejected,
         poison=_head_poison(core),
+        items_lost_to_retention=lost,
     )
 
 

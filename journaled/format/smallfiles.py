@@ -115,11 +115,13 @@ SETTINGS_MAGIC = "journaled-settings 1"
 @attrs.frozen
 class SettingsData:
     """The decoded lines of a settings file: ``readers`` maps a reader name to its settings (a
-    JSON object, see ``journaled.config.reader_settings``); ``other`` keeps, verbatim and in
-    order, the lines of kinds this version does not know, so a rewrite never drops them."""
+    JSON object, see ``journaled.config.reader_settings``); ``queue`` is the queue-level line's
+    object (retention; empty: no line); ``other`` keeps, verbatim and in order, the lines of
+    kinds this version does not know, so a rewrite never drops them."""
 
     readers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     other: tuple[str, ...] = ()
+    queue: dict[str, Any] = attrs.field(factory=dict)  # last: positional (readers, other) still works
 
 
 def _json_line(value: object) -> str:
@@ -128,22 +130,36 @@ def _json_line(value: object) -> str:
 
 
 def encode_settings(data: SettingsData) -> bytes:
-    """The canonical bytes of a settings file: readers sorted by name, then the other lines."""
+    """The canonical bytes of a settings file: readers sorted by name, the queue line (if any),
+    then the other lines."""
     lines = [f"reader {name} {_json_line(data.readers[name])}" for name in sorted(data.readers)]
+    if data.queue:
+        lines.append(f"queue {_json_line(data.queue)}")
     return encode_crc_text(SETTINGS_MAGIC, [*lines, *data.other])
 
 
 def decode_settings(raw: bytes, path: str = "<settings>") -> SettingsData:
     """Decode a settings file, raising :class:`CorruptJournal` when its magic or CRC does not
     match (then nothing of it is trusted).  A ``reader`` line whose JSON is not an object is
-    damage too: the CRC matched, so something that is not us wrote it."""
+    damage too: the CRC matched, so something that is not us wrote it; so is a second ``queue``
+    line or one whose JSON is not an object."""
     entries = decode_crc_text(raw, SETTINGS_MAGIC)
     if entries is None:
         raise CorruptJournal(path, 0, "settings file: bad magic or CRC mismatch")
     readers: dict[str, dict[str, Any]] = {}
+    queue: dict[str, Any] | None = None
     other: list[str] = []
     for line in entries:
         kind, _, rest = line.partition(" ")
+        if kind == "queue":
+            try:
+                found = json.loads(rest)
+            except ValueError:
+                found = None
+            if not isinstance(found, dict) or queue is not None:
+                raise CorruptJournal(path, 0, f"settings file: bad queue line {line[:80]!r}")
+            queue = found
+            continue
         if kind != "reader":
             other.append(line)
             continue
@@ -155,4 +171,4 @@ def decode_settings(raw: bytes, path: str = "<settings>") -> SettingsData:
         if not name or not isinstance(value, dict) or name in readers:
             raise CorruptJournal(path, 0, f"settings file: bad reader line {line[:80]!r}")
         readers[name] = value
-    return SettingsData(readers, tuple(other))
+    return SettingsData(readers, tuple(other), queue or {})

@@ -26,7 +26,7 @@ from journaled.errors import JournalIOError
 from journaled.log.cursors import LogReading
 from journaled.log.opening import open_journal
 from journaled.log.positions import Positions
-from journaled.log.retention import archivable, archive
+from journaled.log.retention import archivable, archive, past_retention
 from journaled.log.state import Cursor, JournalFile, LogState, RecoveryEvent, now_ms
 from journaled.log.writer import Writer
 
@@ -117,6 +117,13 @@ class Journal:
     def archivable(self, min_head: int) -> list[JournalFile]:
         """Files whose every record has an id below ``min_head`` (never the active file)."""
         return archivable(self._state, min_head)
+
+    def past_retention(
+        self, age_ms: int | None, max_bytes: int | None, now_ms: int
+    ) -> tuple[list[JournalFile], int]:
+        """The oldest files past a retention limit (never the active file) and the first id
+        kept (see log/retention.py)."""
+        return past_retention(self._state, age_ms, max_bytes, now_ms)
 
     def archive(self, files: list[JournalFile], archive_dir: str | None) -> None:
         """Delete ``files`` (or move them into ``archive_dir``) and forget them; nothing once the

@@ -1,7 +1,8 @@
 """Retention: which journal files every reader has passed, and archiving them.
 
 A file is archivable when every record in it has an id below ``min_head`` (the smallest head the
-queue's checkpoints and external bookmarks hold); the file being written never is.  Archiving
+queue's checkpoints and external bookmarks hold), or when it is past the queue's retention
+(age or total size, :func:`past_retention`); the file being written never is.  Archiving
 deletes the file, or moves it into ``archive_dir`` with its bytes untouched, and forgets it;
 its shared read descriptor is retired (closed once no read holds it).
 """
@@ -27,6 +28,29 @@ def archivable(state: LogState, min_head: int) -> list[JournalFile]:
             else:
                 break
         return out
+
+
+def past_retention(
+    state: LogState, age_ms: int | None, max_bytes: int | None, now_ms: int
+) -> tuple[list[JournalFile], int]:
+    """The oldest files past a retention limit, and the first id of the first file kept.
+
+    A file is past ``age_ms`` when the next file was started at least that long before
+    ``now_ms`` (its newest record is no newer than that start: never archived early); the
+    oldest files are past ``max_bytes`` while the journal files together hold more than that.
+    Only a prefix of the files, never the active file."""
+    with state.lock:
+        total = sum(jf.size for jf in state.files)
+        out = []
+        for jf, nxt in zip(state.files, state.files[1:]):
+            old = age_ms is not None and nxt.ms <= now_ms - age_ms
+            big = max_bytes is not None and total > max_bytes
+            if not (old or big):
+                break
+            out.append(jf)
+            total -= jf.size
+        keep = state.files[len(out)].first_id if state.files else 0
+        return out, keep
 
 
 def archive(state: LogState, files: list[JournalFile], archive_dir: str | None) -> None:

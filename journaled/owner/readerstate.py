@@ -4,7 +4,9 @@ libkestrel's ``Journal`` keeps each reader's head and done set next to the files
 is :class:`ReaderFiles`: it writes checkpoints (never claiming more than the journal durably
 holds), the reader registry and the queue's durable settings (disk/settingsfile.py), removes a
 reader's files, and archives journal files once every
-reader's *checkpointed* head (and every external bookmark) has passed them.
+reader's *checkpointed* head (and every external bookmark) has passed them, or once they are past
+the queue's retention (``QueueConfig.retention_age`` / ``retention_bytes``, stored as the
+settings file's queue line).
 
 Locks: ``ReaderFiles.lock`` serializes every checkpoint/registry/settings write and removal and the
 archiving decision.  It is taken *before* the queue lock (``queue_lock``), never after it.
@@ -12,6 +14,7 @@ archiving decision.  It is taken *before* the queue lock (``queue_lock``), never
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -19,16 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from journaled.config import QueueConfig
+from journaled.config import QueueConfig, retention_limits, retention_settings
 from journaled.disk import checkpointfiles as ckp
 from journaled.disk import fileio
 from journaled.disk import settingsfile as sf
 from journaled.disk.bookmarks import read_bookmarks
 from journaled.format.smallfiles import CheckpointData, SettingsData
-from journaled.log.journal import Journal
+from journaled.log.journal import Journal, now_ms
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
+
+log = logging.getLogger("journaled")
 
 
 class ReaderFiles:
@@ -64,6 +69,27 @@ class ReaderFiles:
         # the stored settings as the file holds them (guarded by ``lock``); a damaged file was
         # logged and counts as empty, kept until a change of settings replaces it
         self.settings = sf.read_settings(self.settings_path) or SettingsData()
+        self.retention = self._settle_retention()  # (age seconds, bytes), each None for no limit
+        # items each reader lost to retention since this queue was opened (guarded by the queue lock)
+        self.lost: dict[str, int] = {}
+
+    def _settle_retention(self) -> tuple[float | None, int | None]:
+        """Apply ``config``'s retention over the stored queue line (``None`` keeps, ``-1``
+        removes, a value replaces); a change is written before the queue opens, and logged.  A
+        stored line this version cannot apply is logged and gives no limit: never archive
+        more than asked."""
+        stored = self.settings.queue
+        wanted = retention_settings(self.config, stored)
+        if wanted != stored:
+            data = attrs.evolve(self.settings, queue=wanted)
+            sf.write_settings(self.settings_path, data, self.config.file_mode)
+            self.settings = data
+            log.info("queue %s: retention changed to %s", self.directory, wanted or "no limit")
+        try:
+            return retention_limits(wanted)
+        except (TypeError, ValueError) as exc:
+            log.warning("queue %s: stored retention %s not applied: %s", self.directory, wanted, exc)
+            return None, None
 
     def stored(self, reader: str) -> dict[str, Any] | None:
         """``reader``'s stored settings, or ``None`` (defaults)."""
@@ -159,18 +185,50 @@ class ReaderFiles:
                         self.archive_wanted = True
 
     def archive(self) -> None:
-        """Archive the journal files every checkpointed head and external bookmark passed."""
+        """Archive the journal files every checkpointed head and external bookmark passed (with
+        no reader, what every bookmark passed; with neither, nothing: everything is kept for
+        the first reader), and the files past the queue's retention, whoever is behind them."""
         external = read_bookmarks(self.directory)  # out-of-process readers (see disk/bookmarks.py)
+        age, max_bytes = self.retention
         # Under our lock: a reader being created with start="earliest" must not have its first
         # files deleted between choosing its head and becoming one of the heads here.
         with self.lock:
             with self.queue_lock:
-                self.archive_wanted = bool(external)  # their heads move without telling us
+                # bookmarks move without telling us; time passes and puts grow the journal
+                self.archive_wanted = bool(external) or age is not None or max_bytes is not None
                 cores = self.cores()
-                if not cores:
-                    return  # with no readers, everything is kept for the first one
-                heads = [self.heads.get(c.name, 0) for c in cores]
-                min_head = min(heads + list(external.values()))
-            files = self.journal.archivable(min_head)
+                files = []
+                if cores or external:
+                    heads = [self.heads.get(c.name, 0) for c in cores]
+                    files = self.journal.archivable(min(heads + list(external.values())))
+                if age is not None or max_bytes is not None:
+                    age_ms = None if age is None else int(age * 1000)
+                    past, keep = self.journal.past_retention(age_ms, max_bytes, now_ms())
+                    if len(past) > len(files):
+                        files = past
+                        self._skip_to(keep, cores, external)
             if files:
                 self.journal.archive(files, self.archive_dir)
+
+    def _skip_to(self, keep: int, cores: Sequence[ReaderCore], external: dict[str, int]) -> None:
+        """Retention archives every id below ``keep``: a reader behind goes on at ``keep`` (as
+        by a seek there: ``reset_to``), the gap logged with its ids and counted; a bookmark
+        behind is logged (its process finds the ids gone).  Call with both locks held."""
+        for core in cores:
+            if core.head >= keep:
+                continue
+            lost = keep - core.head - sum(1 for i in core.done if i < keep)
+            log.warning(
+                "queue %s: reader %s: items %d..%d are past retention and archived; %d not yet "
+                "committed are lost, it goes on at %d",
+                self.directory, core.name, core.head, keep - 1, lost, keep,
+            )  # fmt: skip
+            core.reset_to(keep)
+            self.lost[core.name] = self.lost.get(core.name, 0) + lost
+            self.heads[core.name] = max(self.heads.get(core.name, keep), keep)
+        for name, head in external.items():
+            if head < keep:
+                log.warning(
+                    "queue %s: bookmark %s: items %d..%d are past retention and archived",
+                    self.directory, name, head, keep - 1,
+                )  # fmt: skip

@@ -749,7 +749,7 @@ def test_a_damaged_settings_file_is_kept_and_lines_of_other_kinds_survive(tmp_pa
     file = os.path.join(path, "q.settings")
     with JournaledQueue(path, name="q") as q:
         q.reader("r", ReaderConfig(max_errors=2))
-    good = encode_crc_text("journaled-settings 1", ['reader r {"max_errors":3,"colour":1}', "queue {}"])
+    good = encode_crc_text("journaled-settings 1", ['reader r {"max_errors":3,"colour":1}', "later {}"])
     for bad in (
         encode_crc_text("journaled-settings 1", ["reader r [1]"]),
         encode_crc_text("journaled-settings 1", ['reader r {"max_errors":2}', 'reader r {"max_errors":3}']),
@@ -768,7 +768,7 @@ def test_a_damaged_settings_file_is_kept_and_lines_of_other_kinds_survive(tmp_pa
     with JournaledQueue(path, name="q") as q:
         assert q.reader("r").config.max_errors is None  # an unknown key: that reader's defaults
         q.reader("s", ReaderConfig(max_errors=4))
-    assert load_settings(file).other == ("queue {}",)
+    assert load_settings(file).other == ("later {}",)
     assert not os.path.exists(file + ".damaged")  # it was not damaged: nothing set aside
     with open(file, "wb") as f:
         f.write(good[:-2] + b"0\n")
@@ -776,6 +776,63 @@ def test_a_damaged_settings_file_is_kept_and_lines_of_other_kinds_survive(tmp_pa
         q.reader("s", ReaderConfig(max_errors=5))
     with open(file + ".damaged", "rb") as f:
         assert f.read() == good[:-2] + b"0\n"
+
+
+def test_the_queue_line_holds_the_retention_limits_of_section_15(tmp_path, monkeypatch) -> None:
+    """[F-36]: the canonical ``queue`` line after the reader lines and before other kinds; a
+    second one or a non-object is damage; an unknown key or a refused value gives no limit; a
+    file is past ``retention_age`` when the next file started that long ago, past
+    ``retention_bytes`` while the files hold more; the newest file never is."""
+    import json
+
+    import journaled.owner.readerstate as readerstate
+    from journaled import QueueConfig, ReaderConfig
+    from journaled.disk.settingsfile import load_settings
+    from journaled.errors import CorruptJournal
+
+    path = str(tmp_path / "q")
+    file = os.path.join(path, "q.settings")
+    cfg = QueueConfig(sync="never", journal_size=400, retention_age=3600, retention_bytes=10**6)
+    with JournaledQueue(path, cfg, name="q") as q:
+        q.reader("r", ReaderConfig(max_errors=2))
+    with open(file, "rb") as f:
+        raw = f.read()
+    limits = json.dumps({"retention_age": 3600, "retention_bytes": 10**6}, separators=(",", ":"))
+    lines = raw.decode("ascii").splitlines()
+    assert lines[0] == "journaled-settings 1" and lines[1].startswith("reader r {")
+    assert lines[2] == f"queue {limits}" and len(lines) == 4
+    assert raw == encode_crc_text("journaled-settings 1", lines[1:3])
+    for bad in (["queue [1]"], [f"queue {limits}", f"queue {limits}"], ["queue nope"]):
+        with open(file, "wb") as f:
+            f.write(encode_crc_text("journaled-settings 1", bad))
+        with pytest.raises(CorruptJournal):
+            load_settings(file)
+    for refused in ({"retention_bytes": 800, "colour": 1}, {"retention_bytes": 0}, {"retention_age": "1h"}):
+        with open(file, "wb") as f:
+            f.write(encode_crc_text("journaled-settings 1", ["queue " + json.dumps(refused)]))
+        with JournaledQueue(path, QueueConfig(sync="never", journal_size=400), name="q") as q:
+            for _ in range(40):
+                q.put(b"x" * 40)
+            first = q.journal.files[0].first_id
+            q.archive()
+            assert q.journal.files[0].first_id == first  # no limit applied
+    with open(file, "wb") as f:
+        f.write(encode_crc_text("journaled-settings 1", ['queue {"retention_age":60}']))
+    with JournaledQueue(path, QueueConfig(sync="never", journal_size=400), name="q") as q:
+        files = list(q.journal.files)
+        assert len(files) >= 4
+        q.reader("r").seek("earliest")  # a reader that needs every file does not hold them
+        q.checkpoint()
+        monkeypatch.setattr(readerstate, "now_ms", lambda: files[1].ms + 59_999)
+        q.archive()
+        assert q.journal.files[0].ms == files[0].ms  # 1 ms short of a minute: kept
+        monkeypatch.setattr(readerstate, "now_ms", lambda: files[1].ms + 60_000)
+        q.archive()
+        assert q.journal.files[0].ms == files[1].ms  # a minute since the next file started
+        monkeypatch.setattr(readerstate, "now_ms", lambda: files[-1].ms + 10**9)
+        q.archive()
+        assert [jf.ms for jf in q.journal.files] == [files[-1].ms]  # the newest never
+        assert q.stats().readers[0].head == files[-1].first_id
 
 
 def test_a_stored_queue_sink_is_opened_by_path_and_a_missing_one_suspends_its_policy(tmp_path) -> None:

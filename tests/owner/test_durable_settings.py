@@ -237,12 +237,12 @@ def test_a_bad_entry_gives_that_reader_the_defaults_and_keeps_the_others(tmp_pat
         q.reader("b", ReaderConfig(max_errors=3))
     path = settings_path(qdir, "q")
     data = load_settings(path)
-    write_settings(path, SettingsData({**data.readers, "a": {"max_errors": -1}}, ("queue {}",)), 0o600)
+    write_settings(path, SettingsData({**data.readers, "a": {"max_errors": -1}}, ("later {}",)), 0o600)
     with JournaledQueue(qdir) as q:
         assert q.reader("a").config == ReaderConfig() and q.reader("b").config.max_errors == 3
         assert "reader a: its stored settings are invalid" in caplog.text
         q.reader("b", ReaderConfig(max_errors=5))
-    assert load_settings(path).other == ("queue {}",)  # lines of other kinds survive a rewrite
+    assert load_settings(path).other == ("later {}",)  # lines of other kinds survive a rewrite
 
 
 def test_a_planted_link_is_refused_never_followed(tmp_path) -> None:
