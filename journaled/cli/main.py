@@ -16,6 +16,7 @@ from journaled import __version__
 from journaled.cli.inspection import UsageError, add_inspect_commands
 from journaled.cli.qtest.main import add_qtest_command
 from journaled.cli.serve import add_serve_command
+from journaled.cli.settings import add_config_command
 from journaled.errors import JournaledError
 
 EXIT_STATUS = """exit status:
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_qtest_command(sub)
     add_inspect_commands(sub)
     add_serve_command(sub)
+    add_config_command(sub)
     for command in sub.choices.values():
         command.set_defaults(command_parser=command)
     return parser

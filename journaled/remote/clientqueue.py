@@ -250,6 +250,25 @@ class RemoteQueue(closing.Closing):
         """Names of the existing readers, sorted."""
         return list(self.call({"op": "readers"})[0]["readers"])
 
+    def reader_settings(self, name: str) -> dict[str, Any]:
+        """Reader ``name``'s stored settings, as :meth:`JournaledQueue.reader_settings` (at the owner)."""
+        return dict(self.call({"op": "reader_settings", "reader": name})[0]["settings"])
+
+    def set_reader_settings(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change only the settings ``changes`` names, at the owner (stored, logged, applied), as
+        :meth:`JournaledQueue.set_reader_settings`.  A sink is given as a queue's directory (a
+        relative path is taken from this process's current directory) or ``None``: a callable or
+        a queue object belongs to one process and cannot be sent (``TypeError``)."""
+        sent: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key in ("expire_to", "dead_letter") and value is not None:
+                if not isinstance(value, (str, os.PathLike)):
+                    raise TypeError(f"{key}: a client sets a destination by its directory, not {value!r}")
+                value = os.path.abspath(os.fspath(value))  # the owner's current directory differs
+            sent[key] = value
+        reply = self.call({"op": "set_reader_settings", "reader": name, "changes": sent})[0]
+        return dict(reply["settings"])
+
     def remove_reader(self, name: str) -> None:
         """Delete a reader and its checkpoint (at the owner)."""
         self.call({"op": "remove_reader", "reader": name})

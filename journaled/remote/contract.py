@@ -100,6 +100,10 @@ class ServedQueue(Protocol):
         """The reader ``name``, created on first use; ``config`` applies from now on."""
         ...
 
+    def reader_settings(self, name: str) -> dict[str, Any]:
+        """An existing reader's stored settings (docs/format.md, section 15)."""
+        ...
+
     def set_reader_settings(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Change only the settings ``changes`` names of an existing reader, stored before it
         returns and applied; every other setting (a sink included) stays."""

@@ -235,6 +235,11 @@ def carry_out(
         return {"ok": True}, b""
     if op == "readers":
         return {"ok": True, "readers": queue.readers()}, b""
+    if op == "reader_settings":
+        return {"ok": True, "settings": queue.reader_settings(proto.field(header, "reader", str))}, b""
+    if op == "set_reader_settings":
+        name, changes = proto.field(header, "reader", str), proto.field(header, "changes", dict)
+        return {"ok": True, "settings": queue.set_reader_settings(name, changes)}, b""
     if op == "stats":
         return {"ok": True, "stats": attrs.asdict(queue.stats(), recurse=True)}, b""
     if op == "sync":

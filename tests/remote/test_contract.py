@@ -97,8 +97,8 @@ def test_server_uses_only_the_served_queue_protocol(tmp_path):
     """Every request, served from an object that has nothing but ServedQueue's members (and
     readers with nothing but ServedReader's): all answered, none needs anything else."""
     assert members(ServedQueue) == {
-        "name", "path", "closed", "put_many", "write_out", "reader", "set_reader_settings", "readers",
-        "remove_reader", "stats", "sync",
+        "name", "path", "closed", "put_many", "write_out", "reader", "reader_settings", "set_reader_settings",
+        "readers", "remove_reader", "stats", "sync",
     }  # fmt: skip
     q = JournaledQueue(str(tmp_path / "real"))
     served_dir = str(tmp_path / "served")
@@ -115,6 +115,9 @@ def test_server_uses_only_the_served_queue_protocol(tmp_path):
         assert c.call({"op": "readers"}) == {"ok": True, "readers": ["r"]}
         assert c.call({"op": "reader", "reader": "r", "config": {"max_errors": 3}}) == ok
         assert q.reader_settings("r")["max_errors"] == 3
+        assert c.call({"op": "reader_settings", "reader": "r"})["settings"]["max_errors"] == 3
+        changed = c.call({"op": "set_reader_settings", "reader": "r", "changes": {"max_age": 9.0}})
+        assert changed["settings"]["max_age"] == 9.0 and changed["settings"]["max_errors"] == 3
         assert c.call({"op": "put_many", "lens": [1, 2, 3]}, b"abbccc")["count"] == 3
         assert c.call({"op": "put", "ttl": None}, b"dddd") == {"ok": True, "first": 4, "count": 1}
         got = c.call({"op": "get", "reader": "r", "timeout": 1.0})

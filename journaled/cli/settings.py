@@ -1,0 +1,173 @@
+"""``journaled config PATH [reader NAME --option value ...]``: a queue's stored reader settings.
+
+Shown from the settings file alone (docs/format.md, section 15): no lock taken, nothing created,
+whether or not a process owns the queue.  Changed through the queue: at its owner when one runs
+(the change is stored, logged and applied there at once), else by opening the queue for the
+change and closing it.  Only the settings named on the command line change
+(``JournaledQueue.set_reader_settings``): a change never drops a setting it did not name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from journaled.cli.inspection import UsageError
+from journaled.config import STORED_FIELDS, ReaderConfig, reader_settings
+from journaled.disk import checkpointfiles
+from journaled.disk.settingsfile import load_settings, settings_path
+from journaled.errors import CorruptJournal, UnknownReader
+from journaled.offline.snapshot import NotAQueue, queue_name
+
+#: Options of ``journaled config PATH reader NAME``: field -> how its value is read.  ``none``
+#: clears a limit (or a destination).
+_INT_FIELDS = ("max_memory", "max_items", "max_size", "max_errors")
+_FLOAT_FIELDS = ("max_age", "open_read_timeout", "retry_delay", "retry_delay_max")
+_DEST_FIELDS = ("expire_to", "dead_letter")
+
+
+def _number(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float | None:
+        if text.lower() == "none":
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number (or 'none'): {text!r}") from None
+
+    return parse
+
+
+def _yes_no(text: str) -> bool:
+    if text.lower() in ("yes", "true", "1"):
+        return True
+    if text.lower() in ("no", "false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"yes or no, not {text!r}")
+
+
+def _destination(text: str) -> str | None:
+    return None if text.lower() == "none" else text
+
+
+def _changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings named on the command line (and in ``--from FILE``), nothing else."""
+    changes: dict[str, Any] = {}
+    if args.from_file is not None:
+        try:
+            with open(args.from_file, encoding="utf-8") as f:
+                loaded = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--from {args.from_file}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(
+                f"--from {args.from_file}: a JSON object of settings, not {type(loaded).__name__}"
+            )
+        changes.update(loaded)
+    for field in (*_INT_FIELDS, *_FLOAT_FIELDS, *_DEST_FIELDS, "discard_old_when_full"):
+        value = getattr(args, field, argparse.SUPPRESS)
+        if value is not argparse.SUPPRESS:
+            changes[field] = value
+    for field in _DEST_FIELDS:  # a destination is a directory: relative to where the command runs
+        if isinstance(changes.get(field), str):
+            changes[field] = os.path.abspath(changes[field])
+    unknown = sorted(set(changes) - set(STORED_FIELDS))
+    if unknown:
+        raise UsageError(f"unknown settings {unknown} (known: {', '.join(STORED_FIELDS)})")
+    return changes
+
+
+def _show(path: str, name: str, as_json: bool) -> int:
+    try:
+        stored = load_settings(settings_path(path, name)).readers
+    except CorruptJournal as exc:
+        print(f"journaled config: {exc}")
+        return 1
+    registry = checkpointfiles.read_registry(checkpointfiles.registry_path(path, name)) or []
+    defaults = reader_settings(ReaderConfig(), path)
+    shown = {r: dict(stored.get(r) or defaults) for r in sorted(set(registry) | set(stored))}
+    if as_json:
+        print(json.dumps({"queue": name, "path": path, "readers": shown}, indent=2, sort_keys=True))
+        return 0
+    print(f"queue {name} at {path}")
+    if not shown:
+        print("  no readers")
+    for reader, settings in shown.items():
+        changed = [f for f in STORED_FIELDS if settings.get(f) != defaults.get(f)]
+        print(f"  reader {reader}: {'its own settings' if changed else 'the defaults'}")
+        for field in changed:
+            print(f"    {field}: {json.dumps(settings.get(field))}")
+    return 0
+
+
+def _change(path: str, name: str, reader: str, changes: dict[str, Any], as_json: bool) -> int:
+    from journaled.queue import JournaledQueue  # the one command here that opens the queue
+
+    if not changes:
+        raise UsageError("name at least one setting to change (see journaled config --help)")
+    with JournaledQueue(path, name=name) as q:
+        where = "the owner (live)" if not q.is_owner else "this process (no owner was running)"
+        try:
+            settings = q.set_reader_settings(reader, changes)
+        except UnknownReader:
+            raise UsageError(f"no reader {reader!r} (readers: {', '.join(q.readers()) or 'none'})") from None
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+    if as_json:
+        print(json.dumps({"reader": reader, "settings": settings}, indent=2, sort_keys=True))
+    else:
+        print(f"reader {reader}: changed at {where}: {', '.join(sorted(changes))}")
+        for field in STORED_FIELDS:
+            print(f"  {field}: {json.dumps(settings.get(field))}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    path = os.path.abspath(args.path)
+    try:
+        name = queue_name(path, args.name)
+    except NotAQueue as exc:
+        raise UsageError(f"{exc.path}: {exc.reason}") from None
+    if args.target is None:
+        return _show(path, name, args.json)
+    if args.target != "reader" or args.reader is None:
+        raise UsageError("to change settings: journaled config PATH reader NAME --option value ...")
+    return _change(path, name, args.reader, _changes(args), args.json)
+
+
+def add_config_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "config",
+        help="show a queue's stored reader settings, or change a reader's (live if an owner runs)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", help="the queue directory")
+    p.add_argument("target", nargs="?", choices=("reader",), help="'reader' to change a reader's settings")
+    p.add_argument("reader", nargs="?", help="the reader whose settings change")
+    p.add_argument("--name", help="the queue's name, when the directory holds several")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--from", dest="from_file", metavar="FILE", help="a JSON object of settings to change")
+    for field in _INT_FIELDS:
+        p.add_argument(
+            f"--{field.replace('_', '-')}", dest=field, type=_number(int), default=argparse.SUPPRESS
+        )
+    for field in _FLOAT_FIELDS:
+        p.add_argument(
+            f"--{field.replace('_', '-')}", dest=field, type=_number(float), default=argparse.SUPPRESS
+        )
+    p.add_argument(
+        "--discard-old-when-full", dest="discard_old_when_full", type=_yes_no, default=argparse.SUPPRESS
+    )
+    for field in _DEST_FIELDS:
+        p.add_argument(
+            f"--{field.replace('_', '-')}",
+            dest=field,
+            type=_destination,
+            default=argparse.SUPPRESS,
+            metavar="DIR|none",
+            help="a queue directory to send these items to (none: drop them, counted)",
+        )
+    p.set_defaults(func=cmd_config)
