@@ -181,3 +181,26 @@ def test_good_limits() -> None:
     assert QueueConfig(retention_age=0.5, retention_bytes=1).retention_bytes == 1
     assert QueueConfig(retention_age=-1, retention_bytes=-1).retention_age == -1
     assert QueueConfig().retention_age is None
+
+
+def test_an_open_read_in_the_gap_is_taken_back_and_the_pass_keeps_looking(tmpfs_qdir) -> None:
+    """As by a seek: a read of an archived item is no longer open (committing it raises
+    ``UnknownRead``).  With a limit set the background pass runs again without a head moving."""
+    from journaled.errors import UnknownRead
+
+    with open_q(tmpfs_qdir, retention_bytes=800) as q:
+        r = q.reader("r")
+        q.put(PAYLOAD)
+        held = r.get(block=False)
+        for _ in range(60):
+            q.put(PAYLOAD)
+        q.archive()
+        assert q._files.archive_wanted  # time passes and puts grow the journal: look again
+        assert q.stats().readers[0].open_reads == 0
+        with pytest.raises(UnknownRead):
+            r.commit(held)
+        assert r.get(block=False).id == q.journal.files[0].first_id
+    with open_q(tmpfs_qdir + "-plain") as q:
+        q.reader("r")
+        q.archive()
+        assert not q._files.archive_wanted  # no limit, no bookmark: only a moved head asks again
