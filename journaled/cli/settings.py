@@ -81,17 +81,24 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
 
 def _show(path: str, name: str, as_json: bool) -> int:
     try:
-        stored = load_settings(settings_path(path, name)).readers
+        data = load_settings(settings_path(path, name))
     except CorruptJournal as exc:
         print(f"journaled config: {exc}")
         return 1
+    stored, limits = data.readers, dict(data.queue)
     registry = checkpointfiles.read_registry(checkpointfiles.registry_path(path, name)) or []
     defaults = reader_settings(ReaderConfig(), path)
     shown = {r: dict(stored.get(r) or defaults) for r in sorted(set(registry) | set(stored))}
     if as_json:
-        print(json.dumps({"queue": name, "path": path, "readers": shown}, indent=2, sort_keys=True))
+        out = {"queue": name, "path": path, "retention": limits, "readers": shown}
+        print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     print(f"queue {name} at {path}")
+    kept = (
+        ", ".join(f"{k} {json.dumps(v)}" for k, v in sorted(limits.items()))
+        or "none: until every reader is past"
+    )
+    print(f"  retention: {kept}")
     if not shown:
         print("  no readers")
     for reader, settings in shown.items():

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from journaled import JournaledQueue, ReaderConfig
+from journaled import JournaledQueue, QueueConfig, ReaderConfig
 
 TIMEOUT = 120
 
@@ -41,6 +41,16 @@ def test_config_shows_the_stored_settings_without_touching_the_directory(tmp_pat
     assert readers["audit"]["max_errors"] is None
     text = config(jobs).stdout
     assert "reader audit: the defaults" in text and "reader workers: its own settings" in text
+    assert "retention: none" in text
+
+
+def test_config_shows_the_stored_retention_limits(tmp_path):
+    jobs = str(tmp_path / "jobs")
+    with JournaledQueue(jobs, QueueConfig(retention_bytes=1 << 20)) as q:
+        q.reader("r")
+    shown = config(jobs, "--json")
+    assert json.loads(shown.stdout)["retention"] == {"retention_bytes": 1 << 20}
+    assert "retention: retention_bytes 1048576" in config(jobs).stdout
 
 
 def test_a_wrong_path_is_refused_and_never_created(tmp_path):
