@@ -20,26 +20,9 @@ from journaled import DeadLetter, Empty, JournaledQueue, QueueConfig, ReaderConf
 from journaled.core import policies, retry
 from journaled.core.retry import FREE_RETRIES, RETRY_FLOOR, RETRY_FLOOR_MAX
 from journaled.stats import POISON_ERRORS, PoisonItem
+from support.clock import FakeClock
 
 FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
-
-
-class FakeClock:
-    """Stands in for ``time`` in journaled.core.retry and journaled.core.policies (no sleeps)."""
-
-    def __init__(self) -> None:
-        self.wall = time.time()
-        self.mono = time.monotonic()
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
 
 
 @pytest.fixture

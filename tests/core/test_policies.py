@@ -26,33 +26,14 @@ from journaled.core import policies, readercore, retry
 from journaled.core.readercore import ITEM_OVERHEAD, ReaderCore
 from journaled.disk import fileio
 from journaled.log.journal import Journal
+from support.clock import FakeClock
 
 FAST = QueueConfig(sync="never")
 
 
-class FakeClock:
-    """Stands in for the ``time`` module wherever a reader's policies read a clock (the core's
-    delivery, the policies' tick, the retry delays): expiry, open-read timeouts and delays become
-    deterministic (no sleeps)."""
-
-    def __init__(self) -> None:
-        self.wall = time.time()
-        self.mono = 1000.0
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
-
-
 @pytest.fixture
 def clock(monkeypatch):
-    c = FakeClock()
+    c = FakeClock(mono=1000.0)
     for module in (policies, readercore, retry):
         monkeypatch.setattr(module, "time", c)
     return c

@@ -29,27 +29,9 @@ from journaled import (
     UnknownRead,
 )
 from journaled.core import policies, retry
+from support.clock import FakeClock
 
 FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
-
-
-class FakeClock:
-    """Stands in for ``time`` inside journaled.core.retry and journaled.core.policies: delays become
-    deterministic (no sleeps)."""
-
-    def __init__(self) -> None:
-        self.wall = time.time()
-        self.mono = time.monotonic()
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
 
 
 @pytest.fixture

@@ -1,0 +1,23 @@
+"""A clock the tests move by hand, standing in for the ``time`` module of the core's modules
+(patched in as their ``time``): expiry, open-read timeouts and retry delays become
+deterministic, with no sleeps."""
+
+import time
+
+
+class FakeClock:
+    """``time()`` and ``monotonic()`` that move only by :meth:`advance`."""
+
+    def __init__(self, mono: float | None = None) -> None:
+        self.wall = time.time()
+        self.mono = time.monotonic() if mono is None else mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
