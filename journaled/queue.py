@@ -485,7 +485,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         with self._lock:
             lost = self._files.lost
             readers = tuple(
-                reader_stats(c, now, lost.get(c.name, 0)) for c in sorted(self._cores, key=lambda c: c.name)
+                reader_stats(
+                    c, now, lost.get(c.name, 0), reopen.unprovided_sinks(self._files.stored(c.name), c.config)
+                )
+                for c in sorted(self._cores, key=lambda c: c.name)
             )
             files, nbytes = self._journal.disk_usage()
             return QueueStats(

@@ -12,6 +12,7 @@ persisted.  A reader whose head item keeps failing is flagged (:attr:`ReaderStat
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -45,6 +46,11 @@ def _poison(value: PoisonItem | dict[str, int] | None) -> PoisonItem | None:
     """A :class:`PoisonItem` from itself, or from its fields as a dict (a snapshot sent over
     the owner's socket as JSON)."""
     return PoisonItem(**value) if isinstance(value, dict) else value
+
+
+def _names(names: Iterable[str]) -> tuple[str, ...]:
+    """Field names as a tuple (a list when the snapshot came from the owner as JSON)."""
+    return tuple(names)
 
 
 @attrs.frozen
@@ -85,6 +91,10 @@ class ReaderStats:
             were past the queue's retention (``QueueConfig.retention_age`` /
             ``retention_bytes``) and archived before it read them (each gap is also logged with
             its ids).  Counted by the owning process since it opened the queue.
+        sinks_missing: the stored sinks (``"dead_letter"``, ``"expire_to"``) this owner runs
+            the reader without -- a callable of another process, a destination queue it could not
+            open -- so the policy that sends items there is suspended and those items stay in
+            the reader (docs/design.md, "Durable settings"); empty when it has every stored sink.
     """
 
     name: str
@@ -114,6 +124,7 @@ class ReaderStats:
     rejected: int
     poison: PoisonItem | None = attrs.field(default=None, converter=_poison)
     items_lost_to_retention: int = 0
+    sinks_missing: tuple[str, ...] = attrs.field(default=(), converter=_names)
 
 
 @attrs.frozen
@@ -136,6 +147,10 @@ class Health:
         poison_readers: the readers whose head item has failed more than :data:`POISON_ERRORS`
             times (:attr:`ReaderStats.poison`), sorted; filled in by :class:`QueueStats` from its
             readers.
+        sinkless_readers: the readers running without a stored sink
+            (:attr:`ReaderStats.sinks_missing`: a policy suspended, its items kept), sorted;
+            filled in by :class:`QueueStats` like ``poison_readers``, and ``ok`` is False while
+            there are any.
     """
 
     ok: bool = True
@@ -147,6 +162,7 @@ class Health:
     last_error: str | None = None
     last_error_at: float | None = None
     poison_readers: tuple[str, ...] = ()
+    sinkless_readers: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -196,15 +212,20 @@ class QueueStats:
         """``health`` as given (the engine's, or the owner's over its socket), with the readers'
         poison flags: ``poison_readers`` from ``readers``, and ``ok`` False when there are any."""
         poison = tuple(r.name for r in self.readers if r.poison is not None)
+        sinkless = tuple(r.name for r in self.readers if r.sinks_missing)
         health = self.health
-        if poison != health.poison_readers:
-            health = attrs.evolve(health, poison_readers=poison, ok=health.ok and not poison)
+        if poison != health.poison_readers or sinkless != health.sinkless_readers:
+            ok = health.ok and not poison and not sinkless
+            health = attrs.evolve(health, poison_readers=poison, sinkless_readers=sinkless, ok=ok)
             object.__setattr__(self, "health", health)
 
 
-def reader_stats(core: ReaderCore, now: float | None = None, lost: int = 0) -> ReaderStats:
+def reader_stats(
+    core: ReaderCore, now: float | None = None, lost: int = 0, sinks_missing: tuple[str, ...] = ()
+) -> ReaderStats:
     """Build a reader's snapshot (caller holds the queue lock, ``core.lock``); ``lost``: its
-    items lost to retention (the owner layer counts them)."""
+    items lost to retention, ``sinks_missing``: its stored sinks this owner lacks (the owner
+    layer knows both)."""
     if now is None:
         now = time.time()
     backlog = core.backlog_items()
@@ -250,6 +271,7 @@ def reader_stats(core: ReaderCore, now: float | None = None, lost: int = 0) -> R
         rejected=core.rejected,
         poison=_head_poison(core),
         items_lost_to_retention=lost,
+        sinks_missing=sinks_missing,
     )
 
 

@@ -199,6 +199,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
                 problems.append(f"poisoned: {health['poisoned']}")
             if health["failing"]:
                 problems.append(f"failing: {', '.join(health['failing'])} ({health['errors']} errors)")
+            if health.get("sinkless_readers"):
+                held = ", ".join(health["sinkless_readers"])
+                problems.append(f"running without a stored sink (a policy suspended, its items kept): {held}")
             if health.get("poison_readers"):
                 held = ", ".join(health["poison_readers"])
                 problems.append(f"held by a poison item (its head failed again and again): {held}")
