@@ -8,64 +8,13 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
-import textwrap
-import threading
 import time
 
 from journaled import JournaledQueue
 from journaled.disk.dirlock import owner_pid
+from support.child import Child
 
 TIMEOUT = 120
-
-
-class Child:
-    """A Python child whose output lines are collected as they come."""
-
-    def __init__(self, code: str, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.changed = threading.Condition()
-        self.thread = threading.Thread(target=self._collect, daemon=True)
-        self.thread.start()
-
-    def _collect(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.changed:
-                self.lines.append(line.rstrip("\n"))
-                self.changed.notify_all()
-        with self.changed:
-            self.lines.append("<eof>")
-            self.changed.notify_all()
-
-    def wait_for(self, test: object, timeout: float = TIMEOUT) -> None:
-        """Until ``test(lines)`` holds (or fail)."""
-        with self.changed:
-            assert self.changed.wait_for(lambda: test(self.lines), timeout), self.lines[-5:]  # type: ignore[operator]
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=TIMEOUT)
-        self.thread.join(TIMEOUT)
-
-    def finish(self) -> list[str]:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        assert self.proc.wait(timeout=TIMEOUT) == 0, self.lines[-5:]
-        self.thread.join(TIMEOUT)
-        return self.lines
 
 
 def test_when_the_owner_closes_a_client_takes_over_and_others_follow(tmp_path):

@@ -12,16 +12,11 @@ children print, never on fixed sleeps.
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import textwrap
-import threading
-
 import pytest
 
 from journaled import JournaledQueue
 from journaled.disk.dirlock import owner_pid
+from support.child import Child
 
 TIMEOUT = 120
 JOBS = 30
@@ -118,63 +113,6 @@ q.close()
 """
 
 
-class Child:
-    """A Python child whose output lines are collected as they come."""
-
-    def __init__(self, code: str, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(code), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.changed = threading.Condition()
-        self.thread = threading.Thread(target=self._collect, daemon=True)
-        self.thread.start()
-
-    def _collect(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.changed:
-                self.lines.append(line.rstrip("\n"))
-                self.changed.notify_all()
-
-    def wait_for(self, prefix: str) -> None:
-        """Until a line starting with ``prefix`` came (or fail)."""
-        with self.changed:
-            found = self.changed.wait_for(
-                lambda: any(ln.startswith(prefix) for ln in self.lines) or self.proc.poll() is not None,
-                TIMEOUT,
-            )
-            assert found and any(ln.startswith(prefix) for ln in self.lines), self.lines[-20:]
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=TIMEOUT)
-        self.thread.join(TIMEOUT)
-
-    def finish(self) -> list[str]:
-        """Its lines, once it exited with status 0 (or fail)."""
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        code = self.proc.wait(timeout=TIMEOUT)
-        self.thread.join(TIMEOUT)
-        assert code == 0, self.lines[-20:]
-        return self.lines
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=TIMEOUT)
-
-
 def runs(lines: list[str]) -> list[tuple[str, int, bool]]:
     """The worker's ``run`` lines: (job, error count, whether the worker owned the queue)."""
     out = []
@@ -202,14 +140,14 @@ CASES = [
 @pytest.mark.parametrize(("mode", "end", "successor"), CASES, ids=["-".join(c) for c in CASES])
 def test_a_worker_loop_goes_on_through_a_change_of_owner(tmp_path, mode, end, successor):
     d = str(tmp_path / "q")
-    owner = Child(OWNER, d, str(JOBS))
+    owner = Child(OWNER, d, str(JOBS), merge_stderr=True)
     workers: list[Child] = []
     successor_queue = None
     try:
-        owner.wait_for("ready")
-        workers = [Child(WORKER, d, mode, str(IDLE)) for _ in range(2)]
+        owner.wait_for_line("ready")
+        workers = [Child(WORKER, d, mode, str(IDLE), merge_stderr=True) for _ in range(2)]
         for w in workers:
-            w.wait_for("holding")  # its first job is in its loop body, under the first owner
+            w.wait_for_line("holding")  # its first job is in its loop body, under the first owner
             assert "client True" in w.lines
         if end == "close":
             owner.send("close")
@@ -305,9 +243,9 @@ def test_a_settling_request_received_by_an_owner_that_died_unanswered_has_an_unk
 
     d = tmp_path / "q"
     d.mkdir(mode=0o700)
-    owner = Child(DYING_OWNER, str(d))
+    owner = Child(DYING_OWNER, str(d), merge_stderr=True)
     try:
-        owner.wait_for("listening")
+        owner.wait_for_line("listening")
         link = Link(str(d))
         with pytest.raises(OwnerLost) as lost:
             link.call(header, b"x" if is_put else b"", is_put=is_put)
@@ -325,9 +263,9 @@ def test_a_commit_many_caught_by_a_change_of_owner_is_not_sent_again_and_its_ite
     from journaled.errors import OwnerLost
 
     d = str(tmp_path / "q")
-    owner = Child(OWNER, d, "3")
+    owner = Child(OWNER, d, "3", merge_stderr=True)
     try:
-        owner.wait_for("ready")
+        owner.wait_for_line("ready")
         q = JournaledQueue(d)
         assert not q.is_owner
         r = q.reader("w")
