@@ -19,6 +19,8 @@ never runs under it on the hot path (see log/writer.py).  The facade adds no loc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from journaled.config import QueueConfig
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import detect_queue_name, list_journal_files
@@ -114,6 +116,13 @@ class Journal:
         """The directory or the file being written was removed or replaced (see log/writer.py)."""
         return self._writer.gone
 
+    def reserve(self, sizes: Sequence[int]) -> None:
+        """Create now every journal file that appending payloads of ``sizes`` (in order) will
+        rotate into, so that those appends cannot fail on an ``open``: the spool adopter calls it
+        before its intent line (see log/writer.py).  A failed open raises
+        :class:`JournalIOError` and poisons nothing."""
+        self._writer.reserve(sizes)
+
     def archivable(self, min_head: int) -> list[JournalFile]:
         """Files whose every record has an id below ``min_head`` (never the active file)."""
         return archivable(self._state, min_head)
@@ -152,4 +161,4 @@ class Journal:
         and write nothing (the buffer holds the parent's bytes; the parent still owns the files).
         Takes no lock: a thread of the parent may have held it at the fork."""
         self._state.close()
-        self._writer.close_locked()
+        self._writer.close_locked(discard_spares=False)

@@ -16,10 +16,20 @@ compare it again, and ``fstat`` the file being written: a directory removed, ren
 or a current file without any name left (``st_nlink == 0``), poisons the journal with
 :class:`~journaled.errors.QueueDirectoryGone`, so nothing more goes into unnamed files or into
 whatever directory now sits at the path.
+
+**A new file is opened before anything depends on it.**  An append that will rotate creates the
+files it rotates into (:meth:`Writer.reserve_locked`) before it encodes a record, and a rotation
+opens its new file before it retires the old one.  A failed ``open`` (EMFILE, ENFILE, ENOMEM,
+EACCES, ...) therefore loses nothing: the append raises :class:`~journaled.errors.JournalIOError`
+with the open's errno, none of its records was written or took an id, the current file stays the
+one appended to, and the journal is *not* poisoned (only a failed write or fdatasync poisons it).
+The spool adopter reserves the files of a whole batch before it writes its intent line, so an
+adoption that fails this way has nothing in the journal either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -28,13 +38,15 @@ from collections.abc import Callable, Sequence
 from journaled.disk import fileio
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import journal_path
-from journaled.errors import QueueDirectoryGone
-from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header
+from journaled.errors import JournalIOError, QueueDirectoryGone
+from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header, header_size
 from journaled.format.speedups import encode_puts
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.
 WRITE_OUT_AT = 1024 * 1024
+#: Names tried for a new journal file when the next one is taken (a planted file, a FIFO).
+NAME_TRIES = 16
 
 
 class Writer:
@@ -47,6 +59,8 @@ class Writer:
         # files retired under sync="never", not yet synced: by path, so that no fd stays open
         # per rotation (that would pin archived files' space and exhaust descriptors)
         self.unsynced_paths: list[str] = []
+        # files created for the next rotations and not started yet: (ms, path, fd), oldest first
+        self.spare: list[tuple[int, str, int]] = []
         self.appended = 0  # session byte sequence: appended / written out to the OS
         self.written = 0
         self.commits = GroupCommit(self._flush_for_sync)
@@ -97,21 +111,35 @@ class Writer:
 
     def create_file_locked(self, ms: int) -> None:
         """Start a new journal file whose first record will get id ``state.next_id``."""
+        self._start_file_locked(self._open_new_locked(ms))
+
+    def _open_new_locked(self, ms: int) -> tuple[int, str, int]:
+        """Create an empty journal file named ``ms`` or later; ``(ms, path, fd)``.  A failed
+        open raises :class:`JournalIOError` and poisons nothing: nothing was written."""
         st = self.state
-        if st.files and ms <= st.files[-1].ms:
-            ms = st.files[-1].ms + 1  # names must stay unique and sortable
-        path = journal_path(st.directory, st.name, ms)
+        newest = self.spare[-1][0] if self.spare else (st.files[-1].ms if st.files else 0)
+        ms = max(ms, newest + 1)  # names must stay unique and sortable
         problem = self._home_problem()  # never start a file in somebody else's directory
         if problem is not None:
             raise st.mark_gone(*problem)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
+        for _ in range(NAME_TRIES):
+            path = journal_path(st.directory, st.name, ms)
+            try:
+                return ms, path, fileio.ops.open(path, flags, st.config.file_mode)
+            except FileExistsError:
+                ms += 1  # a name taken by a file that is not ours: it is never touched
+            except OSError as exc:
+                raise _open_failed(exc, path) from exc
+        taken = FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+        raise _open_failed(taken, path) from taken
+
+    def _start_file_locked(self, new: tuple[int, str, int]) -> None:
+        """Write the header of the created file ``new`` and make it the one appended to."""
+        st = self.state
+        ms, path, fd = new
         header = FileHeader(salt=secrets.randbits(32), first_id=st.next_id, created_ms=now_ms(), name=st.name)
         raw = encode_header(header)
-        try:
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL
-            fd = fileio.ops.open(path, flags, st.config.file_mode)
-        except OSError as exc:
-            # after a failed rotation there is no file to append to
-            raise st.poison(exc) from exc
         try:
             fileio.ops.write(fd, raw)
             if st.config.sync != "never":
@@ -124,6 +152,36 @@ class Writer:
         jf = JournalFile(path, ms, header, len(raw))
         jf.note(st.next_id, len(raw))
         st.add_file(jf)
+
+    def files_needed(self, sizes: Sequence[int]) -> int:
+        """How many new files appending payloads of ``sizes`` (in order, from the current end)
+        rotates into: the packing of :meth:`append`.  Caller holds the lock."""
+        st = self.state
+        hdr = header_size(st.name)
+        jf = st.files[-1]
+        end = jf.size + len(self.buf)
+        limit = self.limit
+        k = 0
+        for n in sizes:
+            rec = PUT_OVERHEAD + n
+            if end + rec > limit and end > hdr:
+                k += 1
+                end = hdr
+            end += rec
+        return k
+
+    def reserve_locked(self, sizes: Sequence[int]) -> None:
+        """Create every file an append of payloads of ``sizes`` rotates into, before anything of
+        it is encoded (see "A new file is opened before anything depends on it" above)."""
+        need = self.files_needed(sizes)
+        while len(self.spare) < need:
+            self.spare.append(self._open_new_locked(now_ms()))
+
+    def reserve(self, sizes: Sequence[int]) -> None:
+        """:meth:`reserve_locked` under the lock; raises if the journal refuses writes."""
+        with self.state.lock:
+            self.state.check_writable()
+            self.reserve_locked(sizes)
 
     # ----------------------------------------------------------------------------- appending
     def append_one(self, payload: bytes, add_ms: int) -> tuple[int, int, int]:
@@ -168,6 +226,8 @@ class Writer:
             jf = st.files[-1]
             pos = jf.size + len(self.buf)
             size = n * PUT_OVERHEAD + sum(map(len, payloads))
+            if pos + size > limit:
+                self.reserve_locked(list(map(len, payloads)))  # may raise: nothing encoded yet
             if pos + size <= limit:
                 # perf: everything fits the current file: one encode call, and the sparse index
                 # is only visited when this batch can reach the next INDEX_EVERY boundary
@@ -222,8 +282,14 @@ class Writer:
         self.buf = bytearray()
 
     def rotate_locked(self) -> None:
-        """Retire the newest file (synced first unless ``sync="never"``) and start a new one."""
+        """Retire the newest file (synced first unless ``sync="never"``) and start a new one
+        (one :meth:`reserve_locked` created, else opened first: a failed open changes nothing)."""
         st = self.state
+        if not self.spare:
+            self.spare.append(self._open_new_locked(now_ms()))
+        problem = self._home_problem()
+        if problem is not None:
+            raise st.mark_gone(*problem)
         self.write_out_locked()
         old, self.out = self.out, None  # never written through again, even if what follows fails
         assert old is not None
@@ -237,7 +303,7 @@ class Writer:
             raise st.poison(exc) from exc
         finally:
             old.retire()  # closed now, or by the sync still using it
-        self.create_file_locked(now_ms())
+        self._start_file_locked(self.spare.pop(0))
 
     def write_out(self) -> None:
         """Hand buffered bytes to the OS (no fsync): makes them visible to other processes."""
@@ -261,11 +327,16 @@ class Writer:
             # Under "never" a rotation neither syncs the file it retires nor the directory entry
             # of the new one, so an explicit sync() must do both or it would claim too much.
             try:
-                for path in unsynced:
+                for k, path in enumerate(unsynced):
                     try:
                         old = fileio.ops.open(path, os.O_RDONLY)
                     except FileNotFoundError:
                         continue  # archived since: every reader was done with it
+                    except OSError as exc:
+                        # nothing failed to reach the disk: a later sync tries these files again
+                        with st.lock:
+                            self.unsynced_paths[:0] = unsynced[k:]
+                        raise _open_failed_for_sync(exc, path) from exc
                     try:
                         fileio.ops.fdatasync(old)
                     finally:
@@ -274,6 +345,8 @@ class Writer:
                     fileio.ops.fsync_dir(st.directory)
                 if needed:
                     fileio.ops.fdatasync(fd)
+            except JournalIOError:
+                raise
             except OSError as exc:
                 raise st.poison(exc) from exc
             finally:
@@ -293,8 +366,39 @@ class Writer:
     def dirty(self) -> bool:
         return self.commits.durable < self.appended
 
-    def close_locked(self) -> None:
-        """Release the write descriptor (after a final write out / sync)."""
+    def close_locked(self, discard_spares: bool = True) -> None:
+        """Release the write descriptor (after a final write out / sync) and those of files
+        created for rotations that did not come; those files are removed unless
+        ``discard_spares`` is False (a forked child: they are its parent's)."""
         out, self.out = self.out, None
         if out is not None:
             out.retire()
+        spare, self.spare = self.spare, []
+        for _ms, path, fd in spare:
+            with contextlib.suppress(OSError):
+                fileio.ops.close(fd)
+            if discard_spares:
+                with contextlib.suppress(OSError):
+                    fileio.ops.unlink(path)
+
+
+def _open_failed(exc: OSError, path: str) -> JournalIOError:
+    """The error of an append whose new journal file could not be opened: nothing was
+    written, and the journal is not poisoned (the put can be retried)."""
+    return JournalIOError(
+        exc.errno,
+        f"could not create a new journal file ({exc.strerror or exc}); nothing was written and "
+        "the queue still accepts writes: retry the put",
+        path,
+    )
+
+
+def _open_failed_for_sync(exc: OSError, path: str) -> JournalIOError:
+    """The error of a sync that could not open a retired file to fsync it: nothing is claimed
+    durable, nothing is lost, and the journal is not poisoned (a later sync tries again)."""
+    return JournalIOError(
+        exc.errno,
+        f"could not open a journal file to sync it ({exc.strerror or exc}); nothing is claimed "
+        "durable and the queue still accepts writes: retry the sync",
+        path,
+    )

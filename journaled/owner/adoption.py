@@ -106,6 +106,8 @@ class DurableLog(Protocol):
 
     def sync(self) -> None: ...
 
+    def reserve(self, sizes: Sequence[int]) -> None: ...
+
 
 class SpoolHost(Protocol):
     """What the adopter needs from the queue that owns the directory."""
@@ -122,6 +124,12 @@ class SpoolHost(Protocol):
         """Append ``(payloads, expire_ms)`` runs through the queue's one append path, calling
         ``intent(first_id)`` under the append lock just before anything is appended (after the
         policies have accepted the batch).  Returns the first id."""
+        ...
+
+    def reserve(self, runs: Sequence[tuple[list[bytes], int]]) -> None:
+        """Create every journal file appending ``runs`` will rotate into, so that once the intent
+        line is written the append cannot fail on an ``open`` (which would leave the intent
+        counting other items as this batch's).  Call under the append lock, in ``intent``."""
         ...
 
     def sync(self) -> None: ...
@@ -282,14 +290,20 @@ class Adopter:
         if rest:
             intended = False
 
+            runs = list(_runs(rest))
+
             def intent(first: int) -> None:
                 nonlocal intended
+                # A failure from here to the D line stops adoption until reopen, and recovery
+                # then counts every id from `first` on as this batch's: nothing else may fail
+                # without poisoning the journal, so the files to rotate into are created first.
+                host.reserve(runs)
                 ledger.intend(key, first, count, skip)
                 intended = True
                 _step("after-intent")
 
             try:
-                host.append_runs(list(_runs(rest)), intent)
+                host.append_runs(runs, intent)
                 _step("after-append")
                 host.sync()
                 _step("after-sync")
@@ -361,3 +375,6 @@ class QueueAppender:
 
     def sync(self) -> None:
         self._journal.sync()
+
+    def reserve(self, runs: Sequence[tuple[list[bytes], int]]) -> None:
+        self._journal.reserve([len(x) for payloads, _ in runs for x in payloads])

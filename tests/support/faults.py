@@ -273,3 +273,46 @@ class FaultyOps(FileOps):
         if self._maybe_fail("unlink", path):
             self._raise(path)
         super().unlink(path)
+
+
+class FailingOpens(FileOps):
+    """Fail every ``open`` for which ``which(path, flags)`` is true with ``OSError(err)`` (EMFILE:
+    the process is out of descriptors) until :meth:`heal`; every other operation runs for real.
+    ``failed`` counts the opens refused."""
+
+    def __init__(self, which: Any, err: int = _errno.EMFILE) -> None:
+        self.which = which
+        self.err = err
+        self.failed = 0
+        self.healed = False
+
+    def heal(self) -> None:
+        """Descriptors are free again."""
+        self.healed = True
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if not self.healed and self.which(path, flags):
+            self.failed += 1
+            raise OSError(self.err, os.strerror(self.err), path)
+        return super().open(path, flags, mode)
+
+
+def new_journal_file(name: str) -> Any:
+    """For :class:`FailingOpens`: the creation of a new journal file of queue ``name``."""
+
+    def which(path: str, flags: int) -> bool:
+        base = os.path.basename(path)
+        return bool(flags & os.O_CREAT) and base.startswith(name + ".") and base[len(name) + 1 :].isdigit()
+
+    return which
+
+
+def journal_file_read(name: str) -> Any:
+    """For :class:`FailingOpens`: opening a journal file of queue ``name`` for reading."""
+
+    def which(path: str, flags: int) -> bool:
+        base = os.path.basename(path)
+        writing = flags & (os.O_WRONLY | os.O_RDWR)
+        return not writing and base.startswith(name + ".") and base[len(name) + 1 :].isdigit()
+
+    return which
