@@ -10,14 +10,30 @@
  * record.py's layout constants (checked against the ones below), the classes the twins build and the
  * references; item.py's import calls configure_items() once with the Item class.
  *
+ * Python code can run inside a twin: a dict lookup calls the ``__eq__`` of a key whose hash
+ * collides, and on Python 3.11 any allocation of a container (list, tuple, item) may start the cyclic
+ * garbage collector, hence ``gc.callbacks`` and ``__del__``.  That code may change or free anything
+ * the caller passed that is mutable.  So across every such call a twin holds its own references
+ * (a tuple copy of a list it encodes, a reference to the record or payload at hand) and re-reads
+ * list sizes after it, walking a list as the reference's ``for`` does; the configuration objects
+ * stay alive even when replaced (see keep()); and the slot descriptors the twins get and set are
+ * checked to be plain slots, which run no Python code.  tests/format/test_speedups_hostile.py
+ * checks this, and scripts/sanitize_twins.sh runs it under AddressSanitizer and UBSan.
+ *
  * CRC32C is computed here (the SSE4.2 instruction when the CPU has it, else slicing-by-8
  * tables): calling the crc32c package would cost a Python-level call per record, which is
  * what this module exists to avoid.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef Py_T_OBJECT_EX /* before 3.12 */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define JOURNALED_HW_CRC 1
@@ -195,7 +211,28 @@ static PyObject *py_new_item = NULL;
 static PyObject *py_new_items = NULL;
 static PyObject *py_items_from_puts = NULL;
 static PyObject *str_size = NULL;
+static PyObject *str_payload = NULL, *str_id = NULL, *str_add_ms = NULL, *str_expire_ms = NULL, *str_get = NULL;
+static PyObject *float_1000 = NULL; /* the reference's 1000.0 */
 static PyObject *max_body_obj = NULL; /* MAX_BODY as an int: decode_many's default max_body */
+
+/* Configuration objects replaced by a later configure() or configure_items(), never released: a
+ * twin further up the stack may still use the old ones through the globals above it read before
+ * calling Python code (which may have configured again).  Configuration happens once per process
+ * (a few times in the tests, mostly with the same objects, which are not kept twice). */
+static PyObject *retired = NULL;
+
+static void
+keep(PyObject **slot, PyObject *value)
+{
+    PyObject *old = *slot;
+    *slot = Py_NewRef(value);
+    if (old == NULL)
+        return;
+    if (old == value || PyList_Append(retired, old) == 0)
+        Py_DECREF(old);
+    else
+        PyErr_Clear(); /* not recorded: then it is never released either */
+}
 
 static PyObject *
 not_configured(void)
@@ -213,6 +250,10 @@ check_layout(PyObject *constants)
         PyObject *v = PyDict_GetItemString(constants, layout[i].name); /* borrowed */
         if (v == NULL) {
             PyErr_Format(PyExc_ValueError, "journaled.format._speedups needs format/record.py's %s", layout[i].name);
+            return -1;
+        }
+        if (!PyLong_Check(v)) { /* not converted with __index__, which could change the dict under us */
+            PyErr_Format(PyExc_TypeError, "format/record.py's %s must be an int", layout[i].name);
             return -1;
         }
         long long got = PyLong_AsLongLong(v);
@@ -234,12 +275,25 @@ check_layout(PyObject *constants)
             for (Py_ssize_t i = 0; i < LAYOUT_SIZE && !known; i++)
                 known = PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, layout[i].name) == 0;
             if (!known) {
+                Py_INCREF(key); /* its repr may change the dict */
                 PyErr_Format(PyExc_ValueError, "journaled.format._speedups does not know the constant %R", key);
+                Py_DECREF(key);
                 return -1;
             }
         }
     }
     return 0;
+}
+
+/* A slot of instances of ``type`` holding any object: its get and set run no Python code. */
+static int
+is_plain_slot(PyObject *d, PyObject *type)
+{
+    if (!Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == Py_T_OBJECT_EX && !(m->flags & Py_READONLY) &&
+           PyType_IsSubtype((PyTypeObject *)type, PyDescr_TYPE(d));
 }
 
 /* The slot descriptors of ``type``'s fields into ``out`` (new references), after checking that
@@ -260,7 +314,7 @@ field_slots(PyObject *type, PyObject *names, const char *const *expected, int n,
     }
     for (int i = 0; i < n; i++) {
         PyObject *d = PyObject_GetAttr(type, PyTuple_GET_ITEM(names, i));
-        if (d != NULL && Py_TYPE(d)->tp_descr_set == NULL) {
+        if (d != NULL && !is_plain_slot(d, type)) {
             Py_CLEAR(d);
             PyErr_Format(PyExc_TypeError, "%s's fields must be slots", tname);
         }
@@ -306,14 +360,16 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     if (check_layout(constants) < 0 || !all_callable(refs, 4) ||
         field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
         return NULL;
-    for (int i = 0; i < PUT_NFIELDS; i++)
-        Py_XSETREF(put_fields[i], slots[i]);
-    Py_XSETREF(put_type, (PyTypeObject *)Py_NewRef(type));
-    Py_XSETREF(damage_type, (PyTypeObject *)Py_NewRef(dmg));
-    Py_XSETREF(py_encode_puts, Py_NewRef(refs[0]));
-    Py_XSETREF(py_decode_many, Py_NewRef(refs[1]));
-    Py_XSETREF(py_decode_one, Py_NewRef(refs[2]));
-    Py_XSETREF(py_decode_columns, Py_NewRef(refs[3]));
+    for (int i = 0; i < PUT_NFIELDS; i++) {
+        keep(&put_fields[i], slots[i]);
+        Py_DECREF(slots[i]);
+    }
+    keep((PyObject **)&put_type, type);
+    keep((PyObject **)&damage_type, dmg);
+    keep(&py_encode_puts, refs[0]);
+    keep(&py_decode_many, refs[1]);
+    keep(&py_decode_one, refs[2]);
+    keep(&py_decode_columns, refs[3]);
     Py_RETURN_NONE;
 }
 
@@ -334,12 +390,14 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     PyObject *slots[ITEM_NFIELDS];
     if (!all_callable(refs, 3) || field_slots(type, names, item_field_names, ITEM_NFIELDS, slots) < 0)
         return NULL;
-    for (int i = 0; i < ITEM_NFIELDS; i++)
-        Py_XSETREF(item_fields[i], slots[i]);
-    Py_XSETREF(item_type, (PyTypeObject *)Py_NewRef(type));
-    Py_XSETREF(py_new_item, Py_NewRef(refs[0]));
-    Py_XSETREF(py_new_items, Py_NewRef(refs[1]));
-    Py_XSETREF(py_items_from_puts, Py_NewRef(refs[2]));
+    for (int i = 0; i < ITEM_NFIELDS; i++) {
+        keep(&item_fields[i], slots[i]);
+        Py_DECREF(slots[i]);
+    }
+    keep((PyObject **)&item_type, type);
+    keep(&py_new_item, refs[0]);
+    keep(&py_new_items, refs[1]);
+    keep(&py_items_from_puts, refs[2]);
     Py_RETURN_NONE;
 }
 
@@ -378,6 +436,26 @@ as_u64(PyObject *o, uint64_t *out)
     return 1;
 }
 
+/* A tuple of the items of ``seq`` (a tuple: itself; a list: a copy), a new reference; None when the
+ * list changed while the copy was allocated (the collector may run then); NULL with an error. */
+static PyObject *
+items_now(PyObject *seq)
+{
+    if (PyTuple_CheckExact(seq))
+        return Py_NewRef(seq);
+    Py_ssize_t n = PyList_GET_SIZE(seq);
+    PyObject *copy = PyTuple_New(n);
+    if (copy == NULL)
+        return NULL;
+    if (PyList_GET_SIZE(seq) != n) {
+        Py_DECREF(copy);
+        return Py_NewRef(Py_None);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(copy, i, Py_NewRef(PyList_GET_ITEM(seq, i)));
+    return copy;
+}
+
 static PyObject *
 encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -387,47 +465,69 @@ encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     PyObject *payloads, *out;
     if (kwnames != NULL || nargs != 7)
         goto reference;
-    payloads = args[5];
     out = args[6];
     if (!as_u64(args[0], &salt) || !as_u64(args[1], &offset) || !as_u64(args[2], &first_id) ||
         !as_u64(args[3], &add_ms) || !as_u64(args[4], &expire_ms) || !PyByteArray_CheckExact(out) ||
-        !(PyTuple_CheckExact(payloads) || PyList_CheckExact(payloads)))
+        !(PyTuple_CheckExact(args[5]) || PyList_CheckExact(args[5])))
         goto reference;
+    /* the payloads as they are now, held: the allocations below may run the collector */
+    payloads = items_now(args[5]);
+    if (payloads == NULL)
+        return NULL;
+    if (payloads == Py_None) {
+        Py_DECREF(payloads);
+        goto reference;
+    }
     {
         PyObject **items = PySequence_Fast_ITEMS(payloads);
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(payloads);
+        Py_ssize_t n = PyTuple_GET_SIZE(payloads);
         /* The fast path takes plain bytes whose records' numbers all fit their fields; anything
          * else (where the reference may fail part-way) is left to the reference. */
-        if (n > 0 && first_id > UINT64_MAX - (uint64_t)(n - 1))
-            goto reference;
+        int fast = !(n > 0 && first_id > UINT64_MAX - (uint64_t)(n - 1));
         Py_ssize_t total = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (!PyBytes_CheckExact(items[i]))
-                goto reference;
+        for (Py_ssize_t i = 0; i < n && fast; i++) {
+            if (!PyBytes_CheckExact(items[i])) {
+                fast = 0;
+                break;
+            }
             Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
             if ((uint64_t)len > UINT32_MAX - PUT_FIELDS_SIZE || total > PY_SSIZE_T_MAX - PUT_OVERHEAD - len)
-                goto reference;
-            total += PUT_OVERHEAD + len;
+                fast = 0;
+            else
+                total += PUT_OVERHEAD + len;
         }
-        if (offset > UINT64_MAX - (uint64_t)total)
+        if (!fast || offset > UINT64_MAX - (uint64_t)total) {
+            Py_DECREF(payloads);
             goto reference;
+        }
         uint64_t offset0 = offset;
         PyObject *offsets = PyList_New(n);
-        if (offsets == NULL)
+        if (offsets == NULL) {
+            Py_DECREF(payloads);
             return NULL;
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *o = PyLong_FromUnsignedLongLong(offset);
             if (o == NULL) {
                 Py_DECREF(offsets);
+                Py_DECREF(payloads);
                 return NULL;
             }
             PyList_SET_ITEM(offsets, i, o);
             offset += PUT_OVERHEAD + (uint64_t)PyBytes_GET_SIZE(items[i]);
         }
         offset = offset0;
+        /* from here to the return nothing can run Python code: ``out`` is sized now, not before */
         Py_ssize_t start = PyByteArray_GET_SIZE(out);
+        if (start > PY_SSIZE_T_MAX - total) {
+            PyErr_NoMemory();
+            Py_DECREF(offsets);
+            Py_DECREF(payloads);
+            return NULL;
+        }
         if (PyByteArray_Resize(out, start + total) < 0) {
             Py_DECREF(offsets);
+            Py_DECREF(payloads);
             return NULL;
         }
         unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + start;
@@ -446,6 +546,7 @@ encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             offset += PUT_OVERHEAD + (uint64_t)len;
             item_id++;
         }
+        Py_DECREF(payloads);
         return offsets;
     }
 reference:
@@ -610,6 +711,12 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             Py_DECREF(size_obj);
             if (size == -1 && PyErr_Occurred())
                 goto fail;
+            if (size < -pos || size > LLONG_MAX - pos) {
+                /* only a decode_one other than record.py's can say so: memory-safe refusal */
+                PyErr_Format(PyExc_ValueError, "decode_one returned a record of size %lld at position %lld",
+                             size, pos);
+                goto fail;
+            }
             pos += size;
             count++;
         }
@@ -761,7 +868,25 @@ reference:
 /* ------------------------------------------------------------------------------ new_items
  * reference: format/fallback.py, new_item and new_items (built by item_references) */
 
-/* new_item(id, data, add_time, expire_at=None, error_count=0), positional arguments only. */
+/* An item with the field values ``vals``, a new reference (NULL with an error).  Its allocation may
+ * run the collector: the caller holds ``vals``. */
+static PyObject *
+build_item(PyObject *const *vals)
+{
+    PyObject *obj = item_type->tp_alloc(item_type, 0);
+    if (obj == NULL)
+        return NULL;
+    for (int k = 0; k < ITEM_NFIELDS; k++) {
+        if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+/* new_item(id, data, add_time, expire_at=None, error_count=0), positional arguments only (the
+ * caller holds them). */
 static PyObject *
 new_item(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -774,20 +899,14 @@ new_item(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
         return NULL;
     PyObject *vals[ITEM_NFIELDS] = {args[0], args[1], args[2], nargs > 3 ? args[3] : Py_None,
                                    nargs > 4 ? args[4] : zero};
-    PyObject *obj = item_type->tp_alloc(item_type, 0);
-    if (obj != NULL) {
-        for (int k = 0; k < ITEM_NFIELDS; k++) {
-            if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
-                Py_CLEAR(obj);
-                break;
-            }
-        }
-    }
+    PyObject *obj = build_item(vals);
     Py_XDECREF(zero);
     return obj;
 }
 
-/* new_items(first_id, payloads, add_time, expire_at): fresh items with consecutive ids. */
+/* new_items(first_id, payloads, add_time, expire_at): fresh items with consecutive ids.  The list is
+ * walked as the reference's ``for`` walks it, its size read again after each item (whose allocation
+ * may run Python code that changes it). */
 static PyObject *
 new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -804,8 +923,7 @@ new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         goto reference;
     {
         PyObject *payloads = args[1];
-        Py_ssize_t n = PyList_GET_SIZE(payloads);
-        PyObject *out = PyList_New(n);
+        PyObject *out = PyList_New(0);
         if (out == NULL)
             return NULL;
         PyObject *zero = PyLong_FromLong(0);
@@ -813,28 +931,25 @@ new_items(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             Py_DECREF(out);
             return NULL;
         }
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(payloads); i++) {
             PyObject *vals[ITEM_NFIELDS];
-            vals[ITEM_ID] = PyLong_FromLongLong(first_id + i);
+            /* first_id <= INDEX_MAX and a list holds fewer than 2**60 items: the sum fits */
+            vals[ITEM_ID] = PyLong_FromLongLong(first_id + (long long)i);
             if (vals[ITEM_ID] == NULL)
                 goto fail;
-            vals[ITEM_DATA] = PyList_GET_ITEM(payloads, i);
+            vals[ITEM_DATA] = Py_NewRef(PyList_GET_ITEM(payloads, i));
             vals[ITEM_ADD_TIME] = args[2];
             vals[ITEM_EXPIRE_AT] = args[3];
             vals[ITEM_ERROR_COUNT] = zero;
-            PyObject *obj = item_type->tp_alloc(item_type, 0);
-            if (obj == NULL) {
-                Py_DECREF(vals[ITEM_ID]);
-                goto fail;
-            }
-            PyList_SET_ITEM(out, i, obj);
-            for (int k = 0; k < ITEM_NFIELDS; k++) {
-                if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0) {
-                    Py_DECREF(vals[ITEM_ID]);
-                    goto fail;
-                }
-            }
+            PyObject *obj = build_item(vals);
             Py_DECREF(vals[ITEM_ID]);
+            Py_DECREF(vals[ITEM_DATA]);
+            if (obj == NULL)
+                goto fail;
+            int appended = PyList_Append(out, obj);
+            Py_DECREF(obj);
+            if (appended < 0)
+                goto fail;
         }
         Py_DECREF(zero);
         return out;
@@ -851,15 +966,189 @@ reference:
  * reference: format/fallback.py, items_from_puts (built by item_references) */
 
 /* items_from_puts(recs, errors, want, overhead): read-behind's items for decoded PUT records,
- * stopping before the record that would take the charge past ``want``.  Anything off the fast path
- * (a record that is not an exact Put, fields of other types, a mapping that is not a dict) goes to
- * the reference, from the start. */
+ * stopping before the record that would take the charge past ``want``.  Arguments off the fast path
+ * (not a list, a mapping that is not a dict, budgets outside [0, INDEX_MAX]) or a first record off
+ * it go to the reference, from the start.  A later record off the fast path is taken the
+ * reference's way, by take_any(), and so are all after it: by then Python code may have run (a
+ * key's __eq__ in the error-count lookup, the collector in an allocation) and changed the list, so
+ * starting the reference over could see other records than the ones already taken.  The list is
+ * walked as the reference's ``for`` walks it: its size is read again before each record. */
 
-/* A Put's field by its slot descriptor (a new reference), NULL with an error set. */
-static PyObject *
-put_field(PyObject *rec, int k)
+/* A record the fast path takes: an exact Put with exact int times in [0, 2**53] (they convert to a
+ * double exactly, as the reference's division does) and a bytes payload.  The fields are new
+ * references. */
+typedef struct {
+    PyObject *id, *payload;
+    long long add_ms, expire_ms, charge;
+} FastPut;
+
+static void
+fast_put_clear(FastPut *p)
 {
-    return Py_TYPE(put_fields[k])->tp_descr_get(put_fields[k], rec, (PyObject *)put_type);
+    Py_CLEAR(p->id);
+    Py_CLEAR(p->payload);
+}
+
+/* 1 with *p filled when ``rec`` is a record the fast path takes; 0 when not (no error set). */
+static int
+fast_put(PyObject *rec, long long overhead, FastPut *p)
+{
+    p->id = p->payload = NULL;
+    if (Py_TYPE(rec) != put_type)
+        return 0;
+    PyObject *add = NULL, *exp = NULL;
+    p->id = Py_TYPE(put_fields[PUT_ID])->tp_descr_get(put_fields[PUT_ID], rec, (PyObject *)put_type);
+    if (p->id != NULL)
+        add = Py_TYPE(put_fields[PUT_ADD_MS])->tp_descr_get(put_fields[PUT_ADD_MS], rec, (PyObject *)put_type);
+    if (add != NULL)
+        exp = Py_TYPE(put_fields[PUT_EXPIRE_MS])->tp_descr_get(put_fields[PUT_EXPIRE_MS], rec, (PyObject *)put_type);
+    if (exp != NULL)
+        p->payload = Py_TYPE(put_fields[PUT_PAYLOAD])->tp_descr_get(put_fields[PUT_PAYLOAD], rec, (PyObject *)put_type);
+    int ok = p->payload != NULL && PyLong_CheckExact(p->id) && PyLong_CheckExact(add) && PyLong_CheckExact(exp) &&
+             PyBytes_CheckExact(p->payload);
+    if (ok) {
+        p->add_ms = PyLong_AsLongLong(add);
+        p->expire_ms = PyLong_AsLongLong(exp);
+        ok = p->add_ms >= 0 && p->add_ms <= EXACT_DOUBLE_MAX && p->expire_ms >= 0 &&
+             p->expire_ms <= EXACT_DOUBLE_MAX && (long long)PyBytes_GET_SIZE(p->payload) <= LLONG_MAX - overhead;
+        p->charge = ok ? (long long)PyBytes_GET_SIZE(p->payload) + overhead : 0;
+    }
+    Py_XDECREF(add);
+    Py_XDECREF(exp);
+    if (!ok) {
+        PyErr_Clear(); /* an unset field, a number out of range: the reference's way says what it is */
+        fast_put_clear(p);
+    }
+    return ok;
+}
+
+/* The running state of one items_from_puts call. */
+typedef struct {
+    PyObject *errors, *want_obj, *overhead_obj; /* the arguments (the caller holds them) */
+    long long want;
+    PyObject *out;   /* the items so far */
+    long long total; /* their charge, while total_obj is NULL */
+    PyObject *total_obj;
+    int expiring;
+} Walk;
+
+/* Take the fast record ``p``: 1 when taken, 0 when it does not fit (the walk stops), -1 on error. */
+static int
+take_fast(Walk *w, FastPut *p)
+{
+    /* want and each charge are in [0, LLONG_MAX], and total <= want after the first item */
+    if (PyList_GET_SIZE(w->out) > 0 && (p->charge > w->want || w->total > w->want - p->charge))
+        return 0;
+    w->total += p->charge;
+    if (p->expire_ms)
+        w->expiring = 1;
+    PyObject *vals[ITEM_NFIELDS] = {p->id, p->payload, NULL, NULL, NULL};
+    int rc = -1;
+    vals[ITEM_ADD_TIME] = PyFloat_FromDouble((double)p->add_ms / 1000.0);
+    if (vals[ITEM_ADD_TIME] == NULL)
+        goto done;
+    vals[ITEM_EXPIRE_AT] = p->expire_ms ? PyFloat_FromDouble((double)p->expire_ms / 1000.0) : Py_NewRef(Py_None);
+    if (vals[ITEM_EXPIRE_AT] == NULL)
+        goto done;
+    /* may call a colliding key's __eq__; the value is taken (or 0) as soon as the lookup returns */
+    PyObject *count = PyDict_GET_SIZE(w->errors) ? PyDict_GetItemWithError(w->errors, p->id) : NULL;
+    if (count == NULL && PyErr_Occurred())
+        goto done;
+    vals[ITEM_ERROR_COUNT] = count != NULL ? Py_NewRef(count) : PyLong_FromLong(0);
+    if (vals[ITEM_ERROR_COUNT] == NULL)
+        goto done;
+    PyObject *obj = build_item(vals);
+    if (obj == NULL)
+        goto done;
+    rc = PyList_Append(w->out, obj) < 0 ? -1 : 1;
+    Py_DECREF(obj);
+done:
+    Py_XDECREF(vals[ITEM_ADD_TIME]);
+    Py_XDECREF(vals[ITEM_EXPIRE_AT]);
+    Py_XDECREF(vals[ITEM_ERROR_COUNT]);
+    return rc;
+}
+
+/* Take ``rec``, any object, exactly as the reference's loop body does (the same attribute reads,
+ * in the same order, with Python's arithmetic); 1, 0 or -1 as take_fast(). */
+static int
+take_any(Walk *w, PyObject *rec)
+{
+    PyObject *payload = NULL, *charge = NULL, *expire = NULL, *vals[ITEM_NFIELDS] = {NULL};
+    int rc = -1;
+    if (w->total_obj == NULL && (w->total_obj = PyLong_FromLongLong(w->total)) == NULL)
+        return -1;
+    if ((payload = PyObject_GetAttr(rec, str_payload)) == NULL)
+        goto done;
+    Py_ssize_t len = PyObject_Size(payload);
+    if (len < 0)
+        goto done;
+    PyObject *len_obj = PyLong_FromSsize_t(len);
+    if (len_obj == NULL)
+        goto done;
+    charge = PyNumber_Add(len_obj, w->overhead_obj);
+    Py_DECREF(len_obj);
+    if (charge == NULL)
+        goto done;
+    if (PyList_GET_SIZE(w->out) > 0) {
+        PyObject *sum = PyNumber_Add(w->total_obj, charge);
+        if (sum == NULL)
+            goto done;
+        int over = PyObject_RichCompareBool(sum, w->want_obj, Py_GT);
+        Py_DECREF(sum);
+        if (over != 0) {
+            rc = over > 0 ? 0 : -1;
+            goto done;
+        }
+    }
+    PyObject *sum = PyNumber_InPlaceAdd(w->total_obj, charge);
+    if (sum == NULL)
+        goto done;
+    Py_SETREF(w->total_obj, sum);
+    if ((expire = PyObject_GetAttr(rec, str_expire_ms)) == NULL)
+        goto done;
+    int expires = PyObject_IsTrue(expire);
+    if (expires < 0)
+        goto done;
+    if (expires)
+        w->expiring = 1;
+    if ((vals[ITEM_ID] = PyObject_GetAttr(rec, str_id)) == NULL)
+        goto done;
+    vals[ITEM_DATA] = Py_NewRef(payload);
+    PyObject *add = PyObject_GetAttr(rec, str_add_ms);
+    if (add == NULL)
+        goto done;
+    vals[ITEM_ADD_TIME] = PyNumber_TrueDivide(add, float_1000);
+    Py_DECREF(add);
+    if (vals[ITEM_ADD_TIME] == NULL)
+        goto done;
+    expires = PyObject_IsTrue(expire); /* the reference's conditional expression tests it again */
+    if (expires < 0)
+        goto done;
+    vals[ITEM_EXPIRE_AT] = expires ? PyNumber_TrueDivide(expire, float_1000) : Py_NewRef(Py_None);
+    if (vals[ITEM_EXPIRE_AT] == NULL)
+        goto done;
+    PyObject *id = PyObject_GetAttr(rec, str_id);
+    if (id == NULL)
+        goto done;
+    PyObject *zero = PyLong_FromLong(0);
+    vals[ITEM_ERROR_COUNT] = zero ? PyObject_CallMethodObjArgs(w->errors, str_get, id, zero, NULL) : NULL;
+    Py_XDECREF(zero);
+    Py_DECREF(id);
+    if (vals[ITEM_ERROR_COUNT] == NULL)
+        goto done;
+    PyObject *obj = build_item(vals);
+    if (obj == NULL)
+        goto done;
+    rc = PyList_Append(w->out, obj) < 0 ? -1 : 1;
+    Py_DECREF(obj);
+done:
+    for (int k = 0; k < ITEM_NFIELDS; k++)
+        Py_XDECREF(vals[k]);
+    Py_XDECREF(payload);
+    Py_XDECREF(charge);
+    Py_XDECREF(expire);
+    return rc;
 }
 
 static PyObject *
@@ -872,108 +1161,36 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         !as_index(args[2], &want) || !as_index(args[3], &overhead))
         goto reference;
     {
-        PyObject *recs = args[0], *errors = args[1];
-        Py_ssize_t n = PyList_GET_SIZE(recs);
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (Py_TYPE(PyList_GET_ITEM(recs, i)) != put_type)
+        PyObject *recs = args[0];
+        Walk w = {args[1], args[2], args[3], want, PyList_New(0), 0, NULL, 0};
+        if (w.out == NULL)
+            return NULL;
+        int taken = 1;
+        for (Py_ssize_t i = 0; taken > 0 && i < PyList_GET_SIZE(recs); i++) {
+            PyObject *rec = Py_NewRef(PyList_GET_ITEM(recs, i));
+            FastPut p;
+            if (w.total_obj == NULL && fast_put(rec, overhead, &p)) {
+                taken = take_fast(&w, &p);
+                fast_put_clear(&p);
+            } else if (i == 0) {
+                Py_DECREF(rec);
+                Py_DECREF(w.out);
                 goto reference;
-        PyObject *out = PyList_New(0);
-        if (out == NULL)
-            return NULL;
-        PyObject *zero = PyLong_FromLong(0);
-        if (zero == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        long long total = 0;
-        int expiring = 0, off_path = 0;
-        Py_INCREF(recs);  /* the list may not change under us: we call no Python code, but be safe */
-        for (Py_ssize_t i = 0; i < n && !off_path; i++) {
-            PyObject *rec = PyList_GET_ITEM(recs, i);
-            PyObject *id = NULL, *add = NULL, *exp = NULL, *payload = NULL, *vals[ITEM_NFIELDS] = {NULL};
-            id = put_field(rec, PUT_ID);
-            add = id ? put_field(rec, PUT_ADD_MS) : NULL;
-            exp = add ? put_field(rec, PUT_EXPIRE_MS) : NULL;
-            payload = exp ? put_field(rec, PUT_PAYLOAD) : NULL;
-            if (payload == NULL)
-                goto fail_rec;
-            if (!PyLong_CheckExact(id) || !PyLong_CheckExact(add) || !PyLong_CheckExact(exp) ||
-                !PyBytes_CheckExact(payload)) {
-                off_path = 1;
-                goto next;
-            }
-            long long add_ms = PyLong_AsLongLong(add), expire_ms = PyLong_AsLongLong(exp);
-            if ((add_ms == -1 || expire_ms == -1) && PyErr_Occurred()) {
-                PyErr_Clear();
-                off_path = 1;
-                goto next;
-            }
-            if (add_ms < 0 || add_ms > EXACT_DOUBLE_MAX || expire_ms < 0 || expire_ms > EXACT_DOUBLE_MAX) {
-                off_path = 1; /* the reference's division would round: leave it to Python */
-                goto next;
-            }
-            long long charge = (long long)PyBytes_GET_SIZE(payload) + overhead;
-            if (PyList_GET_SIZE(out) > 0 && total + charge > want) {
-                Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
-                break;
-            }
-            total += charge;
-            if (expire_ms)
-                expiring = 1;
-            vals[ITEM_ID] = id;
-            vals[ITEM_DATA] = payload;
-            vals[ITEM_ADD_TIME] = PyFloat_FromDouble((double)add_ms / 1000.0);
-            if (vals[ITEM_ADD_TIME] == NULL)
-                goto fail_rec;
-            if (expire_ms) {
-                vals[ITEM_EXPIRE_AT] = PyFloat_FromDouble((double)expire_ms / 1000.0);
-                if (vals[ITEM_EXPIRE_AT] == NULL)
-                    goto fail_rec;
             } else {
-                vals[ITEM_EXPIRE_AT] = Py_NewRef(Py_None);
+                taken = take_any(&w, rec);
             }
-            vals[ITEM_ERROR_COUNT] = NULL;
-            if (PyDict_GET_SIZE(errors)) {
-                vals[ITEM_ERROR_COUNT] = PyDict_GetItemWithError(errors, id); /* borrowed */
-                if (vals[ITEM_ERROR_COUNT] == NULL && PyErr_Occurred())
-                    goto fail_rec;
-            }
-            if (vals[ITEM_ERROR_COUNT] == NULL)
-                vals[ITEM_ERROR_COUNT] = zero;
-            Py_INCREF(vals[ITEM_ERROR_COUNT]);
-            {
-                PyObject *obj = item_type->tp_alloc(item_type, 0);
-                if (obj == NULL)
-                    goto fail_rec;
-                if (PyList_Append(out, obj) < 0) {
-                    Py_DECREF(obj);
-                    goto fail_rec;
-                }
-                Py_DECREF(obj);
-                for (int k = 0; k < ITEM_NFIELDS; k++)
-                    if (Py_TYPE(item_fields[k])->tp_descr_set(item_fields[k], obj, vals[k]) < 0)
-                        goto fail_rec;
-            }
-        next:
-            Py_XDECREF(vals[ITEM_ADD_TIME]); Py_XDECREF(vals[ITEM_EXPIRE_AT]); Py_XDECREF(vals[ITEM_ERROR_COUNT]);
-            Py_DECREF(id); Py_DECREF(add); Py_DECREF(exp); Py_DECREF(payload);
-            continue;
-        fail_rec:
-            Py_XDECREF(vals[ITEM_ADD_TIME]); Py_XDECREF(vals[ITEM_EXPIRE_AT]); Py_XDECREF(vals[ITEM_ERROR_COUNT]);
-            Py_XDECREF(id); Py_XDECREF(add); Py_XDECREF(exp); Py_XDECREF(payload);
-            Py_DECREF(recs);
-            Py_DECREF(zero);
-            Py_DECREF(out);
+            Py_DECREF(rec);
+        }
+        if (taken < 0) {
+            Py_DECREF(w.out);
+            Py_XDECREF(w.total_obj);
             return NULL;
         }
-        Py_DECREF(recs);
-        Py_DECREF(zero);
-        if (off_path) {
-            Py_DECREF(out);
-            goto reference;
+        if (w.total_obj == NULL && (w.total_obj = PyLong_FromLongLong(w.total)) == NULL) {
+            Py_DECREF(w.out);
+            return NULL;
         }
-        PyObject *result = Py_BuildValue("(NLO)", out, total, expiring ? Py_True : Py_False);
-        return result;
+        return Py_BuildValue("(NNO)", w.out, w.total_obj, w.expiring ? Py_True : Py_False);
     }
 reference:
     return PyObject_Vectorcall(py_items_from_puts, args, (size_t)nargs, kwnames);
@@ -1012,7 +1229,15 @@ PyInit__speedups(void)
     crc_init();
     str_size = PyUnicode_InternFromString("size");
     max_body_obj = PyLong_FromLongLong(MAX_BODY);
-    if (str_size == NULL || max_body_obj == NULL)
+    retired = PyList_New(0);
+    str_payload = PyUnicode_InternFromString("payload");
+    str_id = PyUnicode_InternFromString("id");
+    str_add_ms = PyUnicode_InternFromString("add_ms");
+    str_expire_ms = PyUnicode_InternFromString("expire_ms");
+    str_get = PyUnicode_InternFromString("get");
+    float_1000 = PyFloat_FromDouble(1000.0);
+    if (str_size == NULL || max_body_obj == NULL || retired == NULL || str_payload == NULL || str_id == NULL ||
+        str_add_ms == NULL || str_expire_ms == NULL || str_get == NULL || float_1000 == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
