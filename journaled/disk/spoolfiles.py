@@ -293,6 +293,9 @@ class Ledger:
         self.pending: dict[str, tuple[int, int, int]] = {}  # key -> (first, count, skip)
         self.tail_lines = 0  # lines after the block
         self._block = b""  # one "<hex key>\n" per adopted key, sorted (a binary search finds one)
+        # where a torn last line starts (a crash during its append), cut before the next append:
+        # a line written after it would be glued to it and fail its CRC
+        self._torn_at: int | None = None
         self._load()
 
     def _load(self) -> None:
@@ -306,6 +309,8 @@ class Ledger:
                 "spool ledger is not a regular file (a symbolic link?); not following it",
                 self.path,
             ) from None
+        if raw and not raw.endswith(b"\n"):
+            self._torn_at = raw.rfind(b"\n") + 1
         pos = 0
         if raw.startswith(b"K "):
             pos = self._load_block(raw)
@@ -374,10 +379,13 @@ class Ledger:
         created = not os.path.lexists(self.path)
         fd = fileio.ops.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600)
         try:
+            if self._torn_at is not None:
+                fileio.ops.ftruncate(fd, self._torn_at)  # never acknowledged: its fsync never returned
             fileio.ops.write(fd, line)
             fileio.ops.fsync(fd)
         finally:
             fileio.ops.close(fd)
+        self._torn_at = None
         self.tail_lines += 1
         if created:
             fileio.ops.fsync_dir(self.directory)
@@ -424,3 +432,4 @@ class Ledger:
         self._block = block
         self.done = set()
         self.tail_lines = len(self.pending)
+        self._torn_at = None
