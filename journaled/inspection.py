@@ -52,10 +52,10 @@ class OwnerView:
 class ReaderSnapshot:
     """One reader, looked at without owning the queue.
 
-    ``live`` says where the first four figures come from: True, the live owner's current
-    counts (exact, see ``ReaderStats``); False, the files as of the reader's last checkpoint
-    (exact for what was checkpointed; commits since then are not seen).  The rest exist only
-    in the owner's memory and are None when no live owner answered.
+    ``live`` says where the first four figures and the counters come from: True, the live
+    owner's current counts (exact, see ``ReaderStats``); False, the files as of the reader's last
+    checkpoint (exact for what was checkpointed; commits since then are not seen).  Open reads and
+    delayed items exist only in the owner's memory and are None when no live owner answered.
 
     Attributes:
         name / head: the reader and the id below which everything is committed.
@@ -66,8 +66,8 @@ class ReaderSnapshot:
         done_out_of_order / checkpoint_age / checkpoint_ok: from the checkpoint file.
         open_reads: reads handed out and not committed or aborted (every process's).
         items_delayed: aborted items waiting out a retry delay.
-        dead_lettered / expired: items the owner removed by those policies (counted as its
-            ``stats()`` counts them).
+        dead_lettered / expired: items removed by those policies (as ``stats()`` counts them:
+            kept in the checkpoint, so known without a live owner too).
     """
 
     name: str
@@ -158,6 +158,7 @@ def _reader(name: str, disk: DiskReader | None, live: dict[str, Any] | None) -> 
         return ReaderSnapshot(
             disk.name, disk.head, disk.backlog_items, disk.backlog_bytes, disk.oldest_age, False,
             disk.done_out_of_order, disk.checkpoint_age, disk.checkpoint_ok,
+            dead_lettered=disk.counts.dead_lettered, expired=disk.counts.expired,
         )  # fmt: skip
     age = live["oldest_age"]
     return ReaderSnapshot(

@@ -41,6 +41,13 @@ class Item:
 new_item, new_items, items_from_puts = speedups.item_twins(Item)
 
 
+def is_expired(item: Item, max_age: float | None, now: float) -> bool:
+    """Has ``item`` passed its ``expire_at``, or ``max_age`` since it was added, at ``now``?"""
+    if item.expire_at is not None and item.expire_at <= now:
+        return True
+    return max_age is not None and item.add_time + max_age <= now
+
+
 def as_payload(data: object, limit: int) -> bytes:
     """``data`` as the bytes of one item, or ``TypeError``/``ItemTooLarge``."""
     if isinstance(data, bytes):

@@ -3,10 +3,11 @@
 Both are built from counters the reader core and journal already keep, under the queue lock and
 with no I/O, so calling them every second from a monitoring thread costs microseconds.  What is exact
 and what is an estimate is documented per field (and in docs/design.md, "Reader policies").
-Totals (``put``, ``delivered``, ...) count since this queue object was opened; they are not
-persisted.  A reader whose head item keeps failing is flagged (:attr:`ReaderStats.poison`, and
-:attr:`Health.poison_readers` for the queue) once that item has failed more than
-:data:`POISON_ERRORS` times.
+A reader's totals (``put``, ``delivered``, ``committed``, ...) are kept in its checkpoint and
+outlive the owning process (docs/design.md, "Stats", says which are exact after a kill -9); the
+queue's ``put`` and ``bytes_put`` count since the owner opened it.  A reader whose head item
+keeps failing is flagged (:attr:`ReaderStats.poison`, and :attr:`Health.poison_readers` for the
+queue) once that item has failed more than :data:`POISON_ERRORS` times.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class ReaderStats:
             Exact when that item is in memory; if it is only on disk, the age of the journal file
             holding it (an upper bound).
         full: a put of one more item would be refused (or would discard) right now.
-        put: items offered to this reader by puts.
+        put: items put since this reader was created (from the journal's ids: exact).
         delivered / committed / aborted: as the names say (aborted includes timed-out reads).
         timed_out: open reads aborted by ``open_read_timeout``.
         expired / discarded / dead_lettered: items removed by those policies.
@@ -187,7 +188,8 @@ class QueueStats:
     Attributes:
         name / path: the queue's name and directory.
         next_id: the id the next put will get.
-        put / bytes_put: items and payload bytes put since this queue object was opened.
+        put / bytes_put: items and payload bytes put since the owning process opened the queue
+            (not persisted; ``next_id - 1`` items were put since the queue was created).
         journal_files: journal files in the directory (the one being written included).
         journal_bytes: bytes of those files, including what is buffered and not yet written.
         readers: one :class:`ReaderStats` per reader, sorted by name.
@@ -260,7 +262,7 @@ def reader_stats(
         backlog_bytes_exact=core.backlog_exact,
         oldest_age=oldest,
         full=policies.is_full(core, 1, 0),
-        put=core.put_count,
+        put=max(0, core.journal.next_id - core.put_origin),
         delivered=core.delivered,
         committed=core.committed,
         aborted=core.aborted,

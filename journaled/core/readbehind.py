@@ -9,6 +9,7 @@ may be, reading one, and the backlog's size estimated from file sizes.  It never
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from journaled.format.record import PUT_OVERHEAD, Put
@@ -67,6 +68,28 @@ def read_window(
     if n < len(recs):
         cursor = Cursor(cursor.ms, recs[n].offset, -1)
     return items, total - n * ITEM_OVERHEAD, expiring, cursor
+
+
+def keep_window(
+    items: list[Item], payload: int, expected: int, skip: Callable[[int], bool] | None
+) -> tuple[list[Item], int, list[tuple[int, int]], int]:
+    """What a reader keeps of a window read from id ``expected`` on (``payload`` bytes): the
+    items ``skip`` does not name (``None``: it keeps them all), their payload bytes, the ranges of
+    ids missing from the window (damaged or archived: lost), and the id after the window."""
+    n = len(items)
+    if skip is None and n and items[0].id == expected and items[-1].id == expected + n - 1:
+        return items, payload, [], expected + n  # perf: consecutive ids, none to skip
+    kept: list[Item] = []
+    kept_bytes = 0
+    gaps = []
+    for item in items:
+        if item.id > expected:
+            gaps.append((expected, item.id - 1))
+        expected = item.id + 1
+        if skip is None or not skip(item.id):
+            kept.append(item)
+            kept_bytes += len(item.data)
+    return kept, kept_bytes, gaps, expected
 
 
 def estimate_backlog_bytes(journal: LogSource, head: int, file_ms: int, file_offset: int) -> int:

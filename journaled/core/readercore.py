@@ -23,10 +23,10 @@ attributes listed on :class:`ReaderCore` and asks:
 * upkeep (core/policies.py, the engine, ``flush``): ``release_due(now)``, ``expire_head(now)``,
   ``expire_in_memory(now)``, ``time_out_reads(now_mono)``, ``discard_waiting(limit)`` (counted
   as discarded); ``end_disposal(item)``, a sink has the item: settled.
-* state: ``reset_to(head)``, a new reader's state at ``head`` (seek); ``checkpoint_state()``,
-  then ``mark_clean()``, or ``mark_dirty()`` to write it again; ``reconfigure(config)``,
-  ``close(wake)``, ``close_in_child(lock)``; reading ``charged()``,
-  ``backlog_items()``, ``backlog_payload()``.
+* state: ``reset_to(head)``, a new reader's state at ``head`` (seek), counters kept;
+  ``checkpoint_state()`` (with ``counts()``), then ``mark_clean()``, or ``mark_dirty()`` to write
+  it again; ``reconfigure(config)``, ``close(wake)``, ``close_in_child(lock)``; reading
+  ``charged()``, ``backlog_items()``, ``backlog_payload()``.
 
 A read is identified by its delivery, not by its item id: every time an item is handed out it is
 a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
@@ -47,11 +47,17 @@ from typing import Protocol
 
 from journaled.config import ReaderConfig, Sink
 from journaled.core import retry
-from journaled.core.readbehind import ITEM_OVERHEAD, LogSource, estimate_backlog_bytes, read_window
+from journaled.core.readbehind import (
+    ITEM_OVERHEAD,
+    LogSource,
+    estimate_backlog_bytes,
+    keep_window,
+    read_window,
+)
 from journaled.deadletter import DeadLetter
 from journaled.errors import UnknownRead
-from journaled.format.smallfiles import CheckpointData
-from journaled.item import Item, read_id
+from journaled.format.smallfiles import CheckpointData, ReaderCounts
+from journaled.item import Item, is_expired, read_id
 from journaled.log.journal import Cursor
 
 log = logging.getLogger("journaled")
@@ -66,13 +72,6 @@ class Waiter(Protocol):
 
     def deliver(self, item: Item) -> None: ...
     def wake(self) -> None: ...
-
-
-def is_expired(item: Item, max_age: float | None, now: float) -> bool:
-    """Has ``item`` passed its ``expire_at``, or ``max_age`` since it was added, at ``now``?"""
-    if item.expire_at is not None and item.expire_at <= now:
-        return True
-    return max_age is not None and item.add_time + max_age <= now
 
 
 class ReaderCore:
@@ -94,8 +93,9 @@ class ReaderCore:
         backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally;
             an estimate after a reopen until :meth:`backlog_payload` can count them.
         dirty: changed since the last checkpoint was taken; closed: no more deliveries.
-        put_count, delivered, committed, aborted, timed_out, expired, discarded, dead_lettered,
-        rejected: counters for stats.
+        delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected:
+            counters for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept
+            in the checkpoint (:meth:`counts`).
     """
 
     def __init__(
@@ -117,9 +117,11 @@ class ReaderCore:
         self.wake_engine = wake_engine  # the background thread has policy or sink work
         self.waiters: deque[Waiter] = deque()
         self.closed = False
-        self.delivered = self.committed = self.aborted = 0
-        self.put_count = self.timed_out = self.expired = self.discarded = self.dead_lettered = 0
-        self.rejected = 0
+        counts = state.counts  # they outlive the owner: loaded here, never by a seek
+        self.put_origin = journal.next_id if counts.put_origin is None else counts.put_origin
+        self.delivered, self.committed, self.aborted = counts.delivered, counts.committed, counts.aborted
+        self.timed_out, self.expired, self.discarded = counts.timed_out, counts.expired, counts.discarded
+        self.dead_lettered, self.rejected = counts.dead_lettered, counts.rejected
         self.saw_expiry = False
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
         self._place(state)
@@ -147,7 +149,6 @@ class ReaderCore:
     # ------------------------------------------------------------------ fed by the queue
     def on_put(self, items: list[Item], nbytes: int) -> None:
         """New items were appended to the journal (ids in order, ``nbytes`` of payload)."""
-        self.put_count += len(items)
         self.backlog_bytes += nbytes
         if items[0].expire_at is not None and not self.saw_expiry:
             self.saw_expiry = True
@@ -206,42 +207,28 @@ class ReaderCore:
         items, payload, expiring, cursor = read_window(
             journal, self.load_id, self.load_cursor, room, self._avg_payload, self.errors
         )
-        n = len(items)
-        if n:
-            self._avg_payload = payload // n
+        if items:
+            self._avg_payload = payload // len(items)
         expected = self.load_id
-        if (
-            n
-            and items[0].id == expected >= self.head
-            and items[-1].id == expected + n - 1
-            and not (self.done or self.disposing or self.parked)
-            and all(i < expected for i in self.open)
-        ):
-            # perf: consecutive ids, none to skip: every item goes to memory as it is
-            self.mem.extend(items)
-            self.mem_bytes += payload
-            self.saw_expiry = self.saw_expiry or expiring
-            items, expected = [], expected + n
-        for item in items:
-            if item.id > expected:
-                self._lost(expected, item.id - 1)
-            expected = item.id + 1
-            if item.id in self.done or item.id in self.open or item.id < self.head:
-                continue
-            if item.id in self.disposing or item.id in self.parked:
-                continue
-            if item.expire_at is not None:
-                self.saw_expiry = True
-            self.mem.append(item)
-            self.mem_bytes += len(item.data)
-        if cursor.next_id > expected and cursor.next_id <= journal.next_id:
+        clean = expected >= self.head and not (self.done or self.disposing or self.parked)
+        clean = clean and all(i < expected for i in self.open)
+        kept, kept_bytes, gaps, expected = keep_window(items, payload, expected, None if clean else self._has)
+        for first, last in gaps:
+            self._lost(first, last)
+        self.mem.extend(kept)
+        self.mem_bytes += kept_bytes
+        self.saw_expiry = self.saw_expiry or expiring
+        if expected < cursor.next_id <= journal.next_id:
             self._lost(expected, cursor.next_id - 1)  # damage skipped at the end
             expected = cursor.next_id
-        self.load_id = expected
-        self.load_cursor = cursor
-        if expected >= journal.next_id:
-            self.load_id = None
-            self.load_cursor = None
+        caught_up = expected >= journal.next_id  # new puts go straight to memory again
+        self.load_id, self.load_cursor = (None, None) if caught_up else (expected, cursor)
+
+    def _has(self, item_id: int) -> bool:
+        """Is ``item_id`` settled, open, parked or bound for a sink (not to be read back)?"""
+        if item_id < self.head or item_id in self.done or item_id in self.open:
+            return True
+        return item_id in self.disposing or item_id in self.parked
 
     def _lost(self, first: int, last: int) -> None:
         """Ids ``first..last`` can never be delivered (damaged or archived): treat as committed
@@ -568,7 +555,21 @@ class ReaderCore:
         """What this reader's checkpoint file should say now."""
         ms, offset = self.journal.hint(self.head)
         errors = tuple(sorted((i, c) for i, c in self.errors.items() if i >= self.head and c))
-        return CheckpointData(self.head, ms, offset, tuple(sorted(self.done)), errors)
+        return CheckpointData(self.head, ms, offset, tuple(sorted(self.done)), errors, self.counts())
+
+    def counts(self) -> ReaderCounts:
+        """The counters as the checkpoint keeps them."""
+        return ReaderCounts(
+            self.put_origin,
+            self.delivered,
+            self.committed,
+            self.aborted,
+            self.timed_out,
+            self.expired,
+            self.discarded,
+            self.dead_lettered,
+            self.rejected,
+        )
 
     def mark_clean(self) -> None:
         """The checkpoint just taken (:meth:`checkpoint_state`) is the one to write."""

@@ -19,6 +19,33 @@ from journaled.format.record import CHECKPOINT_MAGIC, FORMAT_VERSION
 
 # magic(8) version(u16) flags(u16) head(u64) file_ms(u64) file_offset(u64) n_done(u32) n_err(u32)
 _CKP_FIXED = struct.Struct("<8sHHQQQII")
+#: the version writers write: version 2 adds the counters block (version 1 is still read)
+CHECKPOINT_VERSION = 2
+
+
+@attrs.frozen
+class ReaderCounts:
+    """A reader's counters, kept in its checkpoint so they outlive the process that owns the queue.
+
+    ``put_origin`` is not a count: the reader's ``put`` is ``next_id - put_origin`` (the items put
+    since it was created), so it is exact whatever was checkpointed; ``None`` (a version-1
+    checkpoint, or none) means "from the next id at open".  The rest count events and are exactly
+    what the checkpoint's head and ``done`` reflect, except ``delivered`` (docs/format.md [F-37]).
+    """
+
+    put_origin: int | None = None
+    delivered: int = 0
+    committed: int = 0
+    aborted: int = 0
+    timed_out: int = 0
+    expired: int = 0
+    discarded: int = 0
+    dead_lettered: int = 0
+    rejected: int = 0
+
+
+#: the counters block's fields, in their order on disk
+COUNT_FIELDS = tuple(a.name for a in attrs.fields(ReaderCounts))
 
 
 @attrs.frozen
@@ -26,7 +53,8 @@ class CheckpointData:
     """A reader's durable state: everything below ``head`` is committed, plus ``done`` beyond it.
 
     ``file_ms``/``file_offset`` locate the record of ``head`` in the journal (a hint: it is
-    verified and ignored if wrong).  ``errors`` maps ids to their abort counts.
+    verified and ignored if wrong).  ``errors`` maps ids to their abort counts.  ``counts`` are
+    the reader's counters (:class:`ReaderCounts`).
     """
 
     head: int
@@ -34,14 +62,15 @@ class CheckpointData:
     file_offset: int = 0
     done: tuple[int, ...] = ()
     errors: tuple[tuple[int, int], ...] = ()
+    counts: ReaderCounts = ReaderCounts()
 
 
 def encode_checkpoint(ck: CheckpointData) -> bytes:
-    """Encode a checkpoint file (fixed part, done ids, error counts, CRC32C of all of it)."""
+    """Encode a checkpoint file (fixed part, done ids, error counts, counters, CRC32C of all of it)."""
     parts = [
         _CKP_FIXED.pack(
             CHECKPOINT_MAGIC,
-            FORMAT_VERSION,
+            CHECKPOINT_VERSION,
             0,
             ck.head,
             ck.file_ms,
@@ -52,30 +81,46 @@ def encode_checkpoint(ck: CheckpointData) -> bytes:
         struct.pack(f"<{len(ck.done)}Q", *ck.done),
     ]
     parts.extend(struct.pack("<QI", i, c) for i, c in ck.errors)
+    values: list[int] = []
+    if ck.counts != ReaderCounts():  # else an empty block: nothing counted yet, origin unknown
+        origin = ck.counts.put_origin
+        # an unknown origin with counts is written as the head: nothing before it was counted
+        values = [ck.head if origin is None else origin]
+        values += [getattr(ck.counts, name) for name in COUNT_FIELDS[1:]]
+    parts.append(struct.pack(f"<I{len(values)}Q", len(values), *values))
     body = b"".join(parts)
     return body + struct.pack("<I", crc32c(body))
 
 
 def decode_checkpoint(buf: bytes, path: str = "<checkpoint>") -> CheckpointData:
-    """Decode a checkpoint, raising :class:`CorruptJournal` on any inconsistency."""
+    """Decode a checkpoint (version 1 or 2), raising :class:`CorruptJournal` on any inconsistency."""
     if len(buf) < _CKP_FIXED.size + 4:
         raise CorruptJournal(path, len(buf), "checkpoint truncated")
     magic, version, _flags, head, file_ms, file_offset, n_done, n_err = _CKP_FIXED.unpack_from(buf)
     if magic != CHECKPOINT_MAGIC:
         raise CorruptJournal(path, 0, "bad checkpoint magic")
-    if version != FORMAT_VERSION:
+    if version not in (FORMAT_VERSION, CHECKPOINT_VERSION):
         raise UnsupportedVersion(path, 8, f"checkpoint version {version} is not supported")
-    expected = _CKP_FIXED.size + 8 * n_done + 12 * n_err + 4
+    pos = _CKP_FIXED.size + 8 * n_done + 12 * n_err
+    n_counts = 0
+    if version == CHECKPOINT_VERSION and len(buf) >= pos + 8:
+        (n_counts,) = struct.unpack_from("<I", buf, pos)
+    expected = pos + 4 + (4 + 8 * n_counts if version == CHECKPOINT_VERSION else 0)
     if len(buf) != expected:
         raise CorruptJournal(path, min(len(buf), expected), "checkpoint length mismatch")
     (crc,) = struct.unpack_from("<I", buf, len(buf) - 4)
     if crc32c(buf[:-4]) != crc:
         raise CorruptJournal(path, len(buf) - 4, "checkpoint CRC mismatch")
-    pos = _CKP_FIXED.size
-    done = struct.unpack_from(f"<{n_done}Q", buf, pos)
-    pos += 8 * n_done
-    errors = tuple(struct.unpack_from("<QI", buf, pos + 12 * k) for k in range(n_err))
-    return CheckpointData(head, file_ms, file_offset, tuple(done), tuple(errors))
+    done = struct.unpack_from(f"<{n_done}Q", buf, _CKP_FIXED.size)
+    errors = tuple(
+        struct.unpack_from("<QI", buf, _CKP_FIXED.size + 8 * n_done + 12 * k) for k in range(n_err)
+    )
+    counts = ReaderCounts()
+    if version == CHECKPOINT_VERSION:
+        # counters this version does not know are ignored; ones it knows but the file lacks are 0
+        values = struct.unpack_from(f"<{n_counts}Q", buf, pos + 4)
+        counts = ReaderCounts(**dict(zip(COUNT_FIELDS, values, strict=False)))
+    return CheckpointData(head, file_ms, file_offset, tuple(done), tuple(errors), counts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from journaled.disk.checkpointfiles import (
 from journaled.disk.dirlock import LOCK_FILE
 from journaled.disk.layout import is_journal
 from journaled.errors import InvalidName, JournaledError
-from journaled.format.smallfiles import CheckpointData
+from journaled.format.smallfiles import CheckpointData, ReaderCounts
 from journaled.offline.scan import JournalScanner
 
 _JOURNAL_NAME = re.compile(r"(.+)\.(\d{1,20})")
@@ -126,6 +126,7 @@ class DiskReader:
         done_out_of_order: ids past ``head`` committed out of order.
         checkpoint_age: seconds since the checkpoint file was written, or None if missing.
         checkpoint_ok: the checkpoint file exists and is intact.
+        counts: the reader's counters as of that checkpoint (all 0 without one).
     """
 
     name: str
@@ -136,6 +137,7 @@ class DiskReader:
     done_out_of_order: int
     checkpoint_age: float | None
     checkpoint_ok: bool
+    counts: ReaderCounts = ReaderCounts()
 
 
 @attrs.frozen
@@ -240,6 +242,7 @@ def read_disk(path: str, name: str | None = None) -> DiskView:
                 done_out_of_order=skipped,
                 checkpoint_age=_age(now, ck),
                 checkpoint_ok=intact[r],
+                counts=states[r].counts if states[r] is not None else ReaderCounts(),
             )
         )
     bookmarks = tuple(

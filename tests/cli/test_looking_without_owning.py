@@ -87,7 +87,7 @@ def test_inspect_without_an_owner_reports_backlog_bytes_and_oldest_from_the_file
     assert (b.name, b.head, b.backlog_items, b.backlog_bytes) == ("b", 1, 10, sum(range(1, 11)))
     assert a.oldest_age is not None and 0 <= a.oldest_age < 60
     assert not a.live and a.open_reads is None and a.items_delayed is None
-    assert a.dead_lettered is None and a.expired is None
+    assert (a.dead_lettered, a.expired) == (0, 0)  # from the checkpoint's counters
 
 
 def test_a_reader_with_nothing_left_has_no_oldest_age(qpath):
@@ -243,3 +243,14 @@ def test_a_process_that_holds_the_directory_without_serving_it_is_named(qpath, n
     assert snap.owner_pid == holder.pid  # read from /proc/locks, not by probing the lock
     assert snap.owner is not None and "does not serve it" in (snap.owner.error or "")
     assert inspect_queue(qpath).owner_pid is None  # released
+
+
+def test_inspect_without_an_owner_reports_the_checkpointed_policy_counters(tmp_path) -> None:
+    qpath = str(tmp_path / "counted")
+    with JournaledQueue(qpath) as q:
+        r = q.reader("r", journaled.ReaderConfig(max_errors=1))
+        q.put_many([b"a", b"b", b"c"])
+        r.abort(r.get(block=False))  # its first failure reaches max_errors: dead-lettered
+        r.commit(r.get(block=False))
+    (snap,) = inspect_queue(qpath).readers
+    assert not snap.live and (snap.dead_lettered, snap.expired, snap.head) == (1, 0, 3)

@@ -275,20 +275,31 @@ class Checkpoint:
     done: list[int]
     errors: list[tuple[int, int]]
     flags: int
+    version: int = 1
+    counts: list[int] = field(default_factory=list)
 
 
 def decode_checkpoint(buf: bytes) -> Checkpoint | None:
-    """None for anything that is not a valid version-1 checkpoint ([F-24])."""
+    """None for anything that is not a valid version-1 or version-2 checkpoint ([F-22], [F-23])."""
     if len(buf) < 48:
         return None
     magic, version, flags, head, file_ms, off, n_done, n_err = struct.unpack_from("<8sHHQQQII", buf)
-    if magic != CHECKPOINT_MAGIC or version != 1 or len(buf) != 48 + 8 * n_done + 12 * n_err:
+    if magic != CHECKPOINT_MAGIC or version not in (1, 2):
+        return None
+    end = 44 + 8 * n_done + 12 * n_err  # where version 2's counters block starts
+    n_counts = 0
+    if version == 2:
+        if len(buf) < end + 8:
+            return None
+        n_counts = struct.unpack_from("<I", buf, end)[0]
+    if len(buf) != end + 4 + (4 + 8 * n_counts if version == 2 else 0):
         return None
     if struct.unpack_from("<I", buf, len(buf) - 4)[0] != crc32c(buf[:-4]):
         return None
     done = list(struct.unpack_from(f"<{n_done}Q", buf, 44))
     errors = [struct.unpack_from("<QI", buf, 44 + 8 * n_done + 12 * k) for k in range(n_err)]
-    return Checkpoint(head, file_ms, off, done, [(int(i), int(c)) for i, c in errors], flags)
+    counts = list(struct.unpack_from(f"<{n_counts}Q", buf, end + 4))
+    return Checkpoint(head, file_ms, off, done, [(int(i), int(c)) for i, c in errors], flags, version, counts)
 
 
 def encode_checkpoint(
@@ -299,11 +310,14 @@ def encode_checkpoint(
     errors: list[tuple[int, int]],
     flags: int = 0,
     version: int = 1,
+    counts: list[int] | None = None,
 ) -> bytes:
     body = struct.pack(
         "<8sHHQQQII", CHECKPOINT_MAGIC, version, flags, head, file_ms, file_offset, len(done), len(errors)
     )
     body += struct.pack(f"<{len(done)}Q", *done) + b"".join(struct.pack("<QI", i, c) for i, c in errors)
+    if counts is not None:
+        body += struct.pack(f"<I{len(counts)}Q", len(counts), *counts)
     return body + struct.pack("<I", crc32c(body))
 
 

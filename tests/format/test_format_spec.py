@@ -506,8 +506,8 @@ def test_a_library_checkpoint_decodes_by_the_spec(tmp_path) -> None:
     raw = open(os.path.join(path, "q.read.r"), "rb").read()
     ck = spec.decode_checkpoint(raw)
     assert ck is not None and ck.head == 3 and ck.done == [5, 7] and ck.flags == 0
-    assert ck.errors == [(4, 1)]
-    assert len(raw) == 48 + 8 * len(ck.done) + 12 * len(ck.errors)
+    assert ck.errors == [(4, 1)] and ck.version == 2
+    assert len(raw) == 52 + 8 * len(ck.done) + 12 * len(ck.errors) + 8 * len(ck.counts)
     puts = spec.read_queue(path, "q").puts
     assert drain(path)[0] == spec.to_deliver(puts, ck, int(time.time() * 1000))
 
@@ -519,7 +519,7 @@ def test_an_invalid_checkpoint_means_replay_from_the_oldest_item(tmp_path, damag
     make_readers(path)
     ckp = os.path.join(path, "q.read.r")
     if damage == "version":
-        raw = spec.encode_checkpoint(3, 0, 0, [5, 7], [], version=2)
+        raw = spec.encode_checkpoint(3, 0, 0, [5, 7], [], version=3, counts=[])
     else:
         raw = bytearray(open(ckp, "rb").read())
         if damage == "length":
@@ -533,6 +533,35 @@ def test_an_invalid_checkpoint_means_replay_from_the_oldest_item(tmp_path, damag
         f.write(raw)
     assert spec.decode_checkpoint(raw) is None
     assert drain(path)[0] == list(range(1, 11))
+
+
+def test_a_version_1_checkpoint_is_still_read(tmp_path) -> None:
+    """[F-22]: what 0.2 wrote (no counters block) keeps its head, done and error counts."""
+    path = str(tmp_path / "q")
+    make_readers(path)
+    with open(os.path.join(path, "q.read.r"), "wb") as f:
+        f.write(spec.encode_checkpoint(3, 0, 0, [5, 7], [(4, 2)], version=1))
+    assert drain(path)[0] == [3, 4, 6, 8, 9, 10]
+
+
+def test_checkpoint_counters_are_read_by_position_and_extra_ones_ignored(tmp_path) -> None:
+    """[F-37]: counters this version does not know are ignored, ones it knows but the file lacks
+    are 0; the reader's ``put`` is ``next_id - put_origin``."""
+    path = str(tmp_path / "q")
+    make_readers(path)  # ten items put, ids 1..10
+    with open(os.path.join(path, "q.read.r"), "wb") as f:
+        f.write(
+            spec.encode_checkpoint(3, 0, 0, [], [], version=2, counts=[4, 50, 40, 9, 1, 2, 3, 4, 5, 77, 88])
+        )
+    with JournaledQueue(path, name="q") as q:
+        st = q.reader("r").stats()
+        assert (st.put, st.delivered, st.committed, st.aborted, st.timed_out) == (7, 50, 40, 9, 1)
+        assert (st.expired, st.discarded, st.dead_lettered, st.rejected) == (2, 3, 4, 5)
+    with open(os.path.join(path, "q.read.r"), "wb") as f:
+        f.write(spec.encode_checkpoint(3, 0, 0, [], [], version=2, counts=[1, 6]))
+    with JournaledQueue(path, name="q") as q:
+        st = q.reader("r").stats()
+        assert (st.put, st.delivered, st.committed, st.dead_lettered) == (10, 6, 0, 0)
 
 
 def test_checkpoint_flags_are_ignored(tmp_path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import attrs
 import pytest
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +27,7 @@ from journaled.format.record import (
     encode_record,
     find_next_record,
 )
-from journaled.format.smallfiles import CheckpointData, decode_checkpoint, encode_checkpoint
+from journaled.format.smallfiles import CheckpointData, ReaderCounts, decode_checkpoint, encode_checkpoint
 
 # The test vector of docs/format.md section 11, pasted from there (not regenerated).
 VECTOR_HEADER_HEX = "894a524e4c0d0a1a01002c000403020101000000000000000068e5cf8b01000006006576656e7473704103b3"
@@ -157,8 +158,21 @@ def test_batch_encoder_equals_one_by_one(payloads, salt, start):
 def test_checkpoint_round_trips():
     ck = CheckpointData(head=10, file_ms=123, file_offset=456, done=(12, 15), errors=((11, 2), (13, 1)))
     raw = encode_checkpoint(ck)
-    assert len(raw) == 48 + 8 * 2 + 12 * 2
+    assert len(raw) == 52 + 8 * 2 + 12 * 2  # an empty counters block: nothing counted yet
     assert decode_checkpoint(raw) == ck
+    counted = attrs.evolve(ck, counts=ReaderCounts(3, 9, 8, 7, 6, 5, 4, 3, 2))
+    raw = encode_checkpoint(counted)
+    assert len(raw) == 52 + 8 * 2 + 12 * 2 + 8 * 9
+    assert decode_checkpoint(raw) == counted
+
+
+def test_every_bit_flip_in_a_counted_checkpoint_is_refused():
+    raw = encode_checkpoint(CheckpointData(head=10, counts=ReaderCounts(put_origin=4, committed=6)))
+    for i in range(len(raw)):
+        bad = bytearray(raw)
+        bad[i] ^= 1 << (i % 8)
+        with pytest.raises(CorruptJournal):
+            decode_checkpoint(bytes(bad))
 
 
 def test_every_bit_flip_in_a_checkpoint_is_refused():
