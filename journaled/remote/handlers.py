@@ -7,7 +7,8 @@ each request's effect on the queue can be read in one place, and a client that t
 over carries its own requests out here too (:func:`carry_out_here`, remote/clientqueue.py).
 
 Open reads are keyed by ``(reader, id)`` in the session that took them: a process can settle
-only the reads it holds, and when its last connection closes they are aborted (remote/server.py).
+only the reads it holds, and when its last connection closes they are aborted (remote/server.py)
+through the reader object they were opened on, so a reader removed meanwhile stays removed.
 Whatever acknowledges a put or carries an item to another process goes out only after the
 queue's ``write_out`` (remote/contract.py).
 """
@@ -20,7 +21,7 @@ from typing import Any
 import attrs
 
 from journaled.config import ReaderConfig
-from journaled.errors import UnknownRead, UnknownReader
+from journaled.errors import ItemTooLarge, JournaledError, UnknownRead, UnknownReader
 from journaled.item import Item
 from journaled.remote import protocol as proto
 from journaled.remote.contract import ServedQueue, ServedReader
@@ -34,31 +35,49 @@ SETTLE_OPS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 #: the requests that open reads (they may wait: remote/server.py waits in slices)
 GET_OPS = ("get", "get_many")
+#: the most items one ``get_many`` reply carries: the metadata of each takes at most
+#: ``META_BOUND`` bytes of the header, so the reply's header stays within ``MAX_HEADER``
+MAX_REPLY_ITEMS = 5000
+#: an upper bound of one item's bytes in a ``get_many`` reply's header (its ``item_meta`` and
+#: its ``lens`` entry, the largest id, times and error count included)
+META_BOUND = 200
 
 
 class Session:
-    """One client process: its connections and its open reads (``(reader, id) -> Item``).
-    Changed only under the server's lock, by the server's calls below and this module."""
+    """One client process: its connections and its open reads (``(reader, id) -> Item``),
+    with the reader object each reader's reads were opened on (``readers``).  Changed only
+    under the server's lock, by the server's calls below and this module."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.connections = 0
         self.reads: dict[tuple[str, int], Item] = {}
+        self.readers: dict[str, ServedReader] = {}
 
     def connected(self) -> None:
         """One more connection of this process."""
         self.connections += 1
 
-    def disconnected(self) -> list[tuple[str, Item]]:
+    def disconnected(self) -> list[tuple[ServedReader, Item]]:
         """One connection fewer; when it was the last, the open reads it leaves (they are no
-        longer the session's), newest first: aborted in that order, each to the head, they
-        keep their id order."""
+        longer the session's) with the reader object each was opened on, newest first: aborted
+        in that order, each to the head, they keep their id order.  Aborting through that
+        object, never by name, cannot create a reader removed meanwhile (its abort fails)."""
         self.connections -= 1
         if self.connections:
             return []
-        reads = sorted(((k[0], it) for k, it in self.reads.items()), key=lambda r: -r[1].id)
+        reads = sorted(
+            ((self.readers[k[0]], it) for k, it in self.reads.items() if k[0] in self.readers),
+            key=lambda r: -r[1].id,
+        )
         self.reads.clear()
+        self.readers.clear()
         return reads
+
+    def forget(self, name: str) -> None:
+        """Reader ``name``'s reads are not open any more (it was moved or removed)."""
+        self.reads = {k: v for k, v in self.reads.items() if k[0] != name}
+        self.readers.pop(name, None)
 
 
 #: What a client's ``reader(name, config)`` never changes in an existing reader: where it starts
@@ -84,14 +103,18 @@ def item_meta(item: Item) -> dict[str, Any]:
 
 
 def fit_reply(items: list[Item]) -> tuple[list[Item], list[Item]]:
-    """Split the items a ``get_many`` took into those one reply carries (at least the first)
-    and the rest, which the caller gives back."""
+    """Split the items a ``get_many`` took into those one reply carries and the rest, which the
+    caller gives back at once: at most ``MAX_REPLY_ITEMS`` (a header within ``MAX_HEADER``) and
+    a payload within ``MAX_PAYLOAD``, but always the first, which may need a long frame
+    (remote/protocol.py); one larger than any client accepts raises ``ItemTooLarge``."""
+    if len(items[0].data) > proto.REPLY_LIMITS.payload:
+        raise ItemTooLarge(len(items[0].data), proto.REPLY_LIMITS.payload)
     total = 0
-    for n, item in enumerate(items):
+    for n, item in enumerate(items[:MAX_REPLY_ITEMS]):
         total += len(item.data)
         if n and total > proto.MAX_PAYLOAD:
             return items[:n], items[n:]
-    return items, []
+    return items[:MAX_REPLY_ITEMS], items[MAX_REPLY_ITEMS:]
 
 
 # ---------------------------------------------------------------------- opening reads
@@ -116,16 +139,23 @@ def hand_out(
     op: str,
     *,
     leaves_process: bool = True,
-) -> tuple[dict[str, Any], bytes, list[Item]]:
+) -> tuple[dict[str, Any], list[bytes], list[Item]]:
     """The reply carrying ``items`` (reads ``reader`` just opened) to ``session``: its header,
-    its payload and the items it carries.  What one reply cannot carry goes back to the head
-    uncounted; the rest become the session's open reads.  When the items leave this process
+    its payload (as the items' pieces, sent without joining them) and the items it carries.
+    What one reply cannot carry goes back to the head uncounted, before the reply is sent;
+    the rest become the session's open reads.  When the items leave this process
     (``leaves_process``), their records are in the OS first (``queue.write_out``): a kill -9
     of this process must not unmake an item another process holds, whose id would then be given
     to a later put.  A reader in the owner's own process needs no such step: it dies with us."""
-    items, excess = fit_reply(items)
-    for item in reversed(excess):  # back to the head, newest first, so they keep their order
-        reader.release(item)
+    excess: list[Item] = []
+    try:
+        items, excess = fit_reply(items)
+    except ItemTooLarge:
+        excess = items  # given back, never stranded: the client is told why
+        raise
+    finally:
+        for item in reversed(excess):  # back to the head, newest first, so they keep their order
+            reader.release(item)
     if leaves_process:
         try:
             queue.write_out()
@@ -134,12 +164,13 @@ def hand_out(
                 reader.release(item)
             raise
     with lock:
+        session.readers[name] = reader
         for item in items:
             session.reads[(name, item.id)] = item
     if op == "get":
-        return dict(item_meta(items[0]), ok=True), items[0].data, items
+        return dict(item_meta(items[0]), ok=True), [items[0].data], items
     reply = {"ok": True, "items": [item_meta(it) for it in items], "lens": [len(it.data) for it in items]}
-    return reply, b"".join(it.data for it in items), items
+    return reply, [it.data for it in items], items
 
 
 def take_back(
@@ -162,14 +193,18 @@ def carry_out(
     lock: threading.Lock,
     op: str,
     header: dict[str, Any],
-    payload: bytes,
+    payload: bytes | bytearray,
 ) -> tuple[dict[str, Any], bytes]:
     """Carry out every request except ``get``/``get_many`` (which wait: remote/server.py).
 
     ``sessions`` are all the server's sessions and ``lock`` the server's leaf lock guarding them.
+    A ``bytearray`` payload (a large request's own buffer, remote/transport.py) is emptied once
+    its items are cut from it, so it is freed before the queue copies them into its journal.
     """
     if op in ("put", "put_many"):
-        items = [payload] if op == "put" else proto.split(payload, header.get("lens"))
+        items = [bytes(payload)] if op == "put" else proto.split(payload, header.get("lens"))
+        if isinstance(payload, bytearray):
+            payload.clear()
         ttl = proto.field(header, "ttl", (int, float, type(None)), None)
         expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
         ids = queue.put_many(items, ttl=ttl, expire_at=expire_at)
@@ -214,7 +249,7 @@ def carry_out(
         head = existing_reader(queue, name).seek(position)
         with lock:  # the seek took back every open read of this reader, in every process
             for s in sessions.values():
-                s.reads = {k: v for k, v in s.reads.items() if k[0] != name}
+                s.forget(name)
         return {"ok": True, "head": head}, b""
     if op == "reader":
         name, config = (
@@ -231,7 +266,11 @@ def carry_out(
             queue.reader(name, None if config is None else ReaderConfig(**config))
         return {"ok": True}, b""
     if op == "remove_reader":
-        queue.remove_reader(proto.field(header, "reader", str))
+        name = proto.field(header, "reader", str)
+        queue.remove_reader(name)
+        with lock:  # its open reads went with it, in every process
+            for s in sessions.values():
+                s.forget(name)
         return {"ok": True}, b""
     if op == "readers":
         return {"ok": True, "readers": queue.readers()}, b""
@@ -241,7 +280,14 @@ def carry_out(
         name, changes = proto.field(header, "reader", str), proto.field(header, "changes", dict)
         return {"ok": True, "settings": queue.set_reader_settings(name, changes)}, b""
     if op == "stats":
-        return {"ok": True, "stats": attrs.asdict(queue.stats(), recurse=True)}, b""
+        stats = attrs.asdict(queue.stats(), recurse=True)
+        reply = {"ok": True, "stats": stats}
+        if len(proto.dump_header(reply)) > proto.REPLY_LIMITS.header:
+            raise JournaledError(
+                f"the stats of {len(stats['readers'])} readers are more than one reply "
+                f"carries ({proto.REPLY_LIMITS.header} bytes of header)"
+            )
+        return reply, b""
     if op == "sync":
         queue.sync()
         return {"ok": True}, b""
@@ -261,12 +307,14 @@ def carry_out_here(
         reader = existing_reader(queue, name)
         items = reader.get_many(most, timeout, block=block)
         reply, out, _ = hand_out(queue, session, lock, name, reader, items, op, leaves_process=False)
-        return reply, out
+        return reply, out[0] if len(out) == 1 else b"".join(out)
     return carry_out(queue, session, {"here": session}, lock, op, header, payload)
 
 
 __all__ = [
     "GET_OPS",
+    "MAX_REPLY_ITEMS",
+    "META_BOUND",
     "SETTLE_OPS",
     "Session",
     "carry_out",

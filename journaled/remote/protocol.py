@@ -6,15 +6,23 @@ interpreted; nothing on this path is ever unpickled.  Requests are headers with 
 replies carry ``"ok": true`` or ``"ok": false`` with an ``"error"`` class name from
 :data:`ERRORS` and a ``"message"``.  Several payloads travel as one payload plus their
 ``"lens"`` list.  Anything that breaks these rules raises :class:`ProtocolError`.
+
+A message too big for a plain frame (a header over :data:`MAX_HEADER`: the stats of thousands of
+readers; a payload over :data:`MAX_PAYLOAD`: one large item) travels as a *long frame*: ``HEAD``
+with the header length :data:`LONG` and payload length 0, then :data:`LONG_HEAD` (the real
+lengths, big-endian uint64), then the header and the payload.  Only such messages use it, so a
+peer that predates long frames sees no difference in any exchange it could carry; the receiver
+bounds a long frame by its own limits (:class:`Limits`), known before any byte of it is stored.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from journaled import errors
+from journaled.format.record import MAX_PAYLOAD as MAX_ITEM_SIZE
 
 #: header length, payload length (both big-endian uint32)
 HEAD = struct.Struct(">II")
@@ -22,6 +30,12 @@ HEAD = struct.Struct(">II")
 MAX_HEADER = 1 << 20
 #: a payload: one put_many (items up to ``max_item_size`` each, so a client splits batches)
 MAX_PAYLOAD = 256 << 20
+#: the header length that marks a long frame (module docstring)
+LONG = 1 << 31
+#: a long frame's real lengths: header, payload (both big-endian uint64)
+LONG_HEAD = struct.Struct(">QQ")
+#: the largest header a long frame may carry (the stats of many thousands of readers)
+MAX_LONG_HEADER = 64 << 20
 #: the socket's file name inside a queue directory
 SOCKET_NAME = ".journaled.sock"
 #: bumped on an incompatible change; a hello with another version is refused
@@ -52,17 +66,57 @@ class ProtocolError(errors.JournaledError):
     """A frame or message that breaks the wire format (the connection is closed)."""
 
 
+class Limits(NamedTuple):
+    """The largest header and payload one end accepts in a message (a long frame's bound)."""
+
+    header: int
+    payload: int
+
+
+#: what a client accepts: a reply may carry one item as large as any queue allows
+REPLY_LIMITS = Limits(MAX_LONG_HEADER, MAX_ITEM_SIZE)
+#: what the owner accepts: a request's payload is one ``put_many`` (clients split larger ones)
+REQUEST_LIMITS = Limits(MAX_LONG_HEADER, MAX_PAYLOAD)
+
+
+def dump_header(header: dict[str, Any]) -> bytes:
+    """A header's JSON bytes."""
+    return json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+
+
+def prefix(hlen: int, plen: int) -> bytes:
+    """The bytes before a frame's header: a plain ``HEAD`` when the lengths fit its limits,
+    else a long frame's ``HEAD`` and ``LONG_HEAD``."""
+    if hlen <= MAX_HEADER and plen <= MAX_PAYLOAD:
+        return HEAD.pack(hlen, plen)
+    return HEAD.pack(LONG, 0) + LONG_HEAD.pack(hlen, plen)
+
+
 def encode(header: dict[str, Any], payload: bytes = b"") -> bytes:
     """One frame: lengths, JSON header, payload."""
-    head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
-    return HEAD.pack(len(head), len(payload)) + head + payload
+    head = dump_header(header)
+    return prefix(len(head), len(payload)) + head + payload
 
 
-def lengths(prefix: bytes) -> tuple[int, int]:
-    """The header and payload lengths announced by a frame's first ``HEAD.size`` bytes."""
-    hlen, plen = HEAD.unpack(prefix)
+def lengths(raw: bytes) -> tuple[int, int] | None:
+    """The header and payload lengths announced by a frame's first ``HEAD.size`` bytes;
+    ``None`` for a long frame (its lengths follow: :func:`long_lengths`)."""
+    hlen, plen = HEAD.unpack(raw)
+    if hlen == LONG and plen == 0:
+        return None
     if not 2 <= hlen <= MAX_HEADER or plen > MAX_PAYLOAD:
         raise ProtocolError(f"bad frame lengths: header {hlen}, payload {plen}")
+    return hlen, plen
+
+
+def long_lengths(raw: bytes, limits: Limits) -> tuple[int, int]:
+    """A long frame's lengths from its ``LONG_HEAD.size`` bytes, checked against ``limits``."""
+    hlen, plen = LONG_HEAD.unpack(raw)
+    if not 2 <= hlen <= limits.header or plen > limits.payload:
+        raise ProtocolError(
+            f"a message of header {hlen} and payload {plen} bytes is more than this end accepts "
+            f"(header {limits.header}, payload {limits.payload})"
+        )
     return hlen, plen
 
 
@@ -77,17 +131,17 @@ def decode_header(raw: bytes) -> dict[str, Any]:
     return header
 
 
-def split(payload: bytes, lens: object) -> list[bytes]:
+def split(payload: bytes | bytearray, lens: object) -> list[bytes]:
     """Cut ``payload`` into pieces of ``lens`` bytes; they must cover it exactly."""
     if not isinstance(lens, list) or not all(type(n) is int and n >= 0 for n in lens):
         raise ProtocolError("'lens' must be a list of non-negative integers")
     if sum(lens) != len(payload):
         raise ProtocolError("'lens' does not add up to the payload's length")
     out, pos = [], 0
-    view = memoryview(payload)
-    for n in lens:
-        out.append(bytes(view[pos : pos + n]))
-        pos += n
+    with memoryview(payload) as view:  # released on return: a bytearray may be emptied after
+        for n in lens:
+            out.append(bytes(view[pos : pos + n]))
+            pos += n
     return out
 
 

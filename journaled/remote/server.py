@@ -1,9 +1,18 @@
 """The owner's side of sharing a queue with other processes of the same user.
 
 The process that owns a queue directory listens on a Unix domain socket inside it
-(``.journaled.sock``, mode 0600, no TCP).  Each accepted connection gets a thread of its own
-(at most ``MAX_CONNECTIONS``), so a slow, stuck or blocked client (a ``get`` waiting for items)
-delays nobody else.  A peer whose uid (``SO_PEERCRED``) is not ours is refused at once.  Every
+(``.journaled.sock``, mode 0600, no TCP).  Each accepted connection gets a thread of its own,
+so a slow, stuck or blocked client (a ``get`` waiting for items) delays nobody else.  A peer
+whose uid (``SO_PEERCRED``) is not ours is refused at once.
+
+The owner's limits, each refused with an error reply naming it (docs/design.md, "Many
+processes, one queue"): connections (``MAX_CONNECTIONS``, fewer under a low ``RLIMIT_NOFILE``:
+:func:`connection_limit`), descriptors (``FD_RESERVE`` always left to the journal and the rest
+of the process), threads (a connection the process cannot start one for is refused and the
+accept loop goes on after a pause), connections that have not said hello (``MAX_PENDING``, each
+closed after ``HELLO_TIMEOUT``; a new one pushes out the oldest) and the memory of requests
+being received at once (``REQUEST_MEMORY``: a large request waits up to ``REQUEST_WAIT`` for
+room, then is refused, read and dropped, and the connection goes on).  Every
 request is a frame of remote/protocol.py, read and sent with remote/transport.py (the client's
 framing too); a malformed one gets an error reply and the connection is closed, the queue is
 never touched by it.  What each request does is in remote/handlers.py; the queue is used only
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import select
 import socket
 import stat
@@ -33,19 +43,35 @@ from typing import Any
 
 from journaled.disk import fileio, lifecycle
 from journaled.disk.dirlock import DirLock
-from journaled.errors import Empty, QueueClosed
+from journaled.errors import Empty, JournaledError, QueueClosed
 from journaled.item import Item
 from journaled.remote import handlers
 from journaled.remote import protocol as proto
-from journaled.remote.contract import ServedQueue
+from journaled.remote.contract import ServedQueue, ServedReader
 from journaled.remote.handlers import Session
-from journaled.remote.transport import FrameReader, peer_ids, send_frame, socket_address
+from journaled.remote.transport import SMALL_PAYLOAD, FrameReader, peer_ids, send_frame, socket_address
 from journaled.stats import ClientStats
 
 log = logging.getLogger("journaled")
 
-#: connections served at once; more are refused with an error reply
+#: connections served at once; more are refused with an error reply (fewer under a low
+#: ``RLIMIT_NOFILE``: :func:`connection_limit`)
 MAX_CONNECTIONS = 256
+#: descriptors never taken by a connection: the journal's files, checkpoints, rotation, and
+#: whatever else the owner's process opens
+FD_RESERVE = 64
+#: connections that have not said hello yet; one more closes the oldest of them
+MAX_PENDING = 32
+#: seconds a new connection has to complete its ``hello`` before it is closed
+HELLO_TIMEOUT = 10.0
+#: the largest ``hello`` header (it carries a version, a session id and a pid)
+MAX_HELLO = 4096
+#: bytes of requests being received and carried out at once (those over ``SMALL_PAYLOAD``)
+REQUEST_MEMORY = 512 << 20
+#: seconds a request waits for ``REQUEST_MEMORY`` to have room before it is refused
+REQUEST_WAIT = 10.0
+#: the accept loop's pause after a failure (doubled while they last, up to the second value)
+ACCEPT_PAUSE = (0.05, 1.0)
 #: a blocked ``get`` wakes this often to notice its client went away
 GET_SLICE = 0.25
 #: seconds a connection polls for the next frame before blocking, while frames come quickly
@@ -54,6 +80,42 @@ SPIN = 0.0001
 #: seconds a reply may take to be accepted by a client that does not read (then it is dropped)
 SEND_TIMEOUT = 30.0
 _TIMEVAL = struct.Struct("ll")
+
+
+def connection_limit() -> int:
+    """How many connections the owner serves at once: ``MAX_CONNECTIONS``, or half of what
+    ``RLIMIT_NOFILE`` leaves beyond ``FD_RESERVE`` when that is fewer."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(0, min(MAX_CONNECTIONS, (soft - FD_RESERVE) // 2))
+
+
+class Budget:
+    """Bytes of requests held at once, at most ``total``: :meth:`take` waits for room."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._cond = threading.Condition(threading.Lock())
+
+    def take(self, n: int, wait: float, stopping: Any) -> bool:
+        """Hold ``n`` bytes; False if there was no room within ``wait`` seconds (or ``stopping()``)."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            while self.used + n > self.total:
+                left = deadline - time.monotonic()
+                if left <= 0 or n > self.total or stopping():
+                    return False
+                self._cond.wait(min(left, GET_SLICE))
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        """Give back ``n`` bytes held by :meth:`take`."""
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
 
 
 class Server:
@@ -66,6 +128,8 @@ class Server:
         self._lock = threading.Lock()  # a leaf: guards the sessions and connection set only
         self._sessions: dict[str, Session] = {}
         self._conns: set[socket.socket] = set()
+        self._pending: dict[socket.socket, int] = {}  # not past hello yet, oldest first -> pid
+        self._budget = Budget(REQUEST_MEMORY)
         self._busy: set[socket.socket] = set()  # carrying out a request: answered before stop closes it
         self._threads: set[threading.Thread] = set()
         self._stopping = False
@@ -91,6 +155,11 @@ class Server:
         if queue is None:
             raise QueueClosed("the queue was closed")
         return queue
+
+    @property
+    def request_bytes(self) -> int:
+        """Bytes of large requests being received or carried out now (``REQUEST_MEMORY`` bounds it)."""
+        return self._budget.used
 
     def _bind(self) -> socket.socket:
         try:
@@ -118,77 +187,178 @@ class Server:
     # ------------------------------------------------------------------ connections
     def _accept_loop(self) -> None:
         lifecycle.mark_background()
+        pause = 0.0
         while not self._stopping:
             try:
                 conn, _ = self._listener.accept()
-            except OSError:
+            except OSError as exc:
                 if self._stopping:
                     return
-                time.sleep(0.05)  # EMFILE and the like: do not spin
+                pause = self._pause(pause, f"cannot accept a connection: {exc}")  # EMFILE and the like
                 continue
             try:
-                pid, uid = peer_ids(conn)
-            except OSError:
+                started = self._admit(conn)
+            except Exception as exc:  # never let one connection end the loop
                 conn.close()
-                continue
-            with self._lock:
-                refused = uid != os.geteuid() or len(self._conns) >= MAX_CONNECTIONS or self._stopping
-                if not refused:
-                    self._conns.add(conn)
-            if refused:
-                why = "peer uid is not the queue owner's" if uid != os.geteuid() else "too many connections"
-                log.warning("journaled %s: refused a connection from pid %d: %s", self.name, pid, why)
-                try:
-                    conn.settimeout(0.5)
-                    send_frame(conn, {"ok": False, "error": "JournaledError", "message": why})
-                except OSError:
-                    pass
-                conn.close()
-                continue
-            thread = threading.Thread(
-                target=self._serve, args=(conn, pid), name="journaled-conn", daemon=True
+                started = False
+                log.error("journaled %s: admitting a connection failed: %r", self.name, exc)
+            if started:
+                pause = 0.0
+            else:
+                pause = self._pause(pause, "a connection was refused for want of resources")
+
+    def _pause(self, pause: float, why: str) -> float:
+        """Sleep after an accept-loop failure, longer while they last; logged when they start."""
+        if not pause:
+            log.warning("journaled %s: %s; accepting again after a pause", self.name, why)
+        pause = min(max(pause * 2, ACCEPT_PAUSE[0]), ACCEPT_PAUSE[1])
+        time.sleep(pause)
+        return pause
+
+    def _admit(self, conn: socket.socket) -> bool:
+        """Serve ``conn`` in a thread of its own, or refuse it; False when the owner lacked the
+        resources for it (the accept loop then pauses)."""
+        try:
+            pid, uid = peer_ids(conn)
+        except OSError:
+            conn.close()
+            return True
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        evict: socket.socket | None = None
+        with self._lock:
+            if uid != os.geteuid():
+                why = "peer uid is not the queue owner's"
+            elif self._stopping:
+                why = "the owner is closing"
+            elif soft != resource.RLIM_INFINITY and conn.fileno() >= soft - FD_RESERVE:
+                # descriptors are given lowest first: this one's number says how many are taken
+                why = f"the owner is short of file descriptors (RLIMIT_NOFILE {soft})"
+            elif len(self._conns) >= connection_limit():
+                why = f"too many connections (the owner serves at most {connection_limit()})"
+            else:
+                why = ""
+                if len(self._pending) >= MAX_PENDING:
+                    evict = next(iter(self._pending))
+                    self._pending.pop(evict)
+                self._conns.add(conn)
+                self._pending[conn] = pid
+        if evict is not None:
+            log.warning(
+                "journaled %s: closed the oldest of %d connections that have not said hello",
+                self.name,
+                MAX_PENDING,
             )
-            with self._lock:
-                self._threads.add(thread)
+            _shut([evict])
+        if why:
+            self._refuse(conn, pid, why)
+            return "descriptors" not in why  # short of them: pause before the next accept
+        thread = threading.Thread(target=self._serve, args=(conn, pid), name="journaled-conn", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        try:
             thread.start()
+        except (RuntimeError, MemoryError) as exc:  # a pids limit, no memory for a stack
+            with self._lock:
+                self._threads.discard(thread)
+                self._conns.discard(conn)
+                self._pending.pop(conn, None)
+            self._refuse(conn, pid, f"the owner cannot start a thread for the connection ({exc})")
+            return False
+        return True
+
+    def _refuse(self, conn: socket.socket, pid: int, why: str) -> None:
+        log.warning("journaled %s: refused a connection from pid %d: %s", self.name, pid, why)
+        try:
+            conn.settimeout(0.5)
+            send_frame(conn, {"ok": False, "error": "JournaledError", "message": why})
+        except OSError:
+            pass
+        conn.close()
 
     def _serve(self, conn: socket.socket, pid: int) -> None:
         lifecycle.mark_background()
         session: Session | None = None
         try:
-            # blocking, with a send timeout: a client that never reads its replies is dropped
+            # blocking once past hello, with a send timeout: a client that never reads its
+            # replies is dropped
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(SEND_TIMEOUT), 0))
-            frames = FrameReader(conn, SPIN)
+            frames = FrameReader(conn, SPIN, proto.REQUEST_LIMITS)
+            frames.time_limit(time.monotonic() + HELLO_TIMEOUT)
+            try:
+                session = self._greet(conn, frames, pid)
+            except proto.ProtocolError as exc:
+                send_frame(conn, proto.error_reply(exc))
+                return
+            except TimeoutError:
+                log.warning(
+                    "journaled %s: closed a connection from pid %d that did not say hello within %g s",
+                    self.name, pid, HELLO_TIMEOUT,
+                )  # fmt: skip
+                return
+            if session is None:
+                return
             while not self._stopping:
-                try:
-                    frame = frames.read()  # stop() wakes it with shutdown()
-                    if frame is None:
-                        return
-                    header, payload = frame
-                    op = proto.field(header, "op", str)
-                    if session is None:
-                        if op != "hello":
-                            raise proto.ProtocolError("the first message must be 'hello'")
-                        session = self._hello(header, pid)
-                        send_frame(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
-                        continue
-                except proto.ProtocolError as exc:
-                    send_frame(conn, proto.error_reply(exc))
+                if not self._next(conn, frames, session):
                     return
-                with self._lock:
-                    self._busy.add(conn)
-                try:
-                    if not self._request(conn, session, op, header, payload):
-                        return
-                finally:
-                    with self._lock:
-                        self._busy.discard(conn)
         except OSError:
             return  # the client went away mid-reply
         except Exception as exc:  # never let a client take the owner down
             log.error("journaled %s: connection from pid %d failed: %r", self.name, pid, exc)
         finally:
             self._closed(conn, session)
+
+    def _greet(self, conn: socket.socket, frames: FrameReader, pid: int) -> Session | None:
+        """Read the connection's ``hello`` (within ``frames.deadline``) and answer it; its
+        session, or None if the peer closed first."""
+        found = frames.announced()
+        if found is None:
+            return None
+        if found[0] > MAX_HELLO or found[1]:
+            raise proto.ProtocolError("the first message must be 'hello'")
+        header, _ = frames.body(*found)
+        if proto.field(header, "op", str) != "hello":
+            raise proto.ProtocolError("the first message must be 'hello'")
+        session = self._hello(header, pid)
+        frames.time_limit(None)
+        with self._lock:
+            self._pending.pop(conn, None)
+        send_frame(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
+        return session
+
+    def _next(self, conn: socket.socket, frames: FrameReader, session: Session) -> bool:
+        """Read, carry out and answer the next request; False when the connection must close."""
+        try:
+            found = frames.announced()  # stop() wakes it with shutdown()
+            if found is None:
+                return False
+            size = found[0] + found[1]
+            if size <= SMALL_PAYLOAD:
+                size = 0
+            elif not self._budget.take(size, REQUEST_WAIT, lambda: self._stopping):
+                frames.skip(size)  # not stored: the connection stays usable
+                refused = JournaledError(
+                    f"the owner is receiving other large requests (server.REQUEST_MEMORY, "
+                    f"{REQUEST_MEMORY} bytes at once) and a request of {size} bytes did not fit "
+                    f"within {REQUEST_WAIT:g} s; nothing was done, it may be made again"
+                )
+                send_frame(conn, proto.error_reply(refused))
+                return True
+            try:
+                header, payload = frames.body(*found)
+                op = proto.field(header, "op", str)
+                with self._lock:
+                    self._busy.add(conn)
+                try:
+                    return self._request(conn, session, op, header, payload)
+                finally:
+                    with self._lock:
+                        self._busy.discard(conn)
+            finally:
+                if size:
+                    self._budget.give(size)
+        except proto.ProtocolError as exc:
+            send_frame(conn, proto.error_reply(exc))
+            return False
 
     def _hello(self, header: dict[str, Any], pid: int) -> Session:
         if proto.field(header, "version", int) != proto.VERSION:
@@ -204,7 +374,12 @@ class Server:
         return session
 
     def _request(
-        self, conn: socket.socket, session: Session, op: str, header: dict[str, Any], payload: bytes
+        self,
+        conn: socket.socket,
+        session: Session,
+        op: str,
+        header: dict[str, Any],
+        payload: bytes | bytearray,
     ) -> bool:
         """Carry out one request and reply; False when the connection must close."""
         try:
@@ -250,18 +425,19 @@ class Server:
 
     def _closed(self, conn: socket.socket, session: Session | None) -> None:
         conn.close()
-        reads: list[tuple[str, Item]] = []
+        reads: list[tuple[ServedReader, Item]] = []
         with self._lock:
             self._conns.discard(conn)
+            self._pending.pop(conn, None)
             self._threads.discard(threading.current_thread())
             if session is not None:
                 reads = session.disconnected()
                 if not session.connections:
                     self._sessions = {k: s for k, s in self._sessions.items() if s is not session}
-        for name, item in reads:  # the process closed or died with these open: deliver them again
+        for reader, item in reads:  # the process closed or died with these open: deliver them again
             try:
-                self.queue.reader(name).abort(item)
-            except Exception:  # UnknownRead (timed out meanwhile), QueueClosed (we are closing)
+                reader.abort(item)
+            except Exception:  # UnknownRead (timed out meanwhile), QueueClosed (closing, removed)
                 pass
 
     # ------------------------------------------------------------------ state and end
@@ -295,23 +471,16 @@ class Server:
         except OSError:
             pass
 
-        def shut(socks: list[socket.socket]) -> None:
-            for conn in socks:
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
         with self._lock:
             busy = set(self._busy)
-        shut([c for c in conns if c not in busy])  # idle ones wake from recv and end
+        _shut([c for c in conns if c not in busy])  # idle ones wake from recv and end
         me = threading.current_thread()
         deadline = time.monotonic() + 2.0
         for thread in threads + [self._acceptor]:
             # a busy one answers its request (the queue refuses new work now), then sees _stopping
             if thread is not me and thread.ident is not None:  # (an unstarted one sees _stopping)
                 thread.join(max(0.0, deadline - time.monotonic()))
-        shut(list(busy))
+        _shut(list(busy))
         os.close(self._dir_fd)
 
     def forget_in_child(self) -> None:
@@ -321,6 +490,15 @@ class Server:
             sock.close()  # close(2) only: shutdown() would end the parent's connections too
         try:
             os.close(self._dir_fd)
+        except OSError:
+            pass
+
+
+def _shut(socks: list[socket.socket]) -> None:
+    """Wake each socket's thread from ``recv`` (it ends): the peer sees the connection close."""
+    for conn in socks:
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 

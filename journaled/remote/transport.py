@@ -36,9 +36,27 @@ def peer_ids(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
-    """Send one whole frame (``OSError`` if the peer went away or the send timed out)."""
-    sock.sendall(proto.encode(header, payload))
+#: a payload up to this size is sent in one piece with its header (one ``send``), a larger one
+#: from its own buffer (no copy of it)
+SMALL_PAYLOAD = 64 << 10
+
+
+def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes | list[bytes] = b"") -> None:
+    """Send one whole message (``OSError`` if the peer went away or the send timed out): a
+    plain frame, or a long frame when it is too big for one (remote/protocol.py).  A payload
+    may be given as its pieces, which are sent one after the other, never joined."""
+    head = proto.dump_header(header)
+    if isinstance(payload, list):
+        pieces, size = payload, sum(map(len, payload))
+    else:
+        pieces, size = [payload], len(payload)
+    start = proto.prefix(len(head), size) + head
+    if size <= SMALL_PAYLOAD:
+        sock.sendall(start + b"".join(pieces))
+        return
+    sock.sendall(start)
+    for piece in pieces:
+        sock.sendall(piece)
 
 
 class FrameReader:
@@ -50,12 +68,21 @@ class FrameReader:
     blocked in ``recv`` is a large part of a round trip; a client sending back to back (a loop
     of puts) saves the owner's wake-up.  One slow frame (a consumer working on its item) turns
     the polling off, so a client that pauses between requests never has a core burnt for it.
-    Clients do not poll: their spinning would take the core the owner needs to answer them."""
+    Clients do not poll: their spinning would take the core the owner needs to answer them.
 
-    def __init__(self, sock: socket.socket, spin: float = 0.0) -> None:
+    ``limits`` bound a long frame (remote/protocol.py): a client accepts large replies, the
+    owner only requests it can carry out.  A large payload is read straight into one buffer of
+    its exact size.  ``deadline`` (a ``time.monotonic`` time, or ``None``): a frame not whole by
+    then raises ``TimeoutError``."""
+
+    def __init__(
+        self, sock: socket.socket, spin: float = 0.0, limits: proto.Limits = proto.REPLY_LIMITS
+    ) -> None:
         self.sock = sock
         self.buf = bytearray()
         self.spin = spin
+        self.limits = limits
+        self.deadline: float | None = None
         self.quick = 0  # frames in a row that came within SPIN_HOT of asking
 
     def _poll(self) -> bool:
@@ -73,8 +100,27 @@ class FrameReader:
                 return True
             return False
 
+    def time_limit(self, deadline: float | None) -> None:
+        """Frames must be whole by ``deadline`` (a ``time.monotonic`` time) from now on, or
+        raise ``TimeoutError``; ``None``: no limit (the socket is made blocking again)."""
+        self.deadline = deadline
+        if deadline is None:
+            self.sock.settimeout(None)
+
+    def _arm(self) -> None:
+        """Bound the next receive by ``deadline``, or raise ``TimeoutError`` once it passed."""
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the frame did not come in time")
+            self.sock.settimeout(left)
+
+    def _recv(self, n: int) -> bytes:
+        self._arm()
+        return self.sock.recv(n)
+
     def _fill(self, n: int) -> bool:
-        if self.spin and not self.buf:
+        if self.spin and not self.buf and self.deadline is None:
             start = time.perf_counter()
             if self.quick >= 2 and not self._poll():
                 return False
@@ -85,7 +131,7 @@ class FrameReader:
                 self.buf += chunk
             self.quick = self.quick + 1 if time.perf_counter() - start < SPIN_HOT else 0
         while len(self.buf) < n:
-            chunk = self.sock.recv(min(max(n - len(self.buf), 65536), 1 << 20))
+            chunk = self._recv(min(max(n - len(self.buf), 65536), 1 << 20))
             if not chunk:
                 if self.buf:
                     raise ConnectionResetError("the peer closed the connection mid-frame")
@@ -93,18 +139,67 @@ class FrameReader:
             self.buf += chunk
         return True
 
+    def announced(self) -> tuple[int, int] | None:
+        """The next frame's header and payload lengths (the frame itself is read by
+        :meth:`body` or dropped by :meth:`skip`); ``None`` if the peer closed between frames.
+        Lengths beyond protocol.py's limits or this reader's ``limits`` raise ``ProtocolError``."""
+        plain, long = proto.HEAD.size, proto.HEAD.size + proto.LONG_HEAD.size
+        if not self._fill(plain):
+            return None
+        found = proto.lengths(bytes(self.buf[:plain]))
+        if found is None:
+            self._fill(long)
+            found = proto.long_lengths(bytes(self.buf[plain:long]), self.limits)
+            del self.buf[:long]
+        else:
+            del self.buf[:plain]
+        return found
+
+    def body(self, hlen: int, plen: int) -> tuple[dict[str, Any], bytes | bytearray]:
+        """The header and payload of the frame whose :meth:`announced` were just read.  A payload
+        over ``SMALL_PAYLOAD`` is a ``bytearray`` of its own (read into, never copied)."""
+        if plen <= SMALL_PAYLOAD:
+            self._fill(hlen + plen)
+            header = proto.decode_header(bytes(self.buf[:hlen]))
+            payload: bytes | bytearray = bytes(self.buf[hlen : hlen + plen])
+            del self.buf[: hlen + plen]
+            return header, payload
+        self._fill(hlen)
+        header = proto.decode_header(bytes(self.buf[:hlen]))
+        del self.buf[:hlen]
+        payload = bytearray(plen)
+        have = min(len(self.buf), plen)
+        payload[:have] = self.buf[:have]
+        del self.buf[:have]
+        with memoryview(payload) as view:
+            while have < plen:
+                self._arm()
+                got = self.sock.recv_into(view[have:], min(plen - have, 1 << 20))
+                if not got:
+                    raise ConnectionResetError("the peer closed the connection mid-frame")
+                have += got
+        return header, payload
+
+    def skip(self, n: int) -> None:
+        """Read and drop the next ``n`` bytes (a frame refused without being stored)."""
+        have = min(len(self.buf), n)
+        del self.buf[:have]
+        scratch = bytearray(min(n - have, 1 << 20))
+        with memoryview(scratch) as view:
+            while have < n:
+                got = self.sock.recv_into(view, min(n - have, len(scratch)))
+                if not got:
+                    raise ConnectionResetError("the peer closed the connection mid-frame")
+                have += got
+
     def read(self) -> tuple[dict[str, Any], bytes] | None:
         """The next frame's header and payload; ``None`` if the peer closed between frames.
         A frame that breaks protocol.py's limits or JSON rules raises ``ProtocolError``."""
-        if not self._fill(proto.HEAD.size):
+        found = self.announced()
+        if found is None:
             return None
-        hlen, plen = proto.lengths(bytes(self.buf[: proto.HEAD.size]))
-        end = proto.HEAD.size + hlen + plen
-        self._fill(end)
-        header = proto.decode_header(bytes(self.buf[proto.HEAD.size : proto.HEAD.size + hlen]))
-        payload = bytes(self.buf[proto.HEAD.size + hlen : end])
-        del self.buf[:end]
-        return header, payload
+        header, payload = self.body(*found)
+        return header, payload if type(payload) is bytes else bytes(payload)
 
 
-__all__ = ["SPIN_HOT", "FrameReader", "peer_ids", "send_frame", "socket_address"]
+__all__ = ["SMALL_PAYLOAD", "SPIN_HOT", "FrameReader", "peer_ids", "send_frame", "socket_address"]
