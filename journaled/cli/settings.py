@@ -1,10 +1,13 @@
-"""``journaled config PATH [reader NAME --option value ...]``: a queue's stored reader settings.
+"""``journaled config PATH [reader NAME --option value ... | queue --retention-age S ...]``: a queue's
+stored settings.
 
 Shown from the settings file alone (docs/format.md, section 15): no lock taken, nothing created,
 whether or not a process owns the queue.  Changed through the queue: at its owner when one runs
 (the change is stored, logged and applied there at once), else by opening the queue for the
 change and closing it.  Only the settings named on the command line change
 (``JournaledQueue.set_reader_settings``): a change never drops a setting it did not name.
+The queue's retention is changed by opening the queue as its owner with the new limits, so it is
+refused while another process owns the queue (docs/design.md, "Durable settings").
 """
 
 from __future__ import annotations
@@ -131,6 +134,46 @@ def _change(path: str, name: str, reader: str, changes: dict[str, Any], as_json:
     return 0
 
 
+def _retention(value: str) -> float | None:
+    return None if value.lower() == "none" else float(value)
+
+
+def _change_queue(path: str, name: str, args: argparse.Namespace, as_json: bool) -> int:
+    """Store new retention limits: by opening the queue as its owner with them, which stores and
+    logs them as an explicit change (config.py, ``retention_settings``).  Refused while another
+    process owns the queue: its retention is the one it opened with until its next open."""
+    from journaled.config import NO_LIMIT, QueueConfig
+    from journaled.queue import JournaledQueue
+
+    given = {k: getattr(args, k) for k in ("retention_age", "retention_bytes") if hasattr(args, k)}
+    if not given:
+        raise UsageError("name --retention-age and/or --retention-bytes (a number, or none)")
+    wanted: dict[str, Any] = {k: NO_LIMIT if v is None else v for k, v in given.items()}
+    if "retention_bytes" in wanted and wanted["retention_bytes"] != NO_LIMIT:
+        if wanted["retention_bytes"] != int(wanted["retention_bytes"]):
+            raise UsageError("--retention-bytes must be a whole number of bytes")
+        wanted["retention_bytes"] = int(wanted["retention_bytes"])
+    try:
+        cfg = QueueConfig(**wanted)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    with JournaledQueue(path, cfg, name=name) as q:
+        if not q.is_owner:
+            print(
+                f"journaled config: another process owns {path}; retention is applied when a process "
+                "opens the queue as its owner: stop the owner and run this again, or pass "
+                "QueueConfig(retention_age=..., retention_bytes=...) where it opens the queue"
+            )
+            return 1
+    limits = dict(load_settings(settings_path(path, name)).queue)
+    if as_json:
+        print(json.dumps({"queue": name, "retention": limits}, indent=2, sort_keys=True))
+    else:
+        kept = ", ".join(f"{k} {json.dumps(v)}" for k, v in sorted(limits.items())) or "no limit"
+        print(f"queue {name}: retention stored: {kept}")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     path = os.path.abspath(args.path)
     try:
@@ -139,6 +182,12 @@ def cmd_config(args: argparse.Namespace) -> int:
         raise UsageError(f"{exc.path}: {exc.reason}") from None
     if args.target is None:
         return _show(path, name, args.json)
+    if args.target == "queue":
+        if args.reader is not None:
+            raise UsageError("journaled config PATH queue --retention-age S --retention-bytes N")
+        return _change_queue(path, name, args, args.json)
+    if any(hasattr(args, k) for k in ("retention_age", "retention_bytes")):
+        raise UsageError("retention is a queue's setting: journaled config PATH queue --retention-age ...")
     if args.target != "reader" or args.reader is None:
         raise UsageError("to change settings: journaled config PATH reader NAME --option value ...")
     return _change(path, name, args.reader, _changes(args), args.json)
@@ -152,7 +201,12 @@ def add_config_command(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", help="the queue directory")
-    p.add_argument("target", nargs="?", choices=("reader",), help="'reader' to change a reader's settings")
+    p.add_argument(
+        "target",
+        nargs="?",
+        choices=("reader", "queue"),
+        help="'reader' to change a reader's settings, 'queue' the queue's retention",
+    )
     p.add_argument("reader", nargs="?", help="the reader whose settings change")
     p.add_argument("--name", help="the queue's name, when the directory holds several")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -176,5 +230,14 @@ def add_config_command(sub: Any) -> None:
             default=argparse.SUPPRESS,
             metavar="DIR|none",
             help="a queue directory to send these items to (none: drop them, counted)",
+        )
+    for field, what in (("retention_age", "seconds"), ("retention_bytes", "bytes")):
+        p.add_argument(
+            f"--{field.replace('_', '-')}",
+            dest=field,
+            type=_retention,
+            default=argparse.SUPPRESS,
+            metavar=f"{what.upper()}|none",
+            help=f"with 'queue': archive journal files past this many {what} (none: no limit)",
         )
     p.set_defaults(func=cmd_config)

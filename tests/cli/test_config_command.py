@@ -103,3 +103,43 @@ def test_an_unknown_reader_or_no_setting_is_a_usage_error(tmp_path):
     assert nothing.returncode == 2 and "at least one setting" in nothing.stderr
     bad = config(jobs, "reader", "workers", "--max-errors", "x")
     assert bad.returncode == 2 and "not a number" in bad.stderr
+
+
+def test_queue_retention_is_stored_without_an_owner_and_removed_with_none(tmp_path):
+    jobs = str(tmp_path / "jobs")
+    with JournaledQueue(jobs, QueueConfig(retention_bytes=1 << 30)) as q:
+        q.put(b"x")
+    set_age = config(jobs, "queue", "--retention-age", "3600")
+    assert set_age.returncode == 0, set_age.stderr
+    assert "retention_age 3600" in set_age.stdout and "retention_bytes 1073741824" in set_age.stdout
+    removed = config(jobs, "queue", "--retention-bytes", "none", "--json")
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(removed.stdout)["retention"] == {"retention_age": 3600.0}
+    with JournaledQueue(jobs) as q:  # the next owner applies what is stored
+        q.put(b"y")
+    shown = json.loads(config(jobs, "--json").stdout)
+    assert shown["retention"] == {"retention_age": 3600.0}
+
+
+def test_queue_retention_is_refused_while_another_process_owns_the_queue(tmp_path):
+    jobs = str(tmp_path / "jobs")
+    with JournaledQueue(jobs, QueueConfig(retention_age=60.0)):
+        refused = config(jobs, "queue", "--retention-age", "10")
+    assert refused.returncode == 1 and "another process owns" in refused.stdout
+    assert json.loads(config(jobs, "--json").stdout)["retention"] == {"retention_age": 60.0}
+
+
+def test_retention_options_need_the_queue_target_and_valid_numbers(tmp_path):
+    jobs = str(tmp_path / "jobs")
+    with JournaledQueue(jobs) as q:
+        q.reader("r")
+    for args in (
+        ("reader", "r", "--retention-age", "5"),
+        ("queue",),
+        ("queue", "--retention-age", "-5"),
+        ("queue", "--retention-bytes", "1.5"),
+        ("queue", "--retention-age", "soon"),
+    ):
+        done = config(jobs, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+    assert json.loads(config(jobs, "--json").stdout)["retention"] == {}
