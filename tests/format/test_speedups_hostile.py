@@ -25,15 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled import item
-from journaled.format import fallback, record
+from journaled.format import fallback, record, speedups
 
 try:
     from journaled.format import _speedups as native
 except ImportError:  # not built: nothing compiled to check
     native = None  # type: ignore[assignment]
 else:  # configure it even when JOURNALED_PURE_PYTHON=1 left it unconfigured (idempotent)
-    from journaled.format import speedups
-
     assert speedups.adopt(native) is None
     _new_item, _new_items, _items_from_puts = fallback.item_references(item.Item)
     native.configure_items(
@@ -322,3 +320,74 @@ def test_decode_columns_offsets_stay_within_int32_at_the_largest_batch():
     assert native.decode_columns(*args, outs[0]) == fallback.decode_columns(*args, outs[1])
     assert outs[0] == outs[1]
     assert struct.unpack("<4i", outs[0][3]) == (0, 50, 51, 51)
+
+
+# ---------------------------------------------------------------------- what configure() accepts
+
+
+def configure_args(**changes: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "constants": speedups.layout(),
+        "put_type": record.Put,
+        "put_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+        "damage_type": record.Damage,
+        "encode_puts": fallback.encode_puts,
+        "decode_many": fallback.decode_many,
+        "decode_one": record.decode_one,
+        "decode_columns": fallback.decode_columns,
+    }
+    args.update(changes)
+    return args
+
+
+def still_decodes() -> None:
+    buf = small_journal()
+    assert native.decode_many(buf, 2**62 - 200, 7) == fallback.decode_many(buf, 2**62 - 200, 7)
+
+
+class PropertyPut:
+    """Fields with the right names that are properties: getting one runs Python code."""
+
+    def _get(self) -> int:
+        return 0
+
+    def _set(self, value: object) -> None:
+        pass
+
+    offset = size = id = add_ms = expire_ms = payload = property(_get, _set)
+
+
+def test_configure_refuses_fields_that_are_not_plain_slots():
+    """The twins get and set fields through their descriptors, between reads of lists they hold no
+    reference into: only slots (whose get and set run no Python code) are accepted."""
+    with pytest.raises(TypeError, match="PropertyPut's fields must be slots"):
+        native.configure(**configure_args(put_type=PropertyPut))
+    still_decodes()
+
+
+class IndexOne:
+    def __index__(self) -> int:
+        return 1
+
+
+def test_configure_refuses_a_layout_constant_that_is_not_an_int():
+    with pytest.raises(TypeError, match="format/record.py's TYPE_PUT must be an int"):
+        native.configure(**configure_args(constants={**speedups.layout(), "TYPE_PUT": IndexOne()}))
+    still_decodes()
+
+
+def test_decode_many_refuses_a_decode_one_size_that_would_leave_the_buffer():
+    """A decode_one other than record.py's (only configure() can install one) says a record takes
+    -10**6 bytes: the twin refuses rather than read before the buffer."""
+
+    def backwards(buf: Any, pos: int, base_offset: int, salt: int, max_body: int) -> record.Skipped:
+        return record.Skipped(base_offset + pos, -(10**6), 0x80)
+
+    buf = small_journal() + b"\x00" * 40
+    native.configure(**configure_args(decode_one=backwards))
+    try:
+        with pytest.raises(ValueError, match="decode_one returned a record of size -1000000 at position 140"):
+            native.decode_many(buf, 2**62 - 200, 7)
+    finally:
+        assert speedups.adopt(native) is None
+    still_decodes()
