@@ -66,8 +66,12 @@ MAX_PENDING = 32
 HELLO_TIMEOUT = 10.0
 #: the largest ``hello`` header (it carries a version, a session id and a pid)
 MAX_HELLO = 4096
-#: bytes of requests being received and carried out at once (those over ``SMALL_PAYLOAD``)
+#: memory for requests being received and carried out at once (those over ``SMALL_PAYLOAD``),
+#: each counted at its header plus ``PAYLOAD_COPIES`` times its payload; one alone always fits
 REQUEST_MEMORY = 512 << 20
+#: copies of a request's payload the owner holds at its peak: the buffer it is read into and the
+#: items cut from it, then the items and the journal's write buffer
+PAYLOAD_COPIES = 2
 #: seconds a request waits for ``REQUEST_MEMORY`` to have room before it is refused
 REQUEST_WAIT = 10.0
 #: the accept loop's pause after a failure (doubled while they last, up to the second value)
@@ -92,7 +96,8 @@ def connection_limit() -> int:
 
 
 class Budget:
-    """Bytes of requests held at once, at most ``total``: :meth:`take` waits for room."""
+    """Bytes of requests held at once, at most ``total`` (or one request alone, whatever its
+    size: the frame limits bound it): :meth:`take` waits for room."""
 
     def __init__(self, total: int) -> None:
         self.total = total
@@ -103,9 +108,9 @@ class Budget:
         """Hold ``n`` bytes; False if there was no room within ``wait`` seconds (or ``stopping()``)."""
         deadline = time.monotonic() + wait
         with self._cond:
-            while self.used + n > self.total:
+            while self.used and self.used + n > self.total:
                 left = deadline - time.monotonic()
-                if left <= 0 or n > self.total or stopping():
+                if left <= 0 or stopping():
                     return False
                 self._cond.wait(min(left, GET_SLICE))
             self.used += n
@@ -331,15 +336,14 @@ class Server:
             found = frames.announced()  # stop() wakes it with shutdown()
             if found is None:
                 return False
-            size = found[0] + found[1]
-            if size <= SMALL_PAYLOAD:
-                size = 0
-            elif not self._budget.take(size, REQUEST_WAIT, lambda: self._stopping):
-                frames.skip(size)  # not stored: the connection stays usable
+            hlen, plen = found
+            cost = hlen + PAYLOAD_COPIES * plen if hlen + plen > SMALL_PAYLOAD else 0
+            if cost and not self._budget.take(cost, REQUEST_WAIT, lambda: self._stopping):
+                frames.skip(hlen + plen)  # not stored: the connection stays usable
                 refused = JournaledError(
-                    f"the owner is receiving other large requests (server.REQUEST_MEMORY, "
-                    f"{REQUEST_MEMORY} bytes at once) and a request of {size} bytes did not fit "
-                    f"within {REQUEST_WAIT:g} s; nothing was done, it may be made again"
+                    f"the owner is busy with other large requests (server.REQUEST_MEMORY, "
+                    f"{REQUEST_MEMORY} bytes at once) and a request of {hlen + plen} bytes found "
+                    f"no room within {REQUEST_WAIT:g} s; nothing was done, it may be made again"
                 )
                 send_frame(conn, proto.error_reply(refused))
                 return True
@@ -354,8 +358,8 @@ class Server:
                     with self._lock:
                         self._busy.discard(conn)
             finally:
-                if size:
-                    self._budget.give(size)
+                if cost:
+                    self._budget.give(cost)
         except proto.ProtocolError as exc:
             send_frame(conn, proto.error_reply(exc))
             return False
