@@ -157,8 +157,8 @@ class Writer:
         """How many new files appending payloads of ``sizes`` (in order, from the current end)
         rotates into: the packing of :meth:`append`.  Caller holds the lock."""
         st = self.state
-        hdr = header_size(st.name)
         jf = st.files[-1]
+        hdr = jf.header.size  # the current file's, then a new file's
         end = jf.size + len(self.buf)
         limit = self.limit
         k = 0
@@ -166,7 +166,7 @@ class Writer:
             rec = PUT_OVERHEAD + n
             if end + rec > limit and end > hdr:
                 k += 1
-                end = hdr
+                hdr = end = header_size(st.name)
             end += rec
         return k
 

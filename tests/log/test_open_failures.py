@@ -17,6 +17,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import ready_items
 from journaled import JournaledQueue, JournalIOError, QueueConfig, ReaderConfig, spool_put
@@ -198,3 +200,40 @@ def test_a_real_descriptor_limit_refuses_the_rotating_put_and_the_queue_goes_on(
     assert res["refused"] and {e for _d, e in res["refused"]} == {errno.EMFILE}
     assert res["poisoned"] is None
     assert [d.decode() for d in _drain(qdir)] == res["acked"]
+
+
+class _Sequence(fileio.FileOps):
+    """Records the order of journal-file creations and writes."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        if new_journal_file("q")(path, flags):
+            self.events.append("create")
+        return super().open(path, flags, mode)
+
+    def write(self, fd: int, data: bytes | bytearray | memoryview) -> int:
+        self.events.append("write")
+        return super().write(fd, data)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first=st.lists(st.integers(0, 900), max_size=4),
+    batch=st.lists(st.integers(0, 2500), min_size=1, max_size=12),
+)
+def test_an_append_creates_every_file_it_rotates_into_before_it_writes_and_no_more(
+    tmp_path_factory, first, batch
+):
+    qdir = str(tmp_path_factory.mktemp("q") / "q")
+    cfg = QueueConfig(sync="never", journal_size=2048, checkpoint_interval=3600.0)
+    with JournaledQueue(qdir, cfg, name="q") as q:
+        if first:
+            q.put_many([b"f" * n for n in first])
+        seq = _Sequence()
+        with fileio.use(seq):
+            q.put_many([b"b" * n for n in batch])
+        creates = seq.events.count("create")
+        assert seq.events[:creates] == ["create"] * creates  # all before the first write
+        assert len(_journal_files(qdir)) == len(q.journal.files)  # none created in vain
