@@ -242,7 +242,7 @@ def read_disk(path: str, name: str | None = None) -> DiskView:
                 done_out_of_order=skipped,
                 checkpoint_age=_age(now, ck),
                 checkpoint_ok=intact[r],
-                counts=states[r].counts if states[r] is not None else ReaderCounts(),
+                counts=state.counts if (state := states[r]) is not None else ReaderCounts(),
             )
         )
     bookmarks = tuple(
