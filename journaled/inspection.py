@@ -39,6 +39,8 @@ class OwnerView:
         clients: the other processes it serves (this one left out), with their open reads.
         readers: reader name -> that reader's ``ReaderStats`` fields, as the owner sent them.
         error: why the owner could not be asked, or None.
+        queue: the queue's own ``QueueStats`` fields as the owner sent them (``next_id``,
+            ``put``, ``bytes_put``, ``journal_files``, ``journal_bytes``, ...).
     """
 
     pid: int = -1
@@ -46,6 +48,7 @@ class OwnerView:
     clients: tuple[ClientStats, ...] = ()
     readers: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     error: str | None = None
+    queue: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -147,6 +150,7 @@ def ask_owner(path: str, timeout: float = OWNER_TIMEOUT) -> OwnerView | None:
             if c["pid"] != me
         ),
         readers={r["name"]: r for r in stats["readers"]},
+        queue={k: v for k, v in stats.items() if k not in ("readers", "health", "clients")},
     )
 
 

@@ -17,6 +17,7 @@ from journaled.cli.inspection import UsageError, add_inspect_commands
 from journaled.cli.qtest.main import add_qtest_command
 from journaled.cli.serve import add_serve_command
 from journaled.cli.settings import add_config_command
+from journaled.cli.top import add_top_command
 from journaled.errors import JournaledError
 
 EXIT_STATUS = """exit status:
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_commands(sub)
     add_serve_command(sub)
     add_config_command(sub)
+    add_top_command(sub)
     for command in sub.choices.values():
         command.set_defaults(command_parser=command)
     return parser
