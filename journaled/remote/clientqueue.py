@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol, cast
 
 from journaled.config import QueueConfig, ReaderConfig
-from journaled.errors import OwnerLost, QueueLocked, UnknownReader
+from journaled.errors import OwnerLost, QueueForked, QueueLocked, UnknownReader, UnsafeDirectory
 from journaled.item import as_payload, epoch_ms
 from journaled.owner import closing
 from journaled.remote import handlers
@@ -50,7 +50,8 @@ from journaled.remote.connections import SETTLE_OPS, Link, closed_error
 from journaled.remote.contract import ServedQueue
 from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
 
-#: seconds an open, or a call after the owner went away, keeps trying to reach or become the owner
+#: seconds an open, or a call after the owner went away, keeps trying to reach or become the
+#: owner (each connection's connect and hello must fit in what is left of it)
 CONNECT_TIMEOUT = 10.0
 _RETRY_PAUSE = 0.01  # between attempts while a new owner recovers and starts serving
 
@@ -81,16 +82,25 @@ class OpenOrConnect(type):
                 if exc.pid == os.getpid():
                     raise  # the owner is in this very process: use that object
                 try:
-                    link = Link(os.path.abspath(os.fspath(path)))
+                    link = Link(os.path.abspath(os.fspath(path)), _left(deadline))
+                except UnsafeDirectory:
+                    raise
                 except PermissionError:
                     raise exc from None
-                except (OSError, proto.ProtocolError):
+                except (OSError, proto.ProtocolError) as err:
                     # an owner still recovering (no socket yet), or one that just died: again
-                    if time.monotonic() >= deadline:
-                        raise exc from None
+                    if time.monotonic() >= deadline:  # the cause says which deadline passed
+                        raise exc from OwnerLost(
+                            f"the owner of {path} could not be reached within {CONNECT_TIMEOUT:g} s: {err}"
+                        )
                     time.sleep(_RETRY_PAUSE)
                     continue
                 return RemoteQueue(link, config, open_owner, functools.partial(cls, path, config, name=name))
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (a little at least: a connection needs a moment)."""
+    return max(deadline - time.monotonic(), 0.05)
 
 
 class RemoteQueue(closing.Closing):
@@ -109,14 +119,18 @@ class RemoteQueue(closing.Closing):
         self.path = link.directory
         self.name = link.name
         self.config = config if config is not None else QueueConfig()
+        # the way to the owner: changed together under _state (a leaf), so that a call never
+        # pairs one owner's generation with another's connection
+        self._state = threading.Lock()
         self._link: Link | None = link
         self._local: OwnedQueue | None = None  # the JournaledQueue this process owns after a failover
         self._here = handlers.Session(os.getpid())  # this process's open reads on _local
-        self._here_lock = threading.Lock()  # a leaf, as the server's: guards _here.reads
+        self._generation = 0
+        self._here_lock = threading.Lock()  # a leaf, as the server's: guards here.reads
         self._open_owner = open_owner
         self._opener = opener  # picklable: how another process opens this queue
         self._switch = threading.Lock()
-        self._generation = 0
+        self._pid = os.getpid()
         self._closed = False
         self._readers: dict[str, RemoteReader] = {}
 
@@ -129,7 +143,9 @@ class RemoteQueue(closing.Closing):
     @property
     def owner_pid(self) -> int:
         """The pid of the process serving this queue now."""
-        return os.getpid() if self._local is not None else cast(Link, self._link).owner_pid
+        with self._state:
+            link, local = self._link, self._local
+        return os.getpid() if local is not None else cast(Link, link).owner_pid
 
     @property
     def generation(self) -> int:
@@ -145,46 +161,81 @@ class RemoteQueue(closing.Closing):
             while True:
                 try:
                     owned = self._open_owner()
-                    self._here = handlers.Session(os.getpid())  # before _local: call() reads it after
-                    self._local, self._link = owned, None
-                    break
-                except OwnerLost:
-                    pass
-                except QueueLocked:
+                    here = handlers.Session(os.getpid())
+                    with self._state:
+                        self._local, self._link, self._here = owned, None, here
+                        self._generation += 1
+                    return
+                except (OwnerLost, QueueLocked):
                     pass
                 try:
-                    link = Link(self.path)
-                    self._link = link
-                    break
-                except (OSError, proto.ProtocolError):
+                    link = Link(self.path, _left(deadline))
+                    with self._state:
+                        self._link = link
+                        self._generation += 1
+                    return
+                except UnsafeDirectory:
+                    raise
+                except (OSError, proto.ProtocolError) as exc:
                     if time.monotonic() >= deadline:
-                        raise OwnerLost(f"no owner of {self.path} could be reached or become") from None
+                        raise OwnerLost(
+                            f"no owner of {self.path} could be reached or become within "
+                            f"{CONNECT_TIMEOUT:g} s: {exc}"
+                        ) from exc
                     time.sleep(_RETRY_PAUSE)
-            self._generation += 1
 
     def call(
-        self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False
+        self,
+        header: dict[str, Any],
+        payload: bytes = b"",
+        *,
+        is_put: bool = False,
+        wait: float = 0.0,
+        opened: int | None = None,
     ) -> tuple[dict[str, Any], bytes, int]:
         """One request to the owner: its reply, payload and this object's generation.
 
         The one place that chooses where a request is carried out: over the socket by the
         owner, or, once this process is the owner, here, by the same handlers the owner's server
         runs (the same reply, the same errors).  After a loss that left nothing done the
-        request is made again on the next owner."""
+        request is made again on the next owner.  ``wait`` is how long the owner may take on
+        purpose (a blocking get's timeout); ``opened``, for a request settling reads, is the
+        generation they were opened under: under another, :class:`OwnerLost` and nothing sent."""
         while True:
             if self._closed:
                 raise closed_error(self.path)
-            generation, link, local, here = self._generation, self._link, self._local, self._here
+            if os.getpid() != self._pid:
+                raise QueueForked(
+                    f"queue {self.path!r} was opened by the process this one was forked from: open it here"
+                )
+            with self._state:
+                generation, link, local, here = self._generation, self._link, self._local, self._here
+            if opened is not None and opened != generation:
+                raise OwnerLost(
+                    f"the reads were opened under an owner of {self.path} that is gone; they are "
+                    f"delivered again"
+                )
             if local is not None:
                 reply, data = handlers.carry_out_here(local, here, self._here_lock, header, payload)
                 return reply, data, generation
             try:
-                reply, data = cast(Link, link).call(header, payload, is_put=is_put)
+                reply, data = cast(Link, link).call(header, payload, is_put=is_put, wait=wait)
                 return reply, data, generation
             except OwnerLost as exc:
-                self._reconnect(generation)
-                if exc.outcome_unknown or header["op"] in SETTLE_OPS:
+                if not exc.outcome_unknown and header["op"] not in SETTLE_OPS:
+                    self._reconnect(generation)
+                    continue  # nothing was done: again, on the next owner
+                try:
+                    self._reconnect(generation)
+                except OwnerLost:
+                    pass  # no owner yet: the next call tries again; this one reports its own loss
+                if exc.outcome_unknown:
                     raise
+                lost = OwnerLost(
+                    f"the owner of {self.path} went away before it carried out a "
+                    f"{header['op']}: the reads are not open any more, they are delivered again"
+                )
+                raise lost from exc
 
     # ------------------------------------------------------------------ putting
     def put(

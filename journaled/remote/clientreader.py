@@ -7,6 +7,10 @@ The :class:`Item` a ``get`` returns is this delivery's handle, as in-process.  W
   :class:`OwnerLost` (it is delivered again by the next owner), and the scoped forms
   (``transaction``, ``iter``, ``process`` and their asyncio twins) report such a lost commit
   (``on_error``, else a WARNING) and go on with the next owner (journaled/txn.py);
+* a blocking ``get``/``get_many`` asks the owner for at most :data:`WAIT_SLICE` seconds of
+  waiting at a time (again until its own timeout, or for ever without one), and each answer has
+  that wait plus ``REPLY_MARGIN`` (remote/connections.py) to come: an owner that stops
+  answering (stopped, wedged) is noticed within that, even by a ``get()`` without a timeout;
 * ``aget`` waits in a thread in slices of :data:`ASYNC_SLICE` seconds (there is no put on this
   process to wake it), so a cancelled ``aget`` ends within one slice and never strands an item;
 * ``config``, ``head``, ``done`` and reader sinks exist at the owner only (``stats()`` shows
@@ -37,6 +41,8 @@ from journaled.txn import ItemIterator, TransactionContext
 
 #: seconds one slice of an ``aget``'s wait lasts (its thread notices a cancellation in between)
 ASYNC_SLICE = 0.25
+#: seconds of waiting a blocking get asks the owner for in one request (module docstring)
+WAIT_SLICE = 10.0
 
 
 class Served(Protocol):
@@ -48,10 +54,17 @@ class Served(Protocol):
         ...
 
     def call(
-        self, header: dict[str, Any], payload: bytes = b"", *, is_put: bool = False
+        self,
+        header: dict[str, Any],
+        payload: bytes = b"",
+        *,
+        is_put: bool = False,
+        wait: float = 0.0,
+        opened: int | None = None,
     ) -> tuple[dict[str, Any], bytes, int]:
         """One request, carried out by whoever owns the queue now: its reply, its payload and
-        the generation it was carried out under."""
+        the generation it was carried out under.  ``wait``: how long the owner may take on
+        purpose; ``opened``: the generation the reads a request settles were opened under."""
         ...
 
     def reader_stats(self, name: str) -> ReaderStats:
@@ -90,15 +103,19 @@ class RemoteReader:
     def _take(self, op: str, block: bool, timeout: float | None, most: int) -> list[Item]:
         if timeout is not None and not timeout >= 0:
             raise ValueError("'timeout' must be a non-negative number")
-        header: dict[str, Any] = {
-            "op": op,
-            "reader": self.name,
-            "block": bool(block),
-            "timeout": None if timeout is None or timeout == float("inf") else float(timeout),
-        }
+        header: dict[str, Any] = {"op": op, "reader": self.name, "block": bool(block)}
         if op == "get_many":
             header["max_items"] = most
-        reply, data, generation = self.queue.call(header)
+        deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
+        while True:
+            left = WAIT_SLICE if deadline is None else min(WAIT_SLICE, max(deadline - time.monotonic(), 0.0))
+            header["timeout"] = left if block else 0.0
+            try:
+                reply, data, generation = self.queue.call(header, wait=left if block else 0.0)
+                break
+            except Empty:
+                if not block or (deadline is not None and time.monotonic() >= deadline):
+                    raise
         if op == "get":
             items = [_item(reply, data)]
         else:
@@ -119,7 +136,7 @@ class RemoteReader:
             del self._open[key]
         if entry[0] != self.queue.generation:
             raise OwnerLost(f"read {key} was opened under an owner that is gone; it is delivered again")
-        self.queue.call(dict({"op": op, "reader": self.name, "id": key}, **kwargs))
+        self.queue.call(dict({"op": op, "reader": self.name, "id": key}, **kwargs), opened=entry[0])
 
     def commit(self, item: Item | int) -> None:
         """Finish an open read: the item is never delivered to this reader again."""
@@ -134,6 +151,7 @@ class RemoteReader:
         mine: list[int] = []
         unknown: list[int] = []
         stale = False
+        generation = self.queue.generation
         with self._lock:
             for item, key in zip(batch, keys):
                 entry = self._open.get(key)
@@ -141,12 +159,12 @@ class RemoteReader:
                     unknown.append(key)
                     continue
                 del self._open[key]
-                if entry[0] != self.queue.generation:
+                if entry[0] != generation:
                     stale = True
                     continue
                 mine.append(key)
         if mine:
-            self.queue.call({"op": "commit_many", "reader": self.name, "ids": mine})
+            self.queue.call({"op": "commit_many", "reader": self.name, "ids": mine}, opened=generation)
         if stale:
             raise OwnerLost("some reads were opened under an owner that is gone; they are delivered again")
         if unknown:
@@ -257,8 +275,14 @@ class RemoteReader:
             return await future
         except asyncio.CancelledError:
             stop.set()
-            # its last post (if any) was queued before it ended, so it runs before we go on
-            await loop.run_in_executor(None, thread.join)
+            try:
+                # its last post (if any) was queued before it ended, so it runs before we go on
+                await asyncio.shield(loop.run_in_executor(None, thread.join))
+            finally:
+                # the item came just before the cancel: the post gave it to the future, which
+                # nobody will read now
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    give_back(future.result())
             raise
 
     def atransaction(self, timeout: float | None = None) -> AsyncTransactionContext:

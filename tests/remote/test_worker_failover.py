@@ -174,8 +174,10 @@ def test_a_worker_loop_goes_on_through_a_change_of_owner(tmp_path, mode, end, su
         again = [r for r in done if r[0] == job]
         assert len(again) >= 2, (job, again)
         assert again[-1][1] == 0  # a read lost with its owner is not counted as an error
-    for out in outputs:
+    for k, out in enumerate(outputs):
         assert not any("Traceback" in ln for ln in out), out
+        # a worker that took the queue over may refuse, while it closes, the other's reconnection
+        out = outputs[k] = [ln for ln in out if not (ln.startswith("log WARNING") and "refused a" in ln)]
         assert out[-1].startswith("returned")  # the loop ended by itself: nothing for IDLE seconds
         mine = next(ln.split()[1] for ln in out if ln.startswith("holding"))
         if mode in ("process", "aprocess"):
@@ -209,6 +211,8 @@ from journaled.remote import protocol as proto
 from journaled.remote.transport import FrameReader, send_frame, socket_address
 d = sys.argv[1]
 fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+with open(os.path.join(d, ".journaled.lock"), "w") as lock:  # a client talks to the lock's owner only
+    lock.write(str(os.getpid()))
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(socket_address(fd, d))
 listener.listen(1)
