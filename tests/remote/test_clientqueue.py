@@ -100,7 +100,11 @@ def test_reader_config_and_stats_travel_to_the_owner(tmp_path):
         assert q.reader("limited").config.max_items == 2
         child.stdin.write("\n")  # type: ignore[union-attr]
         finish(child)
-        # closed with the read open: it was given back (once the owner saw the connection end)
+        # closed with the read open: it was given back (once the owner saw the connection end;
+        # a get made before that would be handed b"b" first)
+        deadline = time.monotonic() + TIMEOUT
+        while q.reader("limited").stats().aborted < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert q.reader("limited").get(timeout=TIMEOUT).data == b"a"
         assert q.stats().clients == ()
 
@@ -188,10 +192,11 @@ def test_reads_held_by_a_killed_client_are_delivered_again(tmp_path):
         assert q.stats().clients[0].open_reads == {"r": 3}
         child.kill()  # SIGKILL: no close, no goodbye
         child.wait(timeout=TIMEOUT)
-        # the owner's connection thread notices the end on its own time: a get made before
-        # would be handed the first abort directly, out of order
+        # the owner's connection thread notices the end on its own time, and aborts the reads
+        # after it forgot the session: a get made before would be handed an abort directly,
+        # out of order
         deadline = time.monotonic() + TIMEOUT
-        while q.stats().clients and time.monotonic() < deadline:
+        while (q.stats().clients or r.stats().aborted < 3) and time.monotonic() < deadline:
             time.sleep(0.01)
         back = [r.get(timeout=TIMEOUT) for _ in range(4)]
         assert [i.data for i in back] == [b"x", b"y", b"z", b"rest"]
