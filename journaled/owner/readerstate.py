@@ -208,7 +208,11 @@ class ReaderFiles:
                         files = past
                         self._skip_to(keep, cores, external)
             if files:
-                self.journal.archive(files, self.archive_dir)
+                try:
+                    self.journal.archive(files, self.archive_dir)
+                except BaseException:
+                    self.archive_wanted = True  # the next pass tries again, heads moved or not
+                    raise
 
     def _skip_to(self, keep: int, cores: Sequence[ReaderCore], external: dict[str, int]) -> None:
         """Retention archives every id below ``keep``: a reader behind goes on at ``keep`` (as

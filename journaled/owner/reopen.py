@@ -58,19 +58,26 @@ def fit_to_journal(rname: str, state: CheckpointData | None, first: int, end: in
     """The state to load for reader ``rname`` given a journal holding ids ``[first, end)``."""
     if state is None:
         return CheckpointData(head=first)
-    if state.head > end or state.head < first:
+    if state.head < first:
+        # files this reader had not passed were archived (retention, or removed by hand) while
+        # its checkpoint was behind: not damage, but its items first..head-1 are gone
         log.warning(
-            "reader %s: checkpoint head %d lies outside the journal [%d, %d]; clamped",
-            rname,
-            state.head,
-            first,
-            end,
-        )
+            "reader %s: items %d..%d were archived before it read them (the journal now starts "
+            "at %d); it goes on there",
+            rname, state.head, first - 1, first,
+        )  # fmt: skip
+    elif state.head > end:
+        log.warning(
+            "reader %s: checkpoint head %d lies beyond the journal's end %d (its tail was lost); "
+            "clamped", rname, state.head, end,
+        )  # fmt: skip
+    if state.head > end or state.head < first:
         head = min(max(state.head, first), end)
         return CheckpointData(
             head,
             done=tuple(i for i in state.done if head <= i < end),
             errors=tuple((i, c) for i, c in state.errors if head <= i < end),
+            counts=state.counts,
         )
     if any(i >= end for i in state.done) or any(i >= end for i, _ in state.errors):
         # the journal lost its tail: those ids will be reused by new items, which must not

@@ -170,11 +170,6 @@ def test_a_queue_whose_archiving_fails_is_not_healthy_until_it_works_again(tmp_p
             assert _wait_for(lambda: q.stats().health.ok)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="owner/readerstate.py ReaderFiles.archive clears archive_wanted before journal.archive "
-    "runs and leaves it clear when that raises: the files stay until a head moves again",
-)
 def test_an_archiving_pass_that_failed_is_retried_without_waiting_for_a_head_to_move(tmp_path, monkeypatch):
     monkeypatch.setattr(engine_mod, "BACKOFF_MAX", 0.2)
     qpath = str(tmp_path / "q")

@@ -24,7 +24,7 @@ import pytest
 from conftest import ready_items
 from journaled import JournaledQueue, QueueConfig, Reader, ReaderConfig
 from journaled.disk.checkpointfiles import registry_path, write_registry
-from journaled.format.smallfiles import CheckpointData, decode_checkpoint, encode_checkpoint
+from journaled.format.smallfiles import CheckpointData, ReaderCounts, decode_checkpoint, encode_checkpoint
 
 NAME = "q"
 
@@ -353,12 +353,16 @@ def test_head_before_the_journal_start_is_clamped_with_a_warning(tmpfs_qdir, cap
     with open_q(tmpfs_qdir) as q:
         first = q.journal.first_id()
     assert 1 < first <= 31
-    write_ckpt(tmpfs_qdir, "a", CheckpointData(1, done=(first + 1,)))
+    counts = ReaderCounts(put_origin=1, delivered=30, committed=30)
+    write_ckpt(tmpfs_qdir, "a", CheckpointData(1, done=(first + 1,), counts=counts))
     caplog.set_level(logging.WARNING, logger="journaled")
     with open_q(tmpfs_qdir) as q:
         got = [i.id for i in drain(q.reader("a"))]
+        st = q.reader("a").stats()
     assert got == [i for i in ids if i >= first and i != first + 1]
-    assert "outside the journal" in warnings_of(caplog)
+    # said as what it is (files archived before the reader read them), not as damage
+    assert f"items 1..{first - 1} were archived before it read them" in warnings_of(caplog)
+    assert (st.committed, st.delivered, st.put) == (30, 30 + len(got), 40)  # its counters came through
 
 
 def test_ids_after_a_lost_journal_tail_are_new_and_inherit_no_commits_or_error_counts(tmpfs_qdir):
