@@ -302,6 +302,7 @@ class Server:
                 return
             if session is None:
                 return
+            send_frame(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
             while not self._stopping:
                 if not self._next(conn, frames, session):
                     return
@@ -313,8 +314,8 @@ class Server:
             self._closed(conn, session)
 
     def _greet(self, conn: socket.socket, frames: FrameReader, pid: int) -> Session | None:
-        """Read the connection's ``hello`` (within ``frames.deadline``) and answer it; its
-        session, or None if the peer closed first."""
+        """Read the connection's ``hello`` (within ``HELLO_TIMEOUT``): its session (the caller
+        answers), or None if the peer closed first."""
         found = frames.announced()
         if found is None:
             return None
@@ -323,12 +324,10 @@ class Server:
         header, _ = frames.body(*found)
         if proto.field(header, "op", str) != "hello":
             raise proto.ProtocolError("the first message must be 'hello'")
-        session = self._hello(header, pid)
-        frames.time_limit(None)
-        with self._lock:
+        with self._lock:  # it spoke: never the oldest silent connection closed for a newcomer
             self._pending.pop(conn, None)
-        send_frame(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
-        return session
+        frames.time_limit(None)
+        return self._hello(header, pid)
 
     def _next(self, conn: socket.socket, frames: FrameReader, session: Session) -> bool:
         """Read, carry out and answer the next request; False when the connection must close."""
