@@ -78,6 +78,11 @@ class ReaderStats:
         oldest_age: seconds since the oldest waiting item was added, or None if none waits.
             Exact when that item is in memory; if it is only on disk, the age of the journal file
             holding it (an upper bound).
+        oldest_uncommitted_age: the same for the oldest item not yet committed: waiting, delayed
+            or open (a read handed out and not settled), or None if there is none.  An item held
+            open by a stuck consumer shows here and not in ``oldest_age``.
+        waiters: calls blocked in ``get`` on this reader right now (threads, coroutines, and the
+            owner's threads serving other processes' blocking reads).
         full: a put of one more item would be refused (or would discard) right now.
         put: items put since this reader was created (from the journal's ids: exact).
         delivered / committed / aborted: as the names say (aborted includes timed-out reads).
@@ -126,6 +131,8 @@ class ReaderStats:
     poison: PoisonItem | None = attrs.field(default=None, converter=_poison)
     items_lost_to_retention: int = 0
     sinks_missing: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    oldest_uncommitted_age: float | None = None
+    waiters: int = 0
 
 
 @attrs.frozen
@@ -245,6 +252,13 @@ def reader_stats(
         oldest = max(0.0, now - core.mem[0].add_time)
     elif waiting:
         oldest = max(0.0, now - core.journal.file_created_s(core.load_id or core.head))
+    # open and parked are walked for their bytes above already: the same O(n) again
+    times = [it.add_time for it in core.open.values()] + [it.add_time for it in core.parked.values()]
+    if core.mem:
+        times.append(core.mem[0].add_time)
+    uncommitted = max(0.0, now - min(times)) if times else None
+    if waiting > in_mem and not core.mem:  # the oldest waiting item is only on disk
+        uncommitted = max(uncommitted or 0.0, oldest or 0.0)
     return ReaderStats(
         name=core.name,
         head=core.head,
@@ -274,6 +288,8 @@ def reader_stats(
         poison=_head_poison(core),
         items_lost_to_retention=lost,
         sinks_missing=sinks_missing,
+        oldest_uncommitted_age=uncommitted,
+        waiters=len(core.waiters),
     )
 
 
