@@ -1,0 +1,168 @@
+"""The status page of ``journaled serve --http``: opened in headless Chromium (Debian's chromium
+and chromium-driver, driven by selenium), its numbers compared with ``q.stats()``; the token
+required; dead letters' reasons and payloads escaped; a screenshot kept under the test's tmp dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from journaled import JournaledQueue, ReaderConfig
+from journaled.cli.statuspage import StatusServer
+
+TIMEOUT = 30.0
+HOSTILE = '<img src=x onerror="window.__pwned=1">'
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=TIMEOUT) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+@pytest.fixture
+def served(tmp_path):
+    dead = JournaledQueue(str(tmp_path / "dead"))
+    q = JournaledQueue(str(tmp_path / "jobs"))
+    workers = q.reader("workers", ReaderConfig(max_errors=2, dead_letter=dead))
+    q.reader("audit")
+    q.put_many([b"job %d" % i for i in range(300)] + [HOSTILE.encode()])
+    for _ in range(40):
+        workers.commit(workers.get(block=False))
+    workers.reject(workers.get(block=False), HOSTILE)
+    held = workers.get(block=False)
+    assert q.reader_settings("workers")["dead_letter"] == {"queue": "../dead"}
+    deadline = time.monotonic() + TIMEOUT
+    while dead.stats().next_id < 2 and time.monotonic() < deadline:  # the sink thread hands it over
+        time.sleep(0.02)
+    dead.sync()  # the page reads dead letters from the files: what the sync policy has written
+    server = StatusServer([q], token="s3cret-token", peek=True)
+    yield server, q
+    server.close()
+    workers.release(held)
+    q.close()
+    dead.close()
+
+
+def test_every_request_needs_the_token(served) -> None:
+    server, _q = served
+    base = f"http://127.0.0.1:{server.port}"
+    assert _get(base + "/")[0] == 401
+    assert _get(base + "/api/status")[0] == 401
+    assert _get(base + "/api/status?token=wrong")[0] == 403
+    assert _get(base + "/api/status", {"Authorization": "Bearer wrong"})[0] == 403
+    code, body = _get(base + "/api/status", {"Authorization": "Bearer s3cret-token"})
+    assert code == 200 and json.loads(body)["queues"][0]["stats"]["name"] == "jobs"
+    assert _get(base + "/nothing-here?token=s3cret-token")[0] == 404
+
+
+def test_the_api_reports_the_stats_and_the_newest_dead_letters(served) -> None:
+    server, q = served
+    code, body = _get(f"http://127.0.0.1:{server.port}/api/status?token=s3cret-token")
+    assert code == 200
+    (queue,) = json.loads(body)["queues"]
+    got = {r["name"]: r for r in queue["stats"]["readers"]}
+    want = {r.name: r for r in q.stats().readers}
+    assert got["workers"]["backlog_items"] == want["workers"].backlog_items == 260
+    assert got["workers"]["open_reads"] == 1 and got["audit"]["backlog_items"] == 301
+    (letter,) = queue["dead_letters"]["workers"]
+    assert letter["reason"] == HOSTILE and letter["kind"] == "rejected" and letter["original_id"] == 41
+
+
+def test_payloads_are_left_out_unless_peek(tmp_path) -> None:
+    dead = JournaledQueue(str(tmp_path / "dead"))
+    with JournaledQueue(str(tmp_path / "jobs")) as q:
+        r = q.reader("r", ReaderConfig(dead_letter=dead))
+        q.put(b"secret payload")
+        r.reject(r.get(block=False), "no")
+        deadline = time.monotonic() + TIMEOUT
+        while dead.stats().next_id < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        dead.sync()
+        server = StatusServer([q], token=None)
+        try:
+            code, body = _get(f"http://127.0.0.1:{server.port}/api/status")
+        finally:
+            server.close()
+    dead.close()
+    assert code == 200 and b"secret payload" not in body and b'"reason": "no"' in body
+
+
+@pytest.fixture
+def browser(tmp_path):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    chromium, driver_bin = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver_bin is None:
+        pytest.skip("Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1400"):
+        options.add_argument(arg)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    driver = webdriver.Chrome(service=Service(driver_bin), options=options)
+    yield driver
+    driver.quit()
+
+
+def _cell(driver, reader: str, field: str) -> str:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return str(
+            driver.find_element("css selector", f"tr[data-reader='{reader}'] td[data-field='{field}']").text
+        )
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def _until(check, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the page never showed {what}")
+
+
+def test_the_page_in_a_browser_shows_what_stats_says(served, browser, tmp_path) -> None:
+    server, q = served
+    browser.get(f"http://127.0.0.1:{server.port}/")  # no token yet
+    assert "a token is needed" in browser.page_source
+    browser.get(server.url())  # the printed address: the token, then a cookie
+    st = {r.name: r for r in q.stats().readers}
+    _until(
+        lambda: _cell(browser, "workers", "backlog_items") == f"{st['workers'].backlog_items:,}",
+        "the backlog",
+    )
+    assert _cell(browser, "audit", "backlog_items") == f"{st['audit'].backlog_items:,}"
+    assert _cell(browser, "workers", "open_reads") == "1"
+    assert (_cell(browser, "workers", "dead_lettered"), _cell(browser, "workers", "rejected")) == ("0", "1")
+    health = browser.find_element("css selector", "span[data-field='health']").text
+    assert health == "ok"
+    # the dead letter's reason and payload are text, never markup the page runs
+    table = browser.find_element("css selector", "table[data-dead='workers']").text
+    assert HOSTILE in table
+    assert browser.execute_script("return window.__pwned === undefined") is True
+    # live: more commits show up without a reload
+    w = q.reader("workers")
+    for _ in range(10):
+        w.commit(w.get(block=False))
+    _until(
+        lambda: _cell(browser, "workers", "backlog_items") == f"{st['workers'].backlog_items - 10:,}",
+        "a change",
+    )
+    shot = tmp_path / "status-page.png"
+    assert browser.save_screenshot(str(shot))
+    with open(shot, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(shot) > 10_000
