@@ -85,18 +85,59 @@ def opt_int_alias(options: Mapping[str, str], name: str, kafka_name: str) -> int
     return ours if ours is not None else theirs
 
 
-def offsets_behind(progress_source: Mapping[str, object]) -> dict[str, int]:
-    """How many ids each queue's newest lies past a query's end offset, from one entry of
-    ``StreamingQueryProgress.sources`` (``query.lastProgress["sources"][i]``): ``{key: lag}``.
+def offsets_behind(progress: object) -> dict[str, int]:
+    """How many ids each queue's newest lies past a query's end offset: ``{key: lag}``.
 
-    It compares ``latestOffset`` (what the queue held when the batch was planned, from
+    ``progress`` is what ``StreamingQueryProgress`` gives: one entry of its ``sources``
+    (``query.lastProgress["sources"][i]``), the whole progress (``query.lastProgress``, or
+    ``json.loads(progress.json)``), or the list of sources.  Each entry compares
+    ``latestOffset`` (what the queue held when the batch was planned, from
     ``reportLatestOffset``) with ``endOffset`` (what the batch read up to).
+
+    A lag that Spark has not measured is left out rather than reported as 0: right after a
+    restart ``latestOffset`` is ``null`` (``"None"`` in listener events), an idle source may
+    have no offsets, and a queue added to ``paths`` has no end offset yet.  With several
+    sources, entries that are not journaled's (a Kafka source beside ours) are skipped, and a
+    queue read by two sources gets the larger lag.  A single entry whose offsets are not
+    journaled's raises :class:`OptionError`.
     """
-    latest, end = progress_source.get("latestOffset"), progress_source.get("endOffset")
+    if isinstance(progress, Mapping) and "sources" in progress:
+        progress = progress["sources"]
+    if isinstance(progress, Mapping):
+        return _behind(progress)
+    if not isinstance(progress, (list, tuple)):
+        raise TypeError(f"offsets_behind takes a streaming progress or its sources, not {progress!r}")
+    out: dict[str, int] = {}
+    for entry in progress:
+        if not isinstance(entry, Mapping):
+            raise TypeError(f"a progress source must be a mapping, not {entry!r}")
+        try:
+            lags = _behind(entry)
+        except OptionError:
+            continue  # another kind of source in the same query
+        for k, lag in lags.items():
+            out[k] = max(lag, out.get(k, 0))
+    return dict(sorted(out.items()))
+
+
+def _behind(entry: Mapping[str, object]) -> dict[str, int]:
+    latest, end = _measured(entry.get("latestOffset")), _measured(entry.get("endOffset"))
     if latest is None or end is None:
         return {}
-    lo, hi = decode(end), decode(latest)  # type: ignore[arg-type]
-    return {k: max(0, hi[k] - lo.get(k, hi[k])) for k in sorted(hi)}
+    lo, hi = decode(end), decode(latest)
+    return {k: max(0, hi[k] - lo[k]) for k in sorted(hi) if k in lo}
+
+
+def _measured(offset: object) -> Mapping[str, object] | str | None:
+    """An offset as progress carries it, or ``None`` when Spark has none to show."""
+    if offset is None:
+        return None
+    if isinstance(offset, str):
+        text = offset.strip()
+        return None if text in ("", "null", "None") else text
+    if isinstance(offset, Mapping):
+        return offset
+    raise OptionError(f"an offset in a streaming progress must be JSON, not {offset!r}")
 
 
 def queue_paths(options: Mapping[str, str]) -> dict[str, str]:

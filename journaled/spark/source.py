@@ -160,6 +160,7 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.reader_name = opt(options, "readerName", "spark") or None
         self.target: dict[str, int] | None = None  # set by Trigger.AvailableNow
         self._bookmarked = False
+        self._heads: dict[str, int] = {}  # what each queue's bookmark says, as last written
 
     # -- offsets
     def initialOffset(self) -> dict[str, Any]:
@@ -180,6 +181,9 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self.planner.complete(decode(start))
+        # Spark plans the next batch only once the one ending at ``start`` is in its commit log
+        # (batches run one at a time), so the query will never read before ``start`` again.
+        self._bookmark(begin)
         if not self.planner.fail_on_data_loss:  # jump over archived ids instead of crawling
             begin = {k: max(v, self.planner.view(k).first_id()) for k, v in begin.items()}
         end = self.target if self.target is not None else self.planner.latest()
@@ -225,19 +229,20 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- retention
     def commit(self, end: dict[str, Any]) -> None:
-        # Spark calls this for a batch only once the *next* batch is planned, so the bookmark
-        # trails the query by one batch: that batch's files are kept a little longer.
+        # Spark calls this for a batch only once the *next* batch is planned; latestOffset has
+        # moved the bookmark there already, so this only matters if Spark ever calls it first.
         self._bookmark(decode(end))
 
     def _bookmark(self, ids: dict[str, int]) -> None:
         if not self.reader_name:
             return
         for k, head in ids.items():
-            if k in self.planner.paths:
+            if k in self.planner.paths and self._heads.get(k) != head:
                 try:
                     write_bookmark(self.planner.paths[k], self.reader_name, head)
                 except OSError as exc:  # a read-only share: the query still works
                     log.warning("could not write bookmark in %s: %s", self.planner.paths[k], exc)
+                self._heads[k] = head  # tried: warn again only when the head moves
 
     def stop(self) -> None:
         pass

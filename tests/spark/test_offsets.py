@@ -160,6 +160,26 @@ def test_min_offsets_per_trigger_combines_with_max_and_never_holds_back_availabl
     assert ids(r.latestOffset(nearly, r.getDefaultReadLimit())) == 101  # must finish: no waiting
 
 
+def test_a_caught_up_query_leaves_a_bookmark_with_no_lag(tmp_path):
+    from journaled.disk.bookmarks import read_bookmark
+
+    q = str(tmp_path / "q")
+    fill(q, [b"x"] * 30)  # ids 1..30
+    r = stream_reader(q)
+    limit = r.getDefaultReadLimit()
+    start = r.initialOffset()
+    end = r.latestOffset(start, limit)
+    r.partitions(start, end)  # batch 0: ids 1..30
+    assert read_bookmark(q, "spark") == 1
+    # Spark asks for the next batch only once batch 0 is in its commit log; nothing new waits
+    assert r.latestOffset(end, limit) == end
+    assert read_bookmark(q, "spark") == 31
+    (ext,) = stat_json(q)["external_readers"]
+    assert (ext["head"], ext["lag"]) == (31, 0)
+    r.commit(end)  # Spark's own commit call, one batch late, changes nothing
+    assert read_bookmark(q, "spark") == 31
+
+
 def test_trigger_options_are_checked(tmp_path):
     from journaled.spark import OptionError
 
@@ -186,6 +206,58 @@ def test_offsets_behind_reads_the_lag_from_a_progress_source():
     }
     assert offsets_behind(src) == {"/a": 90, "/b": 0}
     assert offsets_behind({"endOffset": None, "latestOffset": None}) == {}
+
+
+def test_offsets_behind_leaves_out_what_a_restarted_query_has_not_measured_yet():
+    from journaled.spark import offsets_behind
+
+    end = '{"/a": {"id": 11}}'
+    # the first entry after a restart: Spark has no latest offset yet, and prints it as JSON
+    # null (lastProgress), as Python's None (listener events) or leaves it out
+    for latest in ("null", "None", None, "", "  "):
+        assert offsets_behind({"startOffset": "null", "endOffset": end, "latestOffset": latest}) == {}
+    assert offsets_behind({"startOffset": None, "endOffset": "null", "latestOffset": end}) == {}
+    assert offsets_behind({}) == {}
+    assert offsets_behind({"endOffset": "{}", "latestOffset": "{}"}) == {}
+
+
+def test_offsets_behind_reads_parsed_offsets_and_skips_queues_it_cannot_measure():
+    from journaled.spark import offsets_behind
+
+    # json.loads(progress.json) gives offsets as objects, not text
+    src = {"endOffset": {"/a": {"id": 11}}, "latestOffset": {"/a": {"id": 31}, "/new": {"id": 9}}}
+    assert offsets_behind(src) == {"/a": 20}  # /new was never read: its lag is unknown, not 0
+
+
+def test_offsets_behind_sums_up_a_whole_progress_with_several_sources():
+    from journaled.spark import offsets_behind
+
+    ours = {
+        "description": "journaled",
+        "endOffset": '{"/a": {"id": 11}, "/b": {"id": 5}}',
+        "latestOffset": '{"/a": {"id": 101}, "/b": {"id": 5}}',
+    }
+    also_ours = {
+        "endOffset": '{"/a": {"id": 51}, "/c": {"id": 2}}',
+        "latestOffset": '{"/a": {"id": 101}, "/c": {"id": 7}}',
+    }
+    kafka = {"endOffset": '{"topic": {"0": 120}}', "latestOffset": '{"topic": {"0": 150}}'}
+    restarted = {"endOffset": '{"/d": {"id": 3}}', "latestOffset": "null"}
+    progress = {"batchId": 7, "sources": [ours, kafka, also_ours, restarted]}
+    expected = {"/a": 90, "/b": 0, "/c": 5}  # a queue read by two sources: the one further behind
+    assert offsets_behind(progress) == expected
+    assert offsets_behind(progress["sources"]) == expected
+    assert offsets_behind({"sources": []}) == {}
+
+
+def test_offsets_behind_refuses_what_is_not_a_progress():
+    from journaled.spark import OptionError, offsets_behind
+
+    for bad in (42, "sources", [42]):
+        with pytest.raises(TypeError):
+            offsets_behind(bad)
+    with pytest.raises(OptionError):  # a single source whose offsets are not ours says so
+        offsets_behind({"endOffset": '{"topic": {"0": 1}}', "latestOffset": '{"topic": {"0": 2}}'})
 
 
 # ---------------------------------------------------------------- a real Spark session
@@ -279,4 +351,38 @@ def test_progress_reports_the_queues_latest_offset_and_the_query_lag(spark, tmp_
     assert [offsets_behind(s) for s in batches] == [{key: 75}, {key: 50}, {key: 25}, {key: 0}]
     # and the query's committed offset is visible to lag monitoring: `journaled stat`
     (ext,) = stat_json(q)["external_readers"]
-    assert ext["name"] == "spark" and ext["head"] in (76, 101) and ext["lag"] == 101 - ext["head"]
+    assert (ext["name"], ext["head"], ext["lag"]) == ("spark", 101, 0)  # read everything: no lag
+
+
+def test_lag_reads_true_across_a_restart_of_the_query(spark, tmp_path):
+    from journaled.spark import offsets_behind
+
+    q, dst, cp = str(tmp_path / "q"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    key = os.path.normpath(q)
+
+    def run():
+        query = (
+            spark.readStream.format("journaled")
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", 40)
+            .load(q)
+            .selectExpr("value")
+            .writeStream.format("journaled")
+            .option("checkpointLocation", cp)
+            .trigger(availableNow=True)
+            .start(dst)
+        )
+        query.awaitTermination()
+        return query.recentProgress
+
+    fill(q, [b"x"] * 100)
+    run()
+    fill(q, [b"y"] * 60)  # ids 101..160
+    progress = run()
+    for p in progress:  # every shape this run produced, the first one after the restart too
+        assert set(offsets_behind(p)) <= {key}
+        for s in p["sources"]:
+            assert set(offsets_behind(s)) <= {key}
+    assert [offsets_behind(p) for p in progress if p["numInputRows"]] == [{key: 20}, {key: 0}]
+    (ext,) = stat_json(q)["external_readers"]
+    assert (ext["head"], ext["lag"]) == (161, 0)
