@@ -23,6 +23,12 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
   worker loops (``process``, ``iter``, ``transaction`` and their asyncio forms) report such a
   lost commit and go on with the next owner (journaled/txn.py).
 
+**Deadlines and limits** (remote/connections.py): an open has :data:`CONNECT_TIMEOUT` to
+reach the owner or become it (``QueueLocked`` after it, its cause naming the deadline that
+passed); every request has its wait plus ``REPLY_MARGIN`` to be answered, or the owner is taken
+for lost (``OwnerLost``).  A queue object used in a process forked from the one that opened it
+raises :class:`~journaled.QueueForked`: the child never uses nor replaces the parent's session.
+
 Once this process is the owner, its calls are the same requests, carried out on the queue it
 owns by the owner's own request handlers (remote/handlers.py) instead of over the socket: the
 choice between the two is made in one place, :meth:`RemoteQueue.call`, and every method states

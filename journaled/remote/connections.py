@@ -78,6 +78,7 @@ class Link:
         self._freed = threading.Condition(self._lock)  # a connection came back, or the link died
         self._idle: list[socket.socket] = []
         self._busy: set[socket.socket] = set()
+        self._next_try = 0.0  # refused: no new connection tried before then (by any thread)
         self.dead = False
         self.forked = False
         self.owner_pid = -1
@@ -87,7 +88,7 @@ class Link:
         lifecycle.track(self, None, Link.forget_in_child)
 
     def _connect(self) -> socket.socket:
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)  # the user named this path
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
@@ -145,6 +146,10 @@ class Link:
                     self._busy.add(sock)
                     return sock
                 others = bool(self._busy)
+                now = time.monotonic()
+                if refusal is not None and others and now < self._next_try and now < deadline:
+                    continue  # another thread tried a moment ago: one refused attempt at a time
+                self._next_try = now + _RECONNECT_PAUSE
             if refusal is not None and time.monotonic() >= deadline:
                 raise JournaledError(
                     f"no connection to the owner of {self.directory} came free within {POOL_WAIT:g} s "
@@ -179,11 +184,11 @@ class Link:
     def _give_back(self, sock: socket.socket, keep: bool) -> None:
         with self._lock:
             self._busy.discard(sock)
-            if keep and not self.dead and len(self._idle) < POOL_IDLE:
+            kept = keep and not self.dead and len(self._idle) < POOL_IDLE
+            if kept:
                 self._idle.append(sock)
-                sock = None  # type: ignore[assignment]
             self._freed.notify_all()
-        if sock is not None:
+        if not kept:
             sock.close()
 
     def call(

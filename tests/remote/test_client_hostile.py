@@ -73,6 +73,17 @@ def until(test: Callable[[], object], timeout: float = TIMEOUT) -> None:
         time.sleep(0.005)
 
 
+def stop(child: Child) -> None:
+    """SIGSTOP ``child`` and wait until it is stopped (it may still answer a request before)."""
+    child.proc.send_signal(signal.SIGSTOP)
+
+    def stopped() -> bool:
+        with open(f"/proc/{child.proc.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+    until(stopped)
+
+
 @pytest.fixture
 def owner(tmp_path):
     made: list[Owner] = []
@@ -331,6 +342,18 @@ def test_a_regular_file_named_like_the_socket_is_refused_and_left_alone(tmp_path
         assert f.read() == "not a socket"
 
 
+def test_a_queue_opened_through_a_symlinked_directory_path_is_served(owner, tmp_path):
+    """The path a user names may be a link to the queue's directory; names inside it may not."""
+    d, child = owner()
+    alias = str(tmp_path / "alias")
+    os.symlink(d, alias)
+    q = JournaledQueue(alias)
+    try:
+        assert not q.is_owner and q.put(b"through the alias") == 1
+    finally:
+        q.close()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_a_socket_file_of_another_user_is_refused(owner):
     d, child = owner()
@@ -370,7 +393,7 @@ def test_a_client_queue_used_after_a_bare_fork_raises_queue_forked(owner):
 def test_opening_a_queue_whose_owner_is_stopped_fails_within_the_connect_deadline(owner, monkeypatch):
     d, child = owner()
     monkeypatch.setattr(clientqueue, "CONNECT_TIMEOUT", 1.0)
-    child.proc.send_signal(signal.SIGSTOP)
+    stop(child)
     outcome: list[BaseException | object] = []
 
     def open_it() -> None:
@@ -399,7 +422,7 @@ def test_a_call_to_an_owner_stopped_meanwhile_raises_owner_lost_naming_the_deadl
         monkeypatch.setattr(connections, "REPLY_MARGIN", 1.0)
         monkeypatch.setattr(clientqueue, "CONNECT_TIMEOUT", 1.0)
         monkeypatch.setattr(clientreader, "WAIT_SLICE", 0.5)
-        child.proc.send_signal(signal.SIGSTOP)
+        stop(child)
         outcome: list[BaseException] = []
 
         def use() -> None:
