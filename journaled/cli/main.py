@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from journaled import __version__
+from journaled.cli.deadletters import add_dead_letter_commands
 from journaled.cli.inspection import UsageError, add_inspect_commands
 from journaled.cli.qtest.main import add_qtest_command
 from journaled.cli.serve import add_serve_command
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_commands(sub)
     add_serve_command(sub)
     add_config_command(sub)
+    add_dead_letter_commands(sub)
     add_top_command(sub)
     for command in sub.choices.values():
         command.set_defaults(command_parser=command)
