@@ -41,13 +41,14 @@ def test_docs_extra_builds_the_reference_without_pyspark():
     assert not docs & {"pyspark", "pyarrow"}, docs
 
 
-def test_extras_are_split_into_test_docs_and_spark_and_dev_is_all_of_them():
+def test_extras_are_split_into_test_docs_spark_browser_and_dev_is_all_of_them():
     extras = _extras()
-    test, docs, spark = (_resolved(e, extras) for e in ("test", "docs", "spark"))
+    test, docs, spark, browser = (_resolved(e, extras) for e in ("test", "docs", "spark", "browser"))
     assert {"pytest", "hypothesis", "pytest-timeout", "pytest-asyncio", "mypy"} <= test
-    assert not test & {"pyspark", "pyarrow", "mkdocs"}
+    assert not test & {"pyspark", "pyarrow", "mkdocs", "selenium"}
     assert {"pyspark", "pyarrow"} <= spark
-    assert _resolved("dev", extras) == test | docs | spark
+    assert browser == {"selenium"}
+    assert _resolved("dev", extras) == test | docs | spark | browser
 
 
 USER_PROGRAM = """\
