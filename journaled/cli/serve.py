@@ -9,6 +9,12 @@ over as after any owner's close.
 Each PATH must be a queue or an empty directory (a new queue, named after it): a missing path or
 a directory holding other things is refused before anything is opened (one line, exit 2), unless
 ``--create`` asks for a new queue there, so a mistyped path is never turned into a queue.
+
+``--metrics HOST:PORT`` (the ``journaled[metrics]`` extra) also serves Prometheus metrics of the
+queues it owns, and of this process, at ``http://HOST:PORT/metrics`` (journaled/metrics.py,
+docs/metrics.md).  It listens before any queue is opened, so an address in use is refused with
+nothing owned (one line, exit 2), and prints ``metrics at URL`` first, with the port the system
+chose for port 0.
 """
 
 from __future__ import annotations
@@ -17,13 +23,18 @@ import argparse
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from journaled.cli.inspection import UsageError
 from journaled.config import QueueConfig
 from journaled.errors import QueueLocked
 from journaled.offline.snapshot import queues_in
 from journaled.queue import JournaledQueue
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from journaled.metrics import QueueCollector
 
 #: seconds between attempts to own a directory another process holds
 RETRY = 0.1
@@ -74,9 +85,44 @@ def _sync(text: str) -> str | float:
         raise argparse.ArgumentTypeError(f"not a sync policy: {text!r}") from None
 
 
+def _address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for an IPv6 address; ``:PORT``: every IPv4 interface)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
+    return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
+
+
+def start_metrics(host: str, port: int) -> tuple[WSGIServer, QueueCollector, str]:
+    """Listen for Prometheus scrapes at ``host:port`` (a thread of its own); the server, the
+    collector to add queues to, and the URL (with the port chosen for port 0).  An address that
+    cannot be listened on, or prometheus_client missing, is a :class:`UsageError`."""
+    try:
+        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+
+        from journaled.metrics import QueueCollector
+    except ImportError:
+        raise UsageError("--metrics needs prometheus_client: pip install 'journaled[metrics]'") from None
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    collector = QueueCollector()
+    registry.register(collector)
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise UsageError(f"--metrics {shown}:{port}: cannot listen there: {exc.strerror or exc}") from None
+    return server, collector, f"http://{shown}:{server.server_port}/metrics"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     for path in args.paths:  # all of them, before owning any
         check_path(path, args.create)
+    server: WSGIServer | None = None
+    collector: QueueCollector | None = None
+    if args.metrics is not None:
+        server, collector, url = start_metrics(*args.metrics)
+        print(f"metrics at {url}", flush=True)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -88,12 +134,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if q is None:
                 break
             queues.append(q)
+            if collector is not None:
+                try:
+                    collector.add(q)
+                except ValueError:
+                    raise UsageError(
+                        f"{path}: another queue served is named {q.name!r} too, and --metrics tells "
+                        "queues apart by name"
+                    ) from None
             print(f"serving {q.path} (pid {os.getpid()})", flush=True)
         while not stop.wait(1.0):
             pass
     finally:
         for q in queues:
             q.close()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     return 0
 
 
@@ -116,5 +173,12 @@ def add_serve_command(sub: Any) -> None:
         action="store_true",
         help="make a new queue where a PATH does not exist or holds no queue yet (without it such "
         "a path is refused: a mistyped path is not turned into a queue)",
+    )
+    p.add_argument(
+        "--metrics",
+        type=_address,
+        metavar="HOST:PORT",
+        help="also serve Prometheus metrics of these queues at http://HOST:PORT/metrics (port 0: "
+        "one the system picks; the URL is printed first). Needs the journaled[metrics] extra",
     )
     p.set_defaults(func=cmd_serve)

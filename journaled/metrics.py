@@ -1,0 +1,331 @@
+"""Prometheus metrics for journaled queues (the optional extra ``journaled[metrics]``).
+
+A program that already exposes ``prometheus_client`` metrics adds its queues::
+
+    from journaled.metrics import register
+    register(q)                    # on prometheus_client's default registry
+
+and ``journaled serve PATH... --metrics HOST:PORT`` serves ``/metrics`` for the queues it owns.
+
+Nothing is counted on the put/get path: :class:`QueueCollector` is a custom collector that calls
+``q.stats()`` on each of its queues when it is scraped and turns the snapshot into metric
+families (docs/metrics.md lists them, with their kestrel and OpenTelemetry names).  So a scrape
+costs one ``q.stats()`` per queue -- the queue lock held for a few microseconds per reader -- and
+works the same in a process that is a client of the queue's owner: its ``stats()`` asks the owner.
+
+A queue that is closed is dropped from the collector at the next scrape (its series end, as
+when a target goes away); a queue whose stats cannot be read (its owner gone and the hand-over
+still under way) reports ``journaled_queue_up 0`` and nothing else until they can be.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import REGISTRY, Collector, CollectorRegistry
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
+    raise ImportError("journaled.metrics needs prometheus_client: pip install 'journaled[metrics]'") from exc
+
+from journaled.errors import JournaledError, QueueClosed
+from journaled.stats import QueueStats, ReaderStats
+
+__all__ = ["QueueCollector", "register", "unregister"]
+
+
+class Observed(Protocol):
+    """What the collector needs of a queue: a :class:`~journaled.JournaledQueue` in the owning
+    process or in a client process."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def stats(self) -> QueueStats: ...
+
+
+# (metric name without the prefix, help, the ReaderStats field) -- in exposition order
+READER_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("backlog_items", "Uncommitted items, open reads included (the lag).", "backlog_items"),
+    (
+        "backlog_bytes",
+        "Payload bytes of the uncommitted items (over-estimated after reopen).",
+        "backlog_bytes",
+    ),
+    ("waiting_items", "Items neither committed, open nor on their way to a sink.", "items_waiting"),
+    ("waiting_bytes", "Payload bytes of the waiting items.", "bytes_waiting"),
+    ("memory_items", "Waiting items held in memory.", "items_in_memory"),
+    ("memory_bytes", "Payload bytes of the waiting items held in memory.", "bytes_in_memory"),
+    ("disk_items", "Waiting items only on disk (read back later).", "items_on_disk"),
+    ("disk_bytes", "Payload bytes of the waiting items only on disk.", "bytes_on_disk"),
+    ("open_reads", "Reads handed out and not yet committed or aborted.", "open_reads"),
+    ("open_bytes", "Payload bytes of the open reads.", "bytes_open"),
+    ("delayed_items", "Aborted items waiting out a retry delay.", "items_delayed"),
+    ("waiters", "Calls blocked in get on this reader.", "waiters"),
+)
+READER_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("put_items", "Items put since the reader was created.", "put"),
+    ("delivered_items", "Items handed out by get (again after an abort).", "delivered"),
+    ("committed_items", "Items committed.", "committed"),
+    ("aborted_items", "Reads aborted, timed-out ones included.", "aborted"),
+    ("timed_out_items", "Open reads aborted by open_read_timeout.", "timed_out"),
+    ("expired_items", "Items removed by expiry (max_age, expire_at).", "expired"),
+    ("discarded_items", "Items discarded because the reader was full.", "discarded"),
+    ("dead_lettered_items", "Items sent to the dead letter sink (max_errors).", "dead_lettered"),
+    ("rejected_items", "Items given up on with reader.reject.", "rejected"),
+    (
+        "lost_to_retention_items",
+        "Uncommitted items archived by the queue's retention before this reader read them "
+        "(counted by the owner since it opened the queue).",
+        "items_lost_to_retention",
+    ),
+)
+READER_LABELS = ["queue", "reader"]
+Family = GaugeMetricFamily | CounterMetricFamily
+
+
+class QueueCollector(Collector):
+    """A ``prometheus_client`` collector for any number of queues, computed at scrape time.
+
+    Register it once (``registry.register(collector)``, or :func:`register`) and :meth:`add`
+    queues to it; a queue's label is its name, so two queues of one name are refused
+    (``ValueError``).  ``add`` of a closed queue raises :class:`~journaled.errors.QueueClosed`;
+    a queue closed later is dropped at the next scrape.
+    """
+
+    def __init__(self, queues: Iterable[Observed] = ()) -> None:
+        self._lock = threading.Lock()  # a leaf: guards _queues and _health only
+        self._queues: dict[str, Observed] = {}
+        # queue name -> (health state last seen, when it was first seen)
+        self._health: dict[str, tuple[tuple[bool, bool, bool], float]] = {}
+        for q in queues:
+            self.add(q)
+
+    def add(self, queue: Observed) -> None:
+        """Report ``queue`` from the next scrape on."""
+        if queue.closed:
+            raise QueueClosed(f"queue {queue.name!r} is closed: nothing to report")
+        with self._lock:
+            known = self._queues.get(queue.name)
+            if known is not None and known is not queue:
+                raise ValueError(f"a queue named {queue.name!r} is reported already (the label must differ)")
+            self._queues[queue.name] = queue
+
+    def remove(self, queue: Observed) -> None:
+        """Stop reporting ``queue`` (nothing if it is not reported)."""
+        with self._lock:
+            if self._queues.get(queue.name) is queue:
+                del self._queues[queue.name]
+                self._health.pop(queue.name, None)
+
+    @property
+    def queues(self) -> list[Observed]:
+        """The queues reported, by name."""
+        with self._lock:
+            return [self._queues[n] for n in sorted(self._queues)]
+
+    def describe(self) -> Iterator[Metric]:
+        """The metric families with no samples: what a registry checks names against, without
+        asking any queue for its stats."""
+        return iter(_families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        """One ``q.stats()`` per queue, turned into metric families (called by each scrape)."""
+        families = _families()
+        now = time.time()
+        for q in self.queues:
+            if q.closed:
+                self.remove(q)
+                continue
+            try:
+                st = q.stats()
+            except QueueClosed:
+                self.remove(q)
+                continue
+            except (JournaledError, OSError):
+                # the owner left and the hand-over is under way, or its socket failed: say so
+                # rather than fail the whole scrape
+                families["up"].add_metric([q.name], 0)
+                continue
+            families["up"].add_metric([q.name], 1)
+            self._queue_samples(families, q, st, now)
+            for r in st.readers:
+                _reader_samples(families, q.name, r)
+        return (f for f in families.values() if f.samples)
+
+    def _queue_samples(self, families: dict[str, Family], q: Observed, st: QueueStats, now: float) -> None:
+        h = st.health
+        labels = [q.name]
+        poisoned = h.poisoned is not None
+        state = (h.ok, poisoned, h.directory_gone)
+        with self._lock:
+            seen = self._health.get(q.name)
+            if seen is None or seen[0] != state:
+                since = h.poisoned_since if poisoned and h.poisoned_since is not None else now
+                seen = self._health[q.name] = (state, since)
+        families["put_items"].add_metric(labels, st.put)
+        families["put_bytes"].add_metric(labels, st.bytes_put)
+        families["next_id"].add_metric(labels, st.next_id)
+        families["journal_files"].add_metric(labels, st.journal_files)
+        families["journal_bytes"].add_metric(labels, st.journal_bytes)
+        families["readers"].add_metric(labels, len(st.readers))
+        families["healthy"].add_metric(labels, int(h.ok))
+        families["poisoned"].add_metric(labels, int(poisoned))
+        families["directory_gone"].add_metric(labels, int(h.directory_gone))
+        families["health_changed"].add_metric(labels, seen[1])
+        families["failing_steps"].add_metric(labels, len(h.failing))
+        families["background_errors"].add_metric(labels, h.errors)
+        families["poison_readers"].add_metric(labels, len(h.poison_readers))
+        families["clients"].add_metric(labels, len(st.clients))
+        families["client_connections"].add_metric(labels, sum(c.connections for c in st.clients))
+        families["owned"].add_metric(labels, int(bool(getattr(q, "is_owner", True))))
+        # a client's queue object counts its changes of owner; an owning one has had none
+        families["owner_changes"].add_metric(labels, int(getattr(q, "generation", 0)))
+
+
+def _reader_samples(families: dict[str, Family], queue: str, r: ReaderStats) -> None:
+    labels = [queue, r.name]
+    for metric, _help, field in READER_GAUGES + READER_COUNTERS:
+        families["reader_" + metric].add_metric(labels, getattr(r, field))
+    families["reader_oldest_waiting_age"].add_metric(labels, r.oldest_age or 0.0)
+    families["reader_oldest_uncommitted_age"].add_metric(labels, r.oldest_uncommitted_age or 0.0)
+    families["reader_full"].add_metric(labels, int(r.full))
+    families["reader_poisoned"].add_metric(labels, int(r.poison is not None))
+    families["reader_sinks_missing"].add_metric(labels, len(r.sinks_missing))
+
+
+#: the queue's metrics: (key, "gauge" or "counter", name, help); every one labelled ``queue``
+QUEUE_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("up", "gauge", "journaled_queue_up", "1 if the queue's stats could be read at this scrape, else 0."),
+    (
+        "put_items",
+        "counter",
+        "journaled_queue_put_items",
+        "Items put since the owning process opened the queue.",
+    ),
+    (
+        "put_bytes",
+        "counter",
+        "journaled_queue_put_bytes",
+        "Payload bytes put since the owning process opened the queue.",
+    ),
+    ("next_id", "gauge", "journaled_queue_next_id", "The id the next put will get (ids start at 1)."),
+    ("journal_files", "gauge", "journaled_queue_journal_files", "Journal files in the directory."),
+    (
+        "journal_bytes",
+        "gauge",
+        "journaled_queue_journal_bytes",
+        "Bytes of the journal files, buffered included.",
+    ),
+    ("readers", "gauge", "journaled_queue_readers", "Readers of the queue."),
+    (
+        "healthy",
+        "gauge",
+        "journaled_queue_healthy",
+        "1 if the queue accepts puts, no background step fails and no reader is held by a poison item.",
+    ),
+    ("poisoned", "gauge", "journaled_queue_poisoned", "1 if the queue refuses writes until it is reopened."),
+    (
+        "directory_gone",
+        "gauge",
+        "journaled_queue_directory_gone",
+        "1 if the queue's directory or journal file was removed or replaced under it.",
+    ),
+    (
+        "health_changed",
+        "gauge",
+        "journaled_queue_health_changed_timestamp_seconds",
+        "When the health state (healthy, poisoned, directory_gone) last changed, as seen by this "
+        "collector (when poisoned: when the owner recorded it).",
+    ),
+    ("failing_steps", "gauge", "journaled_queue_failing_steps", "Background steps failing now (retried)."),
+    (
+        "background_errors",
+        "counter",
+        "journaled_queue_background_errors",
+        "Background step failures since the queue was opened.",
+    ),
+    ("poison_readers", "gauge", "journaled_queue_poison_readers", "Readers held by a failing head item."),
+    ("clients", "gauge", "journaled_queue_clients", "Other processes using the queue through its owner."),
+    (
+        "client_connections",
+        "gauge",
+        "journaled_queue_client_connections",
+        "Connections from those processes.",
+    ),
+    ("owned", "gauge", "journaled_queue_owned", "1 if this process owns the queue, 0 if it is a client."),
+    (
+        "owner_changes",
+        "counter",
+        "journaled_queue_owner_changes",
+        "Changes of owner this process's queue object went through (a client's failovers).",
+    ),
+)
+#: the reader's metrics computed here rather than copied from a field: (key, name, help); gauges
+READER_DERIVED: tuple[tuple[str, str, str], ...] = (
+    (
+        "oldest_waiting_age",
+        "journaled_reader_oldest_waiting_age_seconds",
+        "Age of the oldest waiting item (0 if none waits; an upper bound when it is only on disk).",
+    ),
+    (
+        "oldest_uncommitted_age",
+        "journaled_reader_oldest_uncommitted_age_seconds",
+        "Age of the oldest item not yet committed: waiting, delayed or open (0 if none).",
+    ),
+    ("full", "journaled_reader_full", "1 if a put of one more item would be refused or discard."),
+    ("poisoned", "journaled_reader_poisoned", "1 if the head item has failed more than POISON_ERRORS times."),
+    ("sinks_missing", "journaled_reader_sinks_missing", "Stored sinks this owner runs the reader without."),
+)
+
+
+def _families() -> dict[str, Family]:
+    """Fresh, empty metric families, keyed by a short name (a scrape fills them)."""
+    out: dict[str, Family] = {}
+    for key, kind, name, text in QUEUE_METRICS:
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+        out[key] = family(name, text, labels=["queue"])
+    for metric, text, _field in READER_GAUGES:
+        out["reader_" + metric] = GaugeMetricFamily("journaled_reader_" + metric, text, labels=READER_LABELS)
+    for metric, text, _field in READER_COUNTERS:
+        out["reader_" + metric] = CounterMetricFamily(
+            "journaled_reader_" + metric, text, labels=READER_LABELS
+        )
+    for key, name, text in READER_DERIVED:
+        out["reader_" + key] = GaugeMetricFamily(name, text, labels=READER_LABELS)
+    return out
+
+
+# registry -> the collector register() put there
+_registered: weakref.WeakKeyDictionary[CollectorRegistry, QueueCollector] = weakref.WeakKeyDictionary()
+_registered_lock = threading.Lock()
+
+
+def register(*queues: Observed, registry: CollectorRegistry = REGISTRY) -> QueueCollector:
+    """Report ``queues`` on ``registry`` (prometheus_client's default one unless given): the
+    first call registers a :class:`QueueCollector` there, later calls add to it.  Returns it."""
+    with _registered_lock:
+        collector = _registered.get(registry)
+        if collector is None:
+            collector = QueueCollector()
+            registry.register(collector)
+            _registered[registry] = collector
+    for q in queues:
+        collector.add(q)
+    return collector
+
+
+def unregister(*queues: Observed, registry: CollectorRegistry = REGISTRY) -> None:
+    """Stop reporting ``queues`` on ``registry`` (those :func:`register` added there)."""
+    with _registered_lock:
+        collector = _registered.get(registry)
+    if collector is not None:
+        for q in queues:
+            collector.remove(q)
