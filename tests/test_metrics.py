@@ -5,6 +5,7 @@ and the two stats fields it needed (``waiters``, ``oldest_uncommitted_age``)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -375,3 +376,39 @@ def test_a_queue_whose_stats_fail_reports_up_0_and_the_others_are_still_scraped(
         ]
         assert samples[("journaled_queue_up", (("queue", q.name),))] == 1
         assert samples[("journaled_queue_put_items_total", (("queue", q.name),))] == 1
+
+
+def test_a_client_that_takes_the_queue_over_reports_it_owns_it_and_one_change_of_owner(tmp_path, prom):
+    d = str(tmp_path / "q")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "journaled", "serve", "--create", d],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline().startswith("serving ")
+        q = JournaledQueue(d)
+        try:
+            r = q.reader("r")
+            q.put(b"kept")
+            registry, _ = collector_for(q)
+            labels = (("queue", "q"),)
+            before = scrape(registry)
+            assert before[("journaled_queue_owned", labels)] == 0
+            assert before[("journaled_queue_owner_changes_total", labels)] == 0
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=TIMEOUT) == 0
+            assert r.get(timeout=TIMEOUT).data == b"kept"  # this process took the queue over
+            after = scrape(registry)
+            assert after[("journaled_queue_owned", labels)] == 1
+            assert after[("journaled_queue_owner_changes_total", labels)] == q.generation == 1
+            rl = (("queue", "q"), ("reader", "r"))
+            assert after[("journaled_reader_put_items_total", rl)] == 1  # the reader's counters went on
+            assert after[("journaled_reader_open_reads", rl)] == 1
+        finally:
+            q.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
