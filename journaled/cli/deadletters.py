@@ -37,7 +37,7 @@ import attrs
 from journaled.cli.inspection import UsageError, escape, show_payload
 from journaled.deadletter import KINDS, DeadLetter
 from journaled.disk.spoolfiles import BatchWriter, Ledger, new_temp_path, pending_batches, publish, spool_dir
-from journaled.errors import Empty
+from journaled.errors import Empty, JournaledError
 from journaled.item import Item
 from journaled.offline.scan import JournalScanner
 from journaled.offline.snapshot import lock_holder, queue_name, reader_state
@@ -262,25 +262,25 @@ def _redrive(
     reader = dq.reader(REDRIVE_READER)
     adopted = Ledger(spool_dir(target))  # read once: the keys the target adopted before this run
     largest = tq.config.max_item_size if tq.is_owner else None  # a client does not know the owner's
-    held: list[Item] = []  # open reads given back at the end: they stay in the dead-letter queue
+    # our open reads not committed: given back (released, no error counted) when the run ends,
+    # however it ends, so the dead letters not selected stay where they were
+    taken: dict[int, Item] = {}
     try:
         while limit is None or done.redriven < limit:
-            items = _take(reader, len(held))
+            items = _take(reader, len(taken))
             if not items:
                 break
+            taken.update((item.id, item) for item in items)
             for item in items:
-                letter, _ = envelope(item.data)
                 if limit is not None and done.redriven >= limit:
-                    held.append(item)
                     continue
+                letter, _ = envelope(item.data)
                 if letter is None or not select.matches(letter):
                     done.not_envelopes += letter is None
                     done.not_selected += letter is not None
-                    held.append(item)
                     continue
                 if largest is not None and len(letter.data) > largest:
                     done.too_large += 1
-                    held.append(item)
                     continue
                 key = redrive_key(dname, item.id, round(item.add_time * 1000), bytes(item.data))
                 if adopted.adopted(key):
@@ -290,9 +290,13 @@ def _redrive(
                 done.redriven += 1
                 _test_pause(done.redriven)
                 reader.commit(item)
+                del taken[item.id]
     finally:
-        for item in held:
-            reader.release(item)
+        for item in taken.values():
+            try:
+                reader.release(item)
+            except JournaledError:  # the queue is closing or its owner is gone: it is redelivered
+                pass
     if tq.is_owner:
         tq.adopt_spool()
     done.waiting_in_spool = len(pending_batches(target))
@@ -307,7 +311,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     tname = queue_name(target, args.to_name)
     select, limit = _selection(args), _limit(args)
     if os.path.realpath(dead) == os.path.realpath(target):
-        raise UsageError("the target is the dead-letter queue itself")
+        raise UsageError("the target is the dead-letter queue's own directory")
     with JournaledQueue(dead, name=dname) as dq, JournaledQueue(target, name=tname) as tq:
         done = _redrive(dq, tq, dname, target, select, limit)
         owned = tq.is_owner

@@ -200,7 +200,7 @@ def test_a_redrive_to_a_path_that_is_not_a_queue_is_one_line_exit_2_and_moves_no
     before = tree(dead)
     assert_one_line_exit_2(cli("redrive", dead, "--to", str(tmp_path / "nowhere")), "redrive", "nowhere")
     assert not os.path.exists(tmp_path / "nowhere")
-    assert_one_line_exit_2(cli("redrive", dead, "--to", dead), "redrive", "dead-letter queue itself")
+    assert_one_line_exit_2(cli("redrive", dead, "--to", dead), "redrive", "dead-letter queue's own directory")
     assert_one_line_exit_2(cli("redrive", dead, "--to", dead, "--limit", "0"), "redrive", "--limit")
     assert tree(dead) == before
 
@@ -236,6 +236,25 @@ def test_dead_letters_not_selected_keep_their_error_count_and_order(dead, target
         assert stats.backlog_items == 8 and stats.open_reads == 0
         assert [redrive.get(block=False).error_count for _ in range(8)] == [0] * 8
     assert [r["id"] for r in listed(dead)] == list(range(8))
+
+
+def test_a_redrive_that_cannot_write_into_the_target_is_one_line_exit_2_and_consumes_nothing(dead, target):
+    with open(os.path.join(target, "spool"), "wb") as f:  # a file where the spool folder goes:
+        f.write(b"not a folder")  # no batch can be written
+    owner = Child(OWNER, dead, target)
+    try:
+        owner.wait_for_line("ready")
+        out = cli("redrive", dead, "--to", target, "--reason", "json")
+        assert_one_line_exit_2(out, "redrive", "spool")
+        owner.send("quit")
+        owner.wait_for_line("closed")
+    finally:
+        if owner.proc.poll() is None:
+            owner.kill()
+    assert len(listed(dead)) == 12
+    with JournaledQueue(dead, name="dead") as q:  # the client's reads were given back, not aborted
+        redrive = q.reader(REDRIVE_READER)
+        assert [redrive.get(block=False).error_count for _ in range(12)] == [0] * 12
 
 
 def test_the_redrive_key_is_the_same_for_the_same_dead_letter_only():
