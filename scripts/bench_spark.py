@@ -10,12 +10,18 @@ on one local SparkSession:
 * latency: a processing-time trigger over a queue a producer thread keeps writing to; the
   end-to-end latency is (time a micro-batch reaches ``foreachBatch``) - (item's add time).
 
+``--startup`` instead measures what journaled costs each Python worker Spark starts: in a fresh
+interpreter that has imported the worker's own module, the time to import ``journaled.spark``
+and build the reader or writer that worker builds, in CPU seconds of that process (wall time on
+a shared machine is mostly waiting); best of ``--repeat`` runs, each side in turn.
+
 ``--tests`` instead runs ``pytest tests/spark/test_spark.py`` and reports its wall time and the peak
 memory of the whole process tree (pytest + JVM + Python workers), sampled every 0.2 s.
 
 Examples::
 
     python scripts/bench_spark.py --rows 200000
+    python scripts/bench_spark.py --startup --repeat 9
     python scripts/bench_spark.py --tests
 """
 
@@ -80,6 +86,67 @@ def run_tests() -> None:
     )
 
 
+STARTUP_PROBE = """
+import importlib, sys, time
+importlib.import_module(sys.argv[1])
+from pyspark.sql.types import StructType
+t = time.process_time()
+if sys.argv[4] == "bare":  # as if journaled/__init__.py imported nothing until asked
+    import importlib.util, types
+    bare = types.ModuleType("journaled")
+    bare.__path__ = importlib.util.find_spec("journaled").submodule_search_locations
+    sys.modules["journaled"] = bare
+import journaled.spark
+options = {"path": sys.argv[3], "startingOffsets": "earliest", "sinkId": "bench"}
+src = journaled.spark.JournaledDataSource(options=options)
+schema = StructType().add("value", "binary")
+getattr(src, sys.argv[2])(schema, False) if "riter" in sys.argv[2] else getattr(src, sys.argv[2])(schema)
+print(time.process_time() - t, len([m for m in sys.modules if m.split(".")[0] == "journaled"]))
+"""
+
+#: (worker, the module Spark runs in it, what it builds from the data source)
+STARTUP_WORKERS = [
+    ("batch planner", "pyspark.sql.worker.plan_data_source_read", "reader"),
+    ("stream reader", "pyspark.sql.streaming.python_streaming_source_runner", "streamReader"),
+    ("batch writer", "pyspark.sql.worker.write_into_data_source", "writer"),
+    ("stream writer", "pyspark.sql.worker.python_streaming_sink_runner", "streamWriter"),
+]
+
+
+def run_startup(repeat: int, others: list[str]) -> None:
+    """Best time per worker kind, for this checkout and for each of ``others`` (directories
+    holding another version of the ``journaled`` package), interleaved run by run."""
+    import journaled
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sides = [("this checkout", here, "full"), ("with a lazy journaled/__init__", here, "bare")]
+    sides += [(o, o, "full") for o in others]
+    with tempfile.TemporaryDirectory() as tmp:
+        qdir = os.path.join(tmp, "q")
+        with journaled.JournaledQueue(qdir) as q:
+            q.put(b"x")
+        for label, module, method in STARTUP_WORKERS:
+            best: dict[str, tuple[float, int]] = {}
+            for _ in range(repeat):
+                for side, path, init in sides:
+                    out = subprocess.run(
+                        [sys.executable, "-c", STARTUP_PROBE, module, method, qdir, init],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        env={**os.environ, "PYTHONPATH": path},
+                        cwd=tmp,
+                    ).stdout.split()
+                    secs, mods = float(out[0]), int(out[1])
+                    best[side] = min(best.get(side, (secs, mods)), (secs, mods))
+            print(
+                f"{label:14} ({method}): "
+                + ", ".join(
+                    f"{side}: {b[0] * 1000:.0f} ms, {b[1]} journaled modules" for side, b in best.items()
+                )
+            )
+
+
 def make_data(base: str, rows: int, size: int) -> tuple[str, str]:
     import journaled
 
@@ -115,9 +182,16 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=float, default=15.0, help="how long to measure latency")
     ap.add_argument("--trigger-ms", type=int, default=200, help="processing-time trigger interval")
     ap.add_argument("--tests", action="store_true", help="measure the Spark test session instead")
+    ap.add_argument("--startup", action="store_true", help="measure the Python workers' start-up instead")
+    ap.add_argument(
+        "--compare", action="append", default=[], help="with --startup: a directory holding another journaled"
+    )
     args = ap.parse_args()
     if args.tests:
         run_tests()
+        return
+    if args.startup:
+        run_startup(args.repeat, args.compare)
         return
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -22,6 +22,9 @@ log = logging.getLogger("journaled.spark")
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
+#: The source's columns, in Spark's DDL.
+SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING"
+
 
 class DataLossError(JournaledError):
     """Ids a query needs are gone (archived or damaged) and ``failOnDataLoss`` is true."""

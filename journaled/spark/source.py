@@ -12,12 +12,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -30,8 +27,8 @@ from pyspark.sql.types import StructType
 
 from journaled.disk.bookmarks import write_bookmark
 from journaled.offline.segments import Gap, Segment
-from journaled.spark.arrowread import read_segment_arrays
 from journaled.spark.offsets import (
+    SCHEMA_DDL,
     DataLossError,
     Planner,
     decode,
@@ -44,9 +41,13 @@ from journaled.spark.offsets import (
     queue_paths,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 log = logging.getLogger("journaled.spark")
 
-SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING"
+__all__ = ["SCHEMA_DDL", "JournaledBatchReader", "JournaledPartition", "JournaledStreamReader"]
+
 ROWS_PER_BATCH = 32768
 
 
@@ -90,6 +91,14 @@ def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) ->
 def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
     """Decode one partition into Arrow batches of the source schema (columns built from
     buffers by arrowread.py: no Python object per record)."""
+    # Imported here, in the executor's task: the Python workers Spark starts to plan a query
+    # (and to drive a stream reader) never read, and pyarrow.compute alone costs ~0.1 s there.
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from journaled.spark.arrowread import read_segment_arrays
+
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     ts_type = arrow_schema.field("timestamp").type
     key = pa.scalar(part.key, pa.string())

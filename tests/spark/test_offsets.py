@@ -386,3 +386,76 @@ def test_lag_reads_true_across_a_restart_of_the_query(spark, tmp_path):
     assert [offsets_behind(p) for p in progress if p["numInputRows"]] == [{key: 20}, {key: 0}]
     (ext,) = stat_json(q)["external_readers"]
     assert (ext["head"], ext["lag"]) == (161, 0)
+
+
+# ---------------------------------------------------------------- what Spark's Python workers import
+
+WORKER_IMPORTS = """
+import json, sys
+from pyspark.sql.types import StructType
+import journaled.spark
+src = journaled.spark.JournaledDataSource(options={"path": sys.argv[1], "startingOffsets": "earliest"})
+getattr(src, sys.argv[2])(StructType().add("value", "binary"), *sys.argv[3:4] and [False])
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def worker_modules(q, method, *extra):
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER_IMPORTS, q, method, *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout))
+
+
+def test_planning_and_writing_workers_import_only_their_own_half(tmp_path):
+    q = str(tmp_path / "q")
+    fill(q, [b"x"] * 3)
+    for method in ("reader", "streamReader"):
+        mods = worker_modules(q, method)
+        assert "journaled.spark.source" in mods
+        assert not mods & {"journaled.spark.sink", "journaled.spark.arrowread", "pyarrow.compute"}, method
+    mods = worker_modules(q, "writer", "append")
+    assert "journaled.spark.sink" in mods
+    assert not mods & {"journaled.spark.source", "journaled.spark.arrowread", "pyarrow.compute"}
+
+
+def test_the_package_still_offers_its_errors_and_offsets_behind():
+    import journaled.spark
+    from journaled.spark import DataLossError, OptionError, offsets_behind
+    from journaled.spark.offsets import DataLossError as D
+    from journaled.spark.offsets import OptionError as O
+    from journaled.spark.offsets import offsets_behind as ob
+
+    assert (DataLossError, OptionError, offsets_behind) == (D, O, ob)
+    with pytest.raises(AttributeError):
+        journaled.spark.no_such_name  # noqa: B018
+
+
+def test_both_readers_hand_spark_arrow_record_batches(tmp_path):
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    import journaled.spark
+
+    q = str(tmp_path / "q")
+    fill(q, [b"a", b"bc", b"def"])
+    schema = StructType()  # SCHEMA_DDL, as Spark parses it
+    for name, kind in (("id", "long"), ("value", "binary"), ("timestamp", "timestamp")):
+        schema = schema.add(name, kind)
+    schema = schema.add("expire_at", "timestamp").add("queue", "string")
+    src = journaled.spark.JournaledDataSource(options={"path": q, "startingOffsets": "earliest"})
+    batch = src.reader(schema)
+    stream = src.streamReader(schema)
+    start = stream.initialOffset()
+    end = stream.latestOffset(start, stream.getDefaultReadLimit())
+    for reader, parts in ((batch, batch.partitions()), (stream, stream.partitions(start, end))):
+        out = [b for part in parts for b in reader.read(part)]
+        assert out and all(isinstance(b, pa.RecordBatch) for b in out)
+        table = pa.Table.from_batches(out)
+        assert table.column("value").to_pylist() == [b"a", b"bc", b"def"]
+        assert table.column("id").to_pylist() == [1, 2, 3]
