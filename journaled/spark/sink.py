@@ -1,5 +1,8 @@
 """The Spark sink: ``df.write.format("journaled")`` and ``df.writeStream.format("journaled")``.
 
+Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter`` and
+``DataSourceStreamArrowWriter``), so no ``Row`` is built per record.
+
 Exactly once across query restarts: each task stages its partition's rows as a spool batch
 file under ``spool/staging/`` (fsynced, CRC-checked) and returns its name; the driver's
 ``commit`` joins the parts into one spool batch keyed by the sink and the batch id, published by
@@ -14,15 +17,18 @@ import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from journaled.owner import adoption
 from journaled.spark.offsets import OptionError, opt, queue_paths
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("journaled.spark")
 
@@ -47,16 +53,29 @@ def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str
     return paths[0]
 
 
-def stage(queue_dir: str, rows: Iterator[Row]) -> StagedPart:
-    """Executor side: write this task's rows as a staged part (not yet visible to the queue)."""
+def payloads(batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
+    """The ``value`` column of Arrow batches as bytes (strings as their UTF-8, which is what
+    Arrow holds: viewed as binary, not encoded again)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        col = batch.column("value")
+        if col.null_count:
+            raise OptionError("the sink's value column holds a null; filter it out first")
+        if pa.types.is_string(col.type):
+            col = col.view(pa.binary())
+        elif pa.types.is_large_string(col.type):
+            col = col.view(pa.large_binary())
+        yield from col.to_pylist()
+
+
+def stage(queue_dir: str, values: Iterable[bytes]) -> StagedPart:
+    """Executor side: write this task's payloads as a staged part (not yet visible to the queue)."""
     tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
     writer = adoption.BatchWriter(tmp, "part")
     try:
-        for row in rows:
-            value = row["value"]
-            if value is None:
-                raise OptionError("the sink's value column holds a null; filter it out first")
-            writer.add(value.encode("utf-8") if isinstance(value, str) else bytes(value))
+        for value in values:
+            writer.add(value)
         writer.finish()
     except BaseException:
         writer.discard()
@@ -118,15 +137,15 @@ def sink_id(options: dict[str, str]) -> str:
     )
 
 
-class JournaledBatchWriter(DataSourceWriter):
+class JournaledBatchWriter(DataSourceArrowWriter):
     """``df.write``: all rows of the job become visible at once, or none."""
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         self.queue_dir = _target(options, schema, overwrite)
         self.key = f"write:{uuid.uuid4().hex}"
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return stage(self.queue_dir, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return stage(self.queue_dir, payloads(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         publish(self.queue_dir, messages, self.key)
@@ -135,7 +154,7 @@ class JournaledBatchWriter(DataSourceWriter):
         discard(messages)
 
 
-class JournaledStreamWriter(DataSourceStreamWriter):
+class JournaledStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream``: one spool batch per micro-batch, keyed ``<sinkId>:<batchId>``."""
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
@@ -144,8 +163,8 @@ class JournaledStreamWriter(DataSourceStreamWriter):
         self.queue_dir = _target(options, schema, False)
         self.sink_id = sink_id(options)
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return stage(self.queue_dir, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return stage(self.queue_dir, payloads(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         publish(self.queue_dir, messages, f"{self.sink_id}:{batchId}")

@@ -183,21 +183,53 @@ def test_sink_drops_a_replayed_micro_batch(spark, tmp_path):
 
 
 def test_stream_writer_commit_of_the_same_batch_twice_publishes_once(tmp_path):
-    from pyspark.sql import Row
+    import pyarrow as pa
     from pyspark.sql.types import BinaryType, StructField, StructType
 
-    from journaled.spark.sink import JournaledStreamWriter, StagedPart, stage
+    from journaled.spark.sink import JournaledStreamWriter, StagedPart
 
     dst = str(tmp_path / "dst")
     schema = StructType([StructField("value", BinaryType())])
     writer = JournaledStreamWriter({"path": dst, "sinkId": "s"}, schema, False)
+    once = pa.record_batch({"value": pa.array([b"once"])})
     for _ in range(2):
-        part = stage(dst, iter([Row(value=b"once")]))
+        part = writer.write(iter([once]))
         assert isinstance(part, StagedPart)
         writer.commit([part], 7)
     assert [p for _, p in delivered(dst)] == [b"once"]
-    writer.commit([stage(dst, iter([Row(value=b"once")]))], 7)  # after adoption, too
+    writer.commit([writer.write(iter([once]))], 7)  # after adoption, too
     assert [p for _, p in delivered(dst)] == [b"once"]
+    assert os.listdir(os.path.join(adoption.spool_dir(dst), adoption.STAGING)) == []
+
+
+def test_sink_writers_consume_arrow_batches_of_bytes_or_strings(tmp_path):
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from journaled.spark.offsets import OptionError
+    from journaled.spark.sink import JournaledBatchWriter, JournaledStreamWriter
+
+    dst = str(tmp_path / "dst")
+    schema = StructType([StructField("value", StringType())])
+    batch_writer = JournaledBatchWriter({"path": dst}, schema, False)
+    stream_writer = JournaledStreamWriter({"path": dst, "sinkId": "s"}, schema, False)
+    assert isinstance(batch_writer, DataSourceArrowWriter)  # Spark hands them Arrow, not Rows
+    assert isinstance(stream_writer, DataSourceStreamArrowWriter)
+    batches = [
+        pa.record_batch({"n": pa.array([1, 2]), "value": pa.array(["a", "é"])}),
+        pa.record_batch({"n": pa.array([3]), "value": pa.array(["c"], pa.large_string())}),
+        pa.record_batch({"n": pa.array([4, 5]), "value": pa.array([b"d", b""])}),
+        pa.record_batch({"n": pa.array([6]), "value": pa.array([b"f"], pa.large_binary())}),
+        pa.record_batch({"n": pa.array([], pa.int64()), "value": pa.array([], pa.string())}),
+    ]
+    part = batch_writer.write(iter(batches))
+    assert part.rows == 6
+    batch_writer.commit([part])
+    stream_writer.commit([stream_writer.write(iter(batches[3:4]))], 0)
+    assert [p for _, p in delivered(dst)] == [b"a", "é".encode(), b"c", b"d", b"", b"f", b"f"]
+    with pytest.raises(OptionError, match="null"):
+        stream_writer.write(iter([pa.record_batch({"value": pa.array([b"x", None])})]))
     assert os.listdir(os.path.join(adoption.spool_dir(dst), adoption.STAGING)) == []
 
 
