@@ -15,12 +15,18 @@ queues it owns, and of this process, at ``http://HOST:PORT/metrics`` (journaled/
 docs/metrics.md).  It listens before any queue is opened, so an address in use is refused with
 nothing owned (one line, exit 2), and prints ``metrics at URL`` first, with the port the system
 chose for port 0.
+
+``--http [HOST:]PORT`` serves the status page (journaled/cli/statuspage.py): 127.0.0.1 unless a
+host is given, a token on every request (printed with the address; ``--no-token`` opts out),
+dead letters' payloads only with ``--peek``.  Like ``--metrics`` it listens before any queue is
+opened, and an address in use is one line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
@@ -34,6 +40,7 @@ from journaled.queue import JournaledQueue
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from journaled.cli.statuspage import StatusServer
     from journaled.metrics import QueueCollector
 
 #: seconds between attempts to own a directory another process holds
@@ -115,19 +122,68 @@ def start_metrics(host: str, port: int) -> tuple[WSGIServer, QueueCollector, str
     return server, collector, f"http://{shown}:{server.server_port}/metrics"
 
 
+def _http_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` as for ``--metrics``, but ``:PORT`` (or a bare port) means 127.0.0.1."""
+    if text.isdigit():
+        text = ":" + text
+    host, port = _address(text)
+    return ("127.0.0.1" if host == "0.0.0.0" and text.startswith(":") else host), port
+
+
+def start_status_page(
+    host: str, port: int, queues: list[JournaledQueue], token: bool, peek: bool
+) -> tuple[StatusServer, str]:
+    """The status page (cli/statuspage.py) for ``queues`` (filled as they are owned), listening
+    before any is opened; with prometheus_client installed it serves ``/metrics`` too."""
+    from journaled.cli.statuspage import StatusServer
+
+    metrics = None
+    try:
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        from journaled.metrics import QueueCollector
+    except ImportError:
+        pass
+    else:
+        registry = CollectorRegistry()
+        collector = QueueCollector()
+        registry.register(collector)
+        added: set[int] = set()
+
+        def metrics() -> bytes:
+            for q in list(queues):  # queues owned since the last scrape
+                if id(q) not in added:
+                    added.add(id(q))
+                    collector.add(q)
+            return bytes(generate_latest(registry))
+
+    secret = secrets.token_urlsafe(24) if token else None
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        page = StatusServer(queues, host, port, token=secret, peek=peek, metrics=metrics)
+    except OSError as exc:
+        raise UsageError(f"--http {shown}:{port}: cannot listen there: {exc.strerror or exc}") from None
+    return page, page.url()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     for path in args.paths:  # all of them, before owning any
         check_path(path, args.create)
     server: WSGIServer | None = None
     collector: QueueCollector | None = None
+    page: StatusServer | None = None
+    queues: list[JournaledQueue] = []
     if args.metrics is not None:
         server, collector, url = start_metrics(*args.metrics)
         print(f"metrics at {url}", flush=True)
+    if args.http is not None:
+        host, port = args.http
+        page, url = start_status_page(host, port, queues, not args.no_token, args.peek)
+        print(f"status page at {url}", flush=True)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     config = QueueConfig(sync=args.sync)
-    queues: list[JournaledQueue] = []
     try:
         for path in args.paths:
             q = own(path, config, stop)
@@ -151,6 +207,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
             server.server_close()
+        if page is not None:
+            page.close()
     return 0
 
 
@@ -180,5 +238,21 @@ def add_serve_command(sub: Any) -> None:
         metavar="HOST:PORT",
         help="also serve Prometheus metrics of these queues at http://HOST:PORT/metrics (port 0: "
         "one the system picks; the URL is printed first). Needs the journaled[metrics] extra",
+    )
+    p.add_argument(
+        "--http",
+        type=_http_address,
+        metavar="[HOST:]PORT",
+        help="also serve a read-only status page (and /metrics with the journaled[metrics] extra) at "
+        "http://HOST:PORT/ (host 127.0.0.1 unless given; port 0: one the system picks); its address, "
+        "with the token every request needs, is printed first",
+    )
+    p.add_argument(
+        "--no-token",
+        action="store_true",
+        help="serve the status page without a token (any local user can read it)",
+    )
+    p.add_argument(
+        "--peek", action="store_true", help="show dead letters' payloads on the status page (escaped)"
     )
     p.set_defaults(func=cmd_serve)

@@ -167,7 +167,8 @@ class StatusServer:
         peek: bool = False,
         metrics: Callable[[], bytes] | None = None,
     ) -> None:
-        self.queues, self.token, self.peek, self.metrics = list(queues), token, peek, metrics
+        # the caller's list, not a copy: ``journaled serve`` adds each queue once it owns it
+        self.queues, self.token, self.peek, self.metrics = queues, token, peek, metrics
         self.history = History(self.queues)
         server = self
 

@@ -4,9 +4,14 @@ required; dead letters' reasons and payloads escaped; a screenshot kept under th
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +20,7 @@ import pytest
 
 from journaled import JournaledQueue, ReaderConfig
 from journaled.cli.statuspage import StatusServer
+from support.paths import ROOT
 
 TIMEOUT = 30.0
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
@@ -166,3 +172,56 @@ def test_the_page_in_a_browser_shows_what_stats_says(served, browser, tmp_path) 
     with open(shot, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.getsize(shot) > 10_000
+
+
+def _serve(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "journaled", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_serve_http_prints_the_address_with_its_token_and_serves_the_owned_queue(tmp_path) -> None:
+    path = str(tmp_path / "jobs")
+    with JournaledQueue(path) as q:
+        q.reader("r")
+        q.put_many([b"a"] * 7)
+    server = _serve("--http", "0", path)
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline().strip()
+        assert first.startswith("status page at http://127.0.0.1:") and "?token=" in first
+        assert server.stdout.readline().startswith("serving ")
+        url = first.removeprefix("status page at ")
+        base = url.split("?")[0].rstrip("/")
+        assert _get(base + "/api/status")[0] == 401
+        code, body = _get(base + "/api/status?" + url.split("?")[1])
+        assert code == 200
+        (reader,) = json.loads(body)["queues"][0]["stats"]["readers"]
+        assert (reader["name"], reader["backlog_items"]) == ("r", 7)
+        if importlib.util.find_spec("prometheus_client") is not None:
+            token = url.split("token=")[1]
+            code, text = _get(base + "/metrics", {"Authorization": f"Bearer {token}"})
+            assert code == 200 and b'journaled_reader_backlog_items{queue="jobs",reader="r"} 7.0' in text
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=TIMEOUT) == 0
+
+
+def test_serve_http_on_an_address_in_use_is_one_line_and_exit_2_with_nothing_owned(tmp_path) -> None:
+    path = str(tmp_path / "jobs")
+    with JournaledQueue(path) as q:
+        q.put(b"a")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = _serve("--http", f"127.0.0.1:{taken.getsockname()[1]}", path)
+        out, err = server.communicate(timeout=TIMEOUT)
+    assert server.returncode == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "cannot listen there" in err
+    with JournaledQueue(path) as q:  # nothing held it
+        assert q.is_owner
