@@ -205,7 +205,7 @@ class Link:
             sent = True
             reply, data = _exchange(sock, None)
         except proto.ProtocolError as exc:
-            self._give_back(sock, False)  # out of step: this connection only, the session stays
+            self._drop_keeping_session(sock)  # out of step: this connection only, the session stays
             raise proto.ProtocolError(
                 f"a reply of the owner of {self.directory} could not be read ({exc}); not retried"
             ) from exc
@@ -226,6 +226,31 @@ class Link:
                 raise OwnerLost(f"the owner of {self.directory} is closing: {reply.get('message')}")
             proto.raise_error(reply)
         return reply, data
+
+    def _drop_keeping_session(self, sock: socket.socket) -> None:
+        """Close ``sock``; if it was the session's last connection, open another first (the
+        session ends with its last connection, and its reads with it), or end the link."""
+        with self._lock:
+            last = not self._idle and self._busy == {sock}
+        spare = None
+        if last:
+            try:
+                spare = self._connect()
+            except (OSError, proto.ProtocolError):
+                pass
+        self._give_back(sock, False)
+        if spare is not None:
+            self._give_back_new(spare)
+        elif last:
+            self.kill()  # the reads are gone with the session: the next call reconnects
+
+    def _give_back_new(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self.dead:
+                sock.close()
+                return
+            self._idle.append(sock)
+            self._freed.notify_all()
 
     def kill(self) -> None:
         """Close every connection (the session ends: the owner aborts its open reads)."""

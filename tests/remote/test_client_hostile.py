@@ -173,11 +173,12 @@ def test_a_process_keeps_at_most_a_few_idle_connections(owner):
 # ----------------------------------------------------------------------------- point 2: big replies
 def test_a_reply_too_big_to_read_raises_protocol_error_and_is_not_retried(owner, monkeypatch):
     d, child = owner()
-    child.run('q.put(b"x" * (2 << 20))')
+    child.run('q.put_many([b"small", b"x" * (2 << 20)])')
     monkeypatch.setattr(proto, "MAX_PAYLOAD", 1 << 20)  # this process reads frames of 1 MiB at most
     q = JournaledQueue(d)
     try:
         r = q.reader("r")
+        held = r.get(timeout=5)
         outcome: list[BaseException] = []
 
         def get() -> None:
@@ -193,6 +194,7 @@ def test_a_reply_too_big_to_read_raises_protocol_error_and_is_not_retried(owner,
         assert len(outcome) == 1 and isinstance(outcome[0], proto.ProtocolError), outcome
         assert q.generation == 0 and not q._link.dead  # type: ignore[union-attr]
         assert q.readers() == ["r"]  # the session goes on
+        r.commit(held)  # with the read it holds
     finally:
         q.close()
 
