@@ -41,9 +41,10 @@
 #endif
 
 /* What format/speedups.py expects (its ABI_VERSION): raise it whenever configure()'s or
- * configure_items()'s arguments or a twin's contract change, so a stale build is refused (the
+ * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
+ * run (3: the twins hold their references across Python code), so a stale build is refused (the
  * switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
