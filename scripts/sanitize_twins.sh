@@ -38,6 +38,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $# -gt 0 ] || set -- tests/format
+case "$python" in
+    /*) ;;
+    */*) python="$PWD/$python" ;; # a relative path: the build and the tests run from the copy
+esac
 
 cc="${CC:-gcc}"
 asan="$("$cc" -print-file-name=libasan.so)"
