@@ -230,6 +230,7 @@ class Server:
             return True
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         evict: socket.socket | None = None
+        short = False  # of descriptors: the accept loop pauses
         with self._lock:
             if uid != os.geteuid():
                 why = "peer uid is not the queue owner's"
@@ -237,7 +238,7 @@ class Server:
                 why = "the owner is closing"
             elif soft != resource.RLIM_INFINITY and conn.fileno() >= soft - FD_RESERVE:
                 # descriptors are given lowest first: this one's number says how many are taken
-                why = f"the owner is short of file descriptors (RLIMIT_NOFILE {soft})"
+                why, short = f"the owner is short of file descriptors (RLIMIT_NOFILE {soft})", True
             elif len(self._conns) >= connection_limit():
                 why = f"too many connections (the owner serves at most {connection_limit()})"
             else:
@@ -256,7 +257,7 @@ class Server:
             _shut([evict])
         if why:
             self._refuse(conn, pid, why)
-            return "descriptors" not in why  # short of them: pause before the next accept
+            return not short
         thread = threading.Thread(target=self._serve, args=(conn, pid), name="journaled-conn", daemon=True)
         with self._lock:
             self._threads.add(thread)
