@@ -31,7 +31,8 @@ class ServedReader(Protocol):
 
     Each settle takes the :class:`Item` the owner's ``get_many`` returned (the delivery handle),
     never a bare id: the server keeps each client's open reads by ``(reader, id)`` and passes the
-    handle it holds."""
+    handle it holds, on the reader object that opened it: once that reader is removed from the
+    queue, its settles raise and never bring it back."""
 
     def get_many(self, max_items: int, timeout: float | None = None, *, block: bool = True) -> list[Item]:
         """Open reads of up to ``max_items`` items: wait (``block``, up to ``timeout`` seconds) for
