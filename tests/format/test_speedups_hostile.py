@@ -311,15 +311,19 @@ def test_new_items_agrees_on_numbers_at_the_edges(first_id, batch):
         assert got == want
 
 
-def test_decode_columns_offsets_stay_within_int32_at_the_largest_batch():
-    """max_bytes at its cap with a payload of its own: the end offsets written as int32 must be
-    the reference's."""
-    buf = small_journal()
-    outs = [[bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(b"d" * 10)] for _ in range(2)]
-    args = (buf, 2**62 - 200, 7, 0, 0, 2**62 + 10, 2**62, 10, 1 << 30)
-    assert native.decode_columns(*args, outs[0]) == fallback.decode_columns(*args, outs[1])
-    assert outs[0] == outs[1]
-    assert struct.unpack("<4i", outs[0][3]) == (0, 50, 51, 51)
+def test_decode_columns_agrees_at_the_top_of_its_fast_range():
+    """Offsets just below INDEX_MAX (2**62), the bounds at it and the byte budget at its cap: the
+    compiled path runs (nothing is out of its range) and must append the reference's bytes."""
+    out = bytearray()
+    fallback.encode_puts(7, 2**62 - 200, 1, 2, 3, [b"a" * 40, b"b", b""], out)
+    buf = bytes(out)
+    cols = [[bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(b"d" * 10)] for _ in range(2)]
+    args = (buf, 2**62 - 200, 7, 0, 0, 2**62, 2**62, 2**62, 1 << 30)
+    assert (
+        native.decode_columns(*args, cols[0]) == fallback.decode_columns(*args, cols[1]) == (len(buf), 3, 0)
+    )
+    assert cols[0] == cols[1]
+    assert struct.unpack("<4i", cols[0][3]) == (0, 50, 51, 51)
 
 
 # ---------------------------------------------------------------------- what configure() accepts
