@@ -96,7 +96,7 @@ class Link:
             try:
                 sock.connect(socket_address(fd, self.directory))
             except TimeoutError:
-                raise TimeoutError(f"no connection within {self.timeout:g} s (connect deadline)") from None
+                raise TimeoutError(f"no connection within {self.timeout:.1f} s (connect deadline)") from None
             pid, uid = peer_ids(sock)
             if uid != os.geteuid():  # a socket another user planted: never talk to it
                 raise UnsafeDirectory(
@@ -116,7 +116,7 @@ class Link:
                 reply, _ = _exchange(sock, hello)
             except TimeoutError:
                 raise TimeoutError(
-                    f"pid {pid} did not answer within {self.timeout:g} s (hello deadline)"
+                    f"pid {pid} did not answer within {self.timeout:.1f} s (hello deadline)"
                 ) from None
             if not reply.get("ok"):
                 raise _Refused(str(reply.get("message")))
@@ -214,7 +214,7 @@ class Link:
             self.kill()
             if isinstance(exc, TimeoutError):
                 which = "reply" if sent else "request"
-                exc = TimeoutError(f"no {which} within {wait + REPLY_MARGIN:g} s ({which} deadline)")
+                exc = TimeoutError(f"no {which} within {wait + REPLY_MARGIN:.1f} s ({which} deadline)")
             raise _lost(
                 self.directory, exc, sent and (is_put or header.get("op") in SETTLE_OPS), is_put
             ) from exc
