@@ -12,7 +12,8 @@ of the process), threads (a connection the process cannot start one for is refus
 accept loop goes on after a pause), connections that have not said hello (``MAX_PENDING``, each
 closed after ``HELLO_TIMEOUT``; a new one pushes out the oldest) and the memory of requests
 being received at once (``REQUEST_MEMORY``: a large request waits up to ``REQUEST_WAIT`` for
-room, then is refused, read and dropped, and the connection goes on).  Every
+room, then is refused, read and dropped, and the connection goes on; one that stalls
+mid-frame for ``RECEIVE_TIMEOUT`` ends its connection).  Every
 request is a frame of remote/protocol.py, read and sent with remote/transport.py (the client's
 framing too); a malformed one gets an error reply and the connection is closed, the queue is
 never touched by it.  What each request does is in remote/handlers.py; the queue is used only
@@ -74,6 +75,8 @@ REQUEST_MEMORY = 512 << 20
 PAYLOAD_COPIES = 2
 #: seconds a request waits for ``REQUEST_MEMORY`` to have room before it is refused
 REQUEST_WAIT = 10.0
+#: seconds a large request may stall mid-frame before its connection is dropped
+RECEIVE_TIMEOUT = 30.0
 #: the accept loop's pause after a failure (doubled while they last, up to the second value)
 ACCEPT_PAUSE = (0.05, 1.0)
 #: a blocked ``get`` wakes this often to notice its client went away
@@ -338,17 +341,20 @@ class Server:
                 return False
             hlen, plen = found
             cost = hlen + PAYLOAD_COPIES * plen if hlen + plen > SMALL_PAYLOAD else 0
-            if cost and not self._budget.take(cost, REQUEST_WAIT, lambda: self._stopping):
-                frames.skip(hlen + plen)  # not stored: the connection stays usable
-                refused = JournaledError(
-                    f"the owner is busy with other large requests (server.REQUEST_MEMORY, "
-                    f"{REQUEST_MEMORY} bytes at once) and a request of {hlen + plen} bytes found "
-                    f"no room within {REQUEST_WAIT:g} s; nothing was done, it may be made again"
-                )
-                send_frame(conn, proto.error_reply(refused))
-                return True
+            admitted = not cost or self._budget.take(cost, REQUEST_WAIT, lambda: self._stopping)
             try:
-                header, payload = frames.body(*found)
+                got = self._receive(conn, frames, session, found, admitted, cost)
+                if got is None:
+                    return False
+                if not admitted:
+                    refused = JournaledError(
+                        f"the owner is busy with other large requests (server.REQUEST_MEMORY, "
+                        f"{REQUEST_MEMORY} bytes at once) and a request of {hlen + plen} bytes found "
+                        f"no room within {REQUEST_WAIT:g} s; nothing was done, it may be made again"
+                    )
+                    send_frame(conn, proto.error_reply(refused))
+                    return True
+                header, payload = got
                 op = proto.field(header, "op", str)
                 with self._lock:
                     self._busy.add(conn)
@@ -358,11 +364,41 @@ class Server:
                     with self._lock:
                         self._busy.discard(conn)
             finally:
-                if cost:
+                if cost and admitted:
                     self._budget.give(cost)
         except proto.ProtocolError as exc:
             send_frame(conn, proto.error_reply(exc))
             return False
+
+    def _receive(
+        self,
+        conn: socket.socket,
+        frames: FrameReader,
+        session: Session,
+        lengths: tuple[int, int],
+        admitted: bool,
+        large: int,
+    ) -> tuple[dict[str, Any], bytes | bytearray] | None:
+        """The rest of a request whose ``lengths`` were read: its header and payload (``admitted``)
+        or nothing (read and dropped).  A ``large`` one that stalls ``RECEIVE_TIMEOUT`` seconds
+        mid-frame ends the connection (None), so it never holds its memory for good."""
+        if large:
+            conn.settimeout(RECEIVE_TIMEOUT)
+        try:
+            if admitted:
+                return frames.body(*lengths)
+            frames.skip(sum(lengths))
+            return {}, b""
+        except TimeoutError:
+            log.warning(
+                "journaled %s: dropped a connection of pid %d: its request of %d bytes stalled "
+                "mid-frame for %g s",
+                self.name, session.pid, sum(lengths), RECEIVE_TIMEOUT,
+            )  # fmt: skip
+            return None
+        finally:
+            if large:
+                conn.settimeout(None)
 
     def _hello(self, header: dict[str, Any], pid: int) -> Session:
         if proto.field(header, "version", int) != proto.VERSION:

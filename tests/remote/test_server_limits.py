@@ -359,6 +359,26 @@ def test_a_request_that_would_pass_the_memory_budget_waits_then_is_refused(tmp_p
         q.close()
 
 
+def test_a_large_request_that_stalls_mid_frame_is_dropped_and_gives_its_memory_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(server_mod, "RECEIVE_TIMEOUT", 0.5, raising=False)
+    q = owned(str(tmp_path / "q"))
+    r = q.reader("r")
+    stalled = Client(q.path, session="a" * 16, timeout=30.0)
+    try:
+        held = proto.encode({"op": "put_many", "lens": [800 << 10]}, b"s" * (800 << 10))
+        stalled.sock.sendall(held[: len(held) // 2])  # and never the rest
+        assert stalled.sock.recv(1) == b""  # dropped by the owner
+        until(lambda: not q.stats().clients)
+        assert q.server is not None and getattr(q.server, "request_bytes", 0) == 0
+        assert len(r) == 0
+        c = Client(q.path, session="b" * 16)
+        assert c.call({"op": "put_many", "lens": [800 << 10]}, b"o" * (800 << 10))["count"] == 1
+        c.close()
+    finally:
+        stalled.close()
+        q.close()
+
+
 # ---------------------------------------------------------------------- open reads kept exactly
 def test_settled_reads_and_reads_of_others_keep_each_session_exact(tmp_path):
     q = owned(str(tmp_path / "q"))
