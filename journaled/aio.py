@@ -23,18 +23,30 @@ import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from journaled.errors import Empty, OwnerLost, QueueClosed, UnknownRead
 from journaled.item import Item
 from journaled.owner import closing
 from journaled.txn import Consumer, ItemLoop, check_timeout, failed, finish, lost_commit, settle
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
     import datetime as _dt
 
     from journaled.core.readercore import ReaderCore
     from journaled.queue import JournaledQueue
+
+
+async def off_loop(reader: Consumer, call: Callable[[], T]) -> T:
+    """Carry out ``call``, a settling of ``reader``'s reads: inline for a reader of this process
+    (it only takes the queue lock), in the loop's default executor for a reader another process
+    serves (``settles_remotely``): a round trip to the owner, which may wait out a change of
+    owner, must not stop the event loop."""
+    if not getattr(reader, "settles_remotely", False):
+        return call()
+    return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
 class AsyncConsumer(Consumer, Protocol):
@@ -148,7 +160,11 @@ class AsyncTransactionContext:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.item is not None:
-            self.lost = finish(self._reader, self.item, exc)
+            reader, item = self._reader, self.item
+            if exc is None:  # the commit: off the loop for a client's reader
+                self.lost = await off_loop(reader, lambda: finish(reader, item, None))
+            else:  # a give-back, possibly while being cancelled: at once
+                self.lost = finish(reader, item, exc)
 
 
 class AsyncItemIterator(ItemLoop):
@@ -165,7 +181,7 @@ class AsyncItemIterator(ItemLoop):
         return self
 
     async def __anext__(self) -> Item:
-        if not self._advance():
+        if not await off_loop(self._reader, self._advance):
             raise StopAsyncIteration
         try:
             self._current = await cast(AsyncConsumer, self._reader).aget(self._timeout)
@@ -214,7 +230,7 @@ async def aprocess(
             settle(reader, item, exc, commit=False)
             raise
         try:
-            reader.commit(item)
+            await off_loop(reader, functools.partial(reader.commit, item))
             done += 1
         except UnknownRead:
             pass  # fn settled it itself

@@ -13,6 +13,8 @@ The :class:`Item` a ``get`` returns is this delivery's handle, as in-process.  W
   answering (stopped, wedged) is noticed within that, even by a ``get()`` without a timeout;
 * ``aget`` waits in a thread in slices of :data:`ASYNC_SLICE` seconds (there is no put on this
   process to wake it), so a cancelled ``aget`` ends within one slice and never strands an item;
+  the commits of ``aprocess``, ``atransaction`` and ``async for`` run in the loop's executor
+  (``settles_remotely``), so an owner's takeover never stops the event loop;
 * ``config``, ``head``, ``done`` and reader sinks exist at the owner only (``stats()`` shows
   ``head`` and the sizes).
 
@@ -81,6 +83,9 @@ def _item(meta: dict[str, Any], data: bytes) -> Item:
 class RemoteReader:
     """A reader of a queue owned by another process (module docstring).  Obtain one with
     ``queue.reader(name)`` on a client ``JournaledQueue``."""
+
+    #: settling a read is a round trip to the owner: the asyncio forms do it off the event loop
+    settles_remotely = True
 
     def __init__(self, queue: Served, name: str) -> None:
         self.queue = queue
