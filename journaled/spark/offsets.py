@@ -183,6 +183,7 @@ class Planner:
     paths: dict[str, str]
     fail_on_data_loss: bool = True
     split_bytes: int = DEFAULT_SPLIT_BYTES
+    min_partitions: int = 1
     views: dict[str, QueueView] = attrs.field(factory=dict)
 
     def view(self, key: str) -> QueueView:

@@ -10,6 +10,7 @@ what the query still needs; it moves on ``commit(end)``.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,11 +66,19 @@ class JournaledPartition(InputPartition):
         self.fail_on_data_loss = fail_on_data_loss
 
 
+#: The smallest partition worth a task of its own when spreading a range over ``minPartitions``
+#: (Spark's ``spark.sql.files.openCostInBytes``): a task costs tens of milliseconds.
+MIN_PACK_BYTES = 4 << 20
+
+
 def _planner(options: dict[str, str]) -> Planner:
     split = opt_int(options, "maxPartitionBytes")
     p = Planner(queue_paths(options), opt_bool(options, "failOnDataLoss", True))
     if split:
         p.split_bytes = split
+    # Spark's file sources spread a read over the cluster's cores (defaultParallelism), which a
+    # Python source cannot ask; this host's core count is right for local mode.
+    p.min_partitions = opt_int(options, "minPartitions") or os.cpu_count() or 1
     return p
 
 
@@ -77,8 +86,13 @@ def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) ->
     out: list[InputPartition] = []
     group: list[Segment] = []
     key, size = "", 0
-    for k, seg in planner.plan(start, end):
-        if group and (k != key or size + seg.end - seg.start > planner.split_bytes):
+    planned = planner.plan(start, end)
+    # Packing only: segments are still cut where they were (file ends, maxPartitionBytes), so
+    # spreading a read over more tasks never adds a start to probe for inside a file.
+    total = sum(seg.end - seg.start for _, seg in planned)
+    target = min(planner.split_bytes, max(MIN_PACK_BYTES, -(-total // planner.min_partitions)))
+    for k, seg in planned:
+        if group and (k != key or size >= target or size + seg.end - seg.start > planner.split_bytes):
             out.append(JournaledPartition(key, group, planner.fail_on_data_loss))
             group, size = [], 0
         group.append(seg)

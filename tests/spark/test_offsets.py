@@ -459,3 +459,28 @@ def test_both_readers_hand_spark_arrow_record_batches(tmp_path):
         table = pa.Table.from_batches(out)
         assert table.column("value").to_pylist() == [b"a", b"bc", b"def"]
         assert table.column("id").to_pylist() == [1, 2, 3]
+
+
+def test_a_range_of_several_journal_files_is_spread_over_min_partitions(tmp_path, monkeypatch):
+    from pyspark.sql.types import StructType
+
+    from journaled.spark.source import JournaledBatchReader
+
+    q = str(tmp_path / "q")
+    files = QueueConfig(journal_size=1 << 20, sync="never")
+    fill(q, [b"x" * 1000] * 12_000, files)  # about 12 MiB in 12 journal files of 1 MiB
+
+    def spans(**options):
+        parts = JournaledBatchReader({"path": q, **options}, StructType()).partitions()
+        return [(p.segments[0].path, len(p.segments), all(s.exact for s in p.segments)) for p in parts]
+
+    assert len(spans(minPartitions="1")) == 1  # 12 MiB is below maxPartitionBytes (64 MiB)
+    two = spans(minPartitions="2")
+    assert [n for _, n, _ in two] == [6, 6]
+    assert all(exact for _, _, exact in two)  # whole journal files: no record boundary to probe for
+    assert len(spans(minPartitions="3")) == 3  # at least 4 MiB each, as Spark's openCostInBytes
+    assert len(spans(minPartitions="50")) == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # by default, one partition per local core
+    assert spans() == two
+    with pytest.raises(__import__("journaled.spark").spark.OptionError):
+        spans(minPartitions="0")
