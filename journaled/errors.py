@@ -165,6 +165,13 @@ class OwnerLost(JournaledError):
     outcome_unknown: bool = False
 
 
+class OwnerBusy(JournaledError):
+    """A client of another process's queue needed one more connection to its owner, the owner
+    refused it (its connection limit), and none of this process's own came free in time.
+    Nothing was sent: calling again is safe, and the process's other calls and open reads are
+    unaffected (docs/design.md, "Many processes, one queue")."""
+
+
 __all__ = [
     "CorruptJournal",
     "Empty",
@@ -177,6 +184,7 @@ __all__ = [
     "QueueDirectoryGone",
     "QueueForked",
     "QueueLocked",
+    "OwnerBusy",
     "OwnerLost",
     "SerializationError",
     "UnknownRead",

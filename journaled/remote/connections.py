@@ -44,7 +44,7 @@ from typing import Any
 
 from journaled.disk import lifecycle
 from journaled.disk.dirlock import LOCK_FILE
-from journaled.errors import JournaledError, OwnerLost, QueueClosed, QueueForked, UnsafeDirectory
+from journaled.errors import OwnerBusy, OwnerLost, QueueClosed, QueueForked, UnsafeDirectory
 from journaled.remote import protocol as proto
 from journaled.remote.transport import FrameReader, peer_ids, send_frame, socket_address
 
@@ -151,7 +151,7 @@ class Link:
                     continue  # another thread tried a moment ago: one refused attempt at a time
                 self._next_try = now + _RECONNECT_PAUSE
             if refusal is not None and time.monotonic() >= deadline:
-                raise JournaledError(
+                raise OwnerBusy(
                     f"no connection to the owner of {self.directory} came free within {POOL_WAIT:g} s "
                     f"(this process has {len(self._busy)} in use, a new one was refused: {refusal}); "
                     f"nothing was sent"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from journaled import JournaledQueue
-from journaled.errors import Empty, OwnerLost, QueueForked, QueueLocked, UnsafeDirectory
+from journaled.errors import Empty, OwnerBusy, OwnerLost, QueueForked, QueueLocked, UnsafeDirectory
 from journaled.remote import clientqueue, clientreader, connections
 from journaled.remote import protocol as proto
 from journaled.remote.connections import POOL_IDLE, Link
@@ -127,6 +127,33 @@ def test_a_refused_extra_connection_keeps_the_session(owner):
         assert q.generation == 0
         assert child.run('print("out", r.stats().aborted, r.stats().committed, flush=True)') == ["0 1"]
         assert r.get(timeout=5).data == b"later"
+    finally:
+        other.kill()
+        q.close()
+
+
+def test_a_call_that_finds_no_connection_in_time_raises_owner_busy_and_sends_nothing(owner, monkeypatch):
+    """The same, but the session's own connection stays busy past ``POOL_WAIT``: the put raises
+    ``OwnerBusy`` (nothing was sent, nothing stored), and the session goes on."""
+    monkeypatch.setattr(connections, "POOL_WAIT", 0.5)
+    d, child = owner(limit=2)
+    child.run('q.put(b"held")')
+    q = JournaledQueue(d)
+    other = Link(d)
+    try:
+        r = q.reader("r")
+        held = r.get(timeout=5)
+        waiter = threading.Thread(target=lambda: _get_or_empty(r, 5.0))
+        waiter.start()
+        link = q._link
+        assert link is not None
+        until(lambda: len(link._busy) == 1)
+        with pytest.raises(OwnerBusy, match="nothing was sent"):
+            q.put(b"not sent")
+        waiter.join(TIMEOUT)
+        r.commit(held)  # the session and its read are still there
+        assert q.generation == 0
+        assert child.run('print("out", q.stats().next_id, flush=True)') == ["2"]  # only "held" was put
     finally:
         other.kill()
         q.close()
