@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
-"""Benchmark the journaled Spark source against Spark's own text file source, in one run.
+"""Benchmark the journaled Spark source and sink against Spark's own file sources, in one run.
 
-The same N records are written to a journaled queue and, as JSON lines, to text files.  Then,
-on one local SparkSession:
+Every figure is taken on one local SparkSession, journaled and Spark's side in turn (the order
+swapped every round), so a ratio compares runs made under the same load.
 
-* batch: ``spark.read.format("journaled")`` vs ``spark.read.text`` (sum of value lengths, so
-  every byte is read and handed to the JVM);
-* streaming: ``readStream`` with ``Trigger.AvailableNow`` into the ``noop`` sink, both sources;
-* latency: a processing-time trigger over a queue a producer thread keeps writing to; the
-  end-to-end latency is (time a micro-batch reaches ``foreachBatch``) - (item's add time).
+* table (``--sizes``): the same N records of ``--size`` bytes, in a journaled queue and as text
+  lines; batch ``sum(length(value))`` (every byte reaches the JVM) and streaming
+  ``Trigger.AvailableNow`` into the ``noop`` sink, journaled vs ``spark.read.text``.  Best of
+  ``--repeat`` after one warm-up; the ratio is journaled's rows/s over the text source's.
+* latency (``--latency RATE@TRIGGER_MS,...``): a producer thread puts RATE rows/s (100-byte
+  rows, in 50 ms ticks) for ``--seconds`` while a ``processingTime`` query runs; in
+  ``foreachBatch`` each row's latency is (time the batch reaches ``foreachBatch``) - (its put
+  time): journaled's ``timestamp`` column, and for the text source the time written at the
+  head of each line of the small file the producer renames into the watched folder.  p50, p99,
+  max, and how long the query needed after the producer stopped to see every row (``drain``:
+  a query that keeps up drains within about one trigger).
+* sink (``--sink-rows``): ``spark.range(N)`` as 100-byte strings written by ``df.write`` to a
+  journaled queue, to text and to parquet files: rows/s of the write job.
 
 ``--startup`` instead measures what journaled costs each Python worker Spark starts: in a fresh
 interpreter that has imported the worker's own module, the time to import ``journaled.spark``
@@ -20,7 +28,8 @@ memory of the whole process tree (pytest + JVM + Python workers), sampled every 
 
 Examples::
 
-    python scripts/bench_spark.py --rows 200000
+    python scripts/bench_spark.py --sizes 400000,2000000 --latency 100000@100,100000@1000,300000@1000
+    python scripts/bench_spark.py --sizes 200000 --latency none --sink-rows 0      # quick
     python scripts/bench_spark.py --startup --repeat 9
     python scripts/bench_spark.py --tests
 """
@@ -28,10 +37,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -147,40 +154,228 @@ def run_startup(repeat: int, others: list[str]) -> None:
             )
 
 
+PRODUCER_TICK = 0.05
+
+
+def line(ms: int, size: int) -> str:
+    """One record: the put time in epoch ms (13 digits), a comma, padding to ``size`` bytes."""
+    return f"{ms:013d}," + "x" * max(0, size - 15) + "\n"
+
+
 def make_data(base: str, rows: int, size: int) -> tuple[str, str]:
+    """``rows`` records in a journaled queue and, the same bytes, as lines of one text file."""
     import journaled
 
     qdir, tdir = os.path.join(base, "queue"), os.path.join(base, "text")
     os.makedirs(tdir)
-    pad = "x" * max(0, size - 40)
-    payloads = [json.dumps({"n": i, "pad": pad}).encode() for i in range(rows)]
-    with journaled.JournaledQueue(qdir, journaled.QueueConfig(sync="never")) as q:
-        for k in range(0, rows, 10_000):
-            q.put_many(payloads[k : k + 10_000])
-    with open(os.path.join(tdir, "part-0.json"), "wb") as f:
-        f.write(b"\n".join(payloads) + b"\n")
+    payload = line(int(time.time() * 1000), size).encode()
+    with (
+        journaled.JournaledQueue(qdir, journaled.QueueConfig(sync="never")) as q,
+        open(os.path.join(tdir, "part-0.txt"), "wb") as f,
+    ):
+        for k in range(0, rows, 50_000):
+            n = min(50_000, rows - k)
+            q.put_many([payload[:-1]] * n)
+            f.write(payload * n)
     return qdir, tdir
 
 
-def timed(fn, repeat: int) -> float:
-    """Best wall time of ``repeat`` runs after one warm-up run."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+def percentile(hist: dict[int, int], q: float) -> float:
+    """The ``q`` quantile of a histogram ``{value: count}``."""
+    total = sum(hist.values())
+    want, seen = q * total, 0
+    for v in sorted(hist):
+        seen += hist[v]
+        if seen >= want:
+            return float(v)
+    return float("nan")
+
+
+def run_table(spark, F, base: str, sizes: list[int], size: int, repeat: int) -> None:  # noqa: ANN001
+    counter = iter(range(10**9))
+
+    def stream(df) -> None:  # noqa: ANN001
+        q = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", os.path.join(base, f"cp{next(counter)}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+
+    for rows in sizes:
+        t0 = time.monotonic()
+        d = os.path.join(base, f"data{rows}")
+        qdir, tdir = make_data(d, rows, size)
+        print(f"-- {rows:,} records of {size} bytes (written in {time.monotonic() - t0:.0f} s)", flush=True)
+        cases = {
+            "batch": (
+                lambda: spark.read.format("journaled").load(qdir).agg(F.sum(F.length("value"))).collect(),
+                lambda: spark.read.text(tdir).agg(F.sum(F.length("value"))).collect(),
+            ),
+            "availableNow": (
+                lambda: stream(
+                    spark.readStream.format("journaled").option("startingOffsets", "earliest").load(qdir)
+                ),
+                lambda: stream(spark.readStream.text(tdir)),
+            ),
+        }
+        for case, (ours, text) in cases.items():
+            best = {"journaled": float("inf"), "text": float("inf")}
+            for r in range(repeat + 1):  # round 0 warms up
+                order = [("journaled", ours), ("text", text)]
+                for side, fn in order if r % 2 else order[::-1]:
+                    t = time.perf_counter()
+                    fn()
+                    if r:
+                        best[side] = min(best[side], time.perf_counter() - t)
+            j, x = best["journaled"], best["text"]
+            print(
+                f"{case:12} {rows:>10,}: journaled {rows / j:10,.0f} rows/s ({j:.2f} s), "
+                f"text {rows / x:10,.0f} rows/s ({x:.2f} s), ratio {x / j:.2f}x",
+                flush=True,
+            )
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_latency(
+    spark, F, base: str, rate: int, trigger_ms: int, seconds: float, size: int, side: str
+) -> None:  # noqa: ANN001
+    import journaled
+
+    run = os.path.join(base, f"live-{side}-{rate}-{trigger_ms}")
+    hist: dict[int, int] = {}
+    seen = [0]
+    produced = [0]
+
+    def sink(df, _batch_id: int) -> None:  # noqa: ANN001
+        now_ms = time.time() * 1000
+        put_ms = (
+            (F.col("timestamp").cast("double") * 1000)
+            if side == "journaled"
+            else F.substring("value", 1, 13).cast("long")
+        )
+        for r in df.select(F.floor(F.lit(now_ms) - put_ms).alias("ms")).groupBy("ms").count().collect():
+            hist[r["ms"]] = hist.get(r["ms"], 0) + r["count"]
+            seen[0] += r["count"]
+
+    owner = None
+    if side == "journaled":
+        owner = journaled.JournaledQueue(os.path.join(run, "q"))
+        df = spark.readStream.format("journaled").load(os.path.join(run, "q"))
+    else:
+        watched, staging = os.path.join(run, "in"), os.path.join(run, "staging")
+        os.makedirs(watched)
+        os.makedirs(staging)
+        df = spark.readStream.text(watched)
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", os.path.join(run, "cp"))
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start()
+    )
+    deadline = time.monotonic() + 120
+    while query.lastProgress is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the query's first trigger has run: it is listening
+    per_tick = max(1, round(rate * PRODUCER_TICK))
+    payload = line(0, size).encode()[:-1]
+    stop = threading.Event()
+
+    def produce() -> None:
+        k = 0
+        start = time.monotonic()
+        while not stop.is_set():
+            if owner is not None:
+                owner.put_many([payload] * per_tick)
+            else:
+                tmp = os.path.join(staging, f"{k:08d}.txt")
+                with open(tmp, "w") as f:
+                    f.write(line(int(time.time() * 1000), size) * per_tick)
+                os.rename(tmp, os.path.join(watched, f"{k:08d}.txt"))
+            produced[0] += per_tick
+            k += 1
+            delay = start + k * PRODUCER_TICK - time.monotonic()
+            if delay > 0:
+                stop.wait(delay)
+
+    producer = threading.Thread(target=produce)
+    t0 = time.monotonic()
+    producer.start()
+    stop.wait(seconds)
+    stop.set()
+    producer.join()
+    put_secs = time.monotonic() - t0
+    t1 = time.monotonic()
+    while seen[0] < produced[0] and time.monotonic() - t1 < 60:
+        time.sleep(0.05)  # the rows put last reach foreachBatch
+    drain = time.monotonic() - t1
+    query.stop()
+    if owner is not None:
+        owner.close()
+    shutil.rmtree(run, ignore_errors=True)
+    print(
+        f"latency {side:9} {rate:>7,} rows/s put (achieved {produced[0] / put_secs:9,.0f}), "
+        f"trigger {trigger_ms:4} ms: p50 {percentile(hist, 0.5):6.0f} ms, "
+        f"p99 {percentile(hist, 0.99):6.0f} ms, max {max(hist, default=0):6} ms, "
+        f"seen {seen[0]:,}/{produced[0]:,}, drain {drain:.1f} s",
+        flush=True,
+    )
+
+
+def run_sink(spark, F, base: str, rows: int, size: int, repeat: int) -> None:  # noqa: ANN001
+    import journaled
+
+    counter = iter(range(10**9))
+    df = spark.range(rows, numPartitions=2).select(
+        F.concat(F.lpad(F.col("id").cast("string"), 13, "0"), F.lit("," + "x" * max(0, size - 15))).alias(
+            "value"
+        )
+    )
+
+    def ours() -> None:
+        df.write.format("journaled").mode("append").save(os.path.join(base, f"sinkq{next(counter)}"))
+
+    def text() -> None:
+        df.write.text(os.path.join(base, f"sinkt{next(counter)}"))
+
+    def parquet() -> None:
+        df.write.parquet(os.path.join(base, f"sinkp{next(counter)}"))
+
+    sides = [("journaled", ours), ("text", text), ("parquet", parquet)]
+    best = dict.fromkeys((s for s, _ in sides), float("inf"))
+    for r in range(repeat + 1):
+        for side, fn in sides[r % 3 :] + sides[: r % 3]:
+            t = time.perf_counter()
+            fn()
+            if r:
+                best[side] = min(best[side], time.perf_counter() - t)
+    with journaled.JournaledQueue(os.path.join(base, "sinkq0")):
+        pass  # its owner adopts what the sink delivered
+    assert spark.read.format("journaled").load(os.path.join(base, "sinkq0")).count() == rows
+    print(
+        f"sink {rows:,} rows: "
+        + ", ".join(f"{s} {rows / best[s]:,.0f} rows/s ({best[s]:.2f} s)" for s, _ in sides)
+        + f"; journaled/text {best['text'] / best['journaled']:.2f}x, journaled/parquet "
+        f"{best['parquet'] / best['journaled']:.2f}x",
+        flush=True,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=200_000, help="records in the data set (default 200000)")
+    ap.add_argument("--sizes", default="400000,2000000", help="record counts for the table (comma-separated)")
     ap.add_argument("--size", type=int, default=100, help="bytes per record (default 100)")
-    ap.add_argument("--master", default="local[1]", help="Spark master (default local[1])")
+    ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per measurement (best is kept)")
-    ap.add_argument("--latency-seconds", type=float, default=15.0, help="how long to measure latency")
-    ap.add_argument("--trigger-ms", type=int, default=200, help="processing-time trigger interval")
+    ap.add_argument(
+        "--latency",
+        default="100000@100,100000@1000,300000@1000",
+        help="RATE@TRIGGER_MS runs for the latency measurement (comma-separated; 'none' to skip)",
+    )
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long producers put, per latency run")
+    ap.add_argument(
+        "--sink-rows", type=int, default=400_000, help="rows written by the sink measurement (0: skip)"
+    )
     ap.add_argument("--tests", action="store_true", help="measure the Spark test session instead")
     ap.add_argument("--startup", action="store_true", help="measure the Python workers' start-up instead")
     ap.add_argument(
@@ -199,12 +394,10 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import journaled
     from journaled.spark import JournaledDataSource
 
     base = tempfile.mkdtemp(prefix="bench_spark_")
     try:
-        qdir, tdir = make_data(base, args.rows, args.size)
         spark = (
             SparkSession.builder.master(args.master)
             .config("spark.ui.enabled", "false")
@@ -214,95 +407,23 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(JournaledDataSource)
-        print(f"{args.rows} records of {args.size} bytes, master {args.master}, pyspark {spark.version}")
-
-        def batch_ours() -> None:
-            spark.read.format("journaled").load(qdir).agg(F.sum(F.length("value"))).collect()
-
-        def batch_text() -> None:
-            spark.read.text(tdir).agg(F.sum(F.length("value"))).collect()
-
-        counter = iter(range(10**9))
-        in_batches: dict[str, float] = {}
-
-        def stream(reader) -> None:
-            cp = os.path.join(base, f"cp{next(counter)}")
-            q = (
-                reader()
-                .writeStream.format("noop")
-                .option("checkpointLocation", cp)
-                .trigger(availableNow=True)
-                .start()
-            )
-            q.awaitTermination()
-            # time inside micro-batches, without starting the query (a fixed cost per start)
-            busy = sum(
-                p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress if p["numInputRows"]
-            )
-            in_batches[q.name or "last"] = busy / 1000
-
-        def stream_ours() -> None:
-            stream(
-                lambda: spark.readStream.format("journaled").option("startingOffsets", "earliest").load(qdir)
-            )
-
-        def stream_text() -> None:
-            stream(lambda: spark.readStream.text(tdir))
-
-        for label, fn in [
-            ("batch     journaled", batch_ours),
-            ("batch     text file", batch_text),
-            ("streaming journaled", stream_ours),
-            ("streaming text file", stream_text),
-        ]:
-            in_batches.clear()
-            secs = timed(fn, args.repeat)
-            extra = ""
-            if in_batches:
-                busy = in_batches["last"]
-                extra = f"; inside micro-batches {args.rows / busy:,.0f} rows/s ({busy:.2f} s)"
-            print(f"{label}: {args.rows / secs:12,.0f} rows/s  ({secs:.2f} s wall{extra})")
-
-        # ---- end-to-end latency with a processing-time trigger
-        ldir = os.path.join(base, "live")
-        latencies: list[float] = []
-        stop = threading.Event()
-        owner = journaled.JournaledQueue(ldir, journaled.QueueConfig(sync=0.005))
-
-        def produce() -> None:
-            while not stop.is_set():
-                owner.put(b"tick")
-                time.sleep(0.02)
-
-        def sink(df, _batch_id: int) -> None:
-            now = time.time()
-            latencies.extend(now - r.timestamp.timestamp() for r in df.select("timestamp").collect())
-
-        query = (
-            spark.readStream.format("journaled")
-            .load(ldir)
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", os.path.join(base, "cp-latency"))
-            .trigger(processingTime=f"{args.trigger_ms} milliseconds")
-            .start()
+        load = os.getloadavg()
+        print(
+            f"master {args.master}, pyspark {spark.version}, {os.cpu_count()} CPUs, "
+            f"load {load[0]:.1f} at start"
         )
-        producer = threading.Thread(target=produce)
-        time.sleep(3)  # let the first (slow) batch pass before measuring
-        producer.start()
-        time.sleep(args.latency_seconds)
-        stop.set()
-        producer.join()
-        time.sleep(2 * args.trigger_ms / 1000 + 1)
-        query.stop()
-        owner.close()
-        if latencies:
-            latencies.sort()
-            p95 = latencies[int(0.95 * (len(latencies) - 1))]
-            print(
-                f"latency, processingTime={args.trigger_ms} ms: median "
-                f"{statistics.median(latencies) * 1000:.0f} ms, "
-                f"p95 {p95 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms over {len(latencies)} items"
-            )
+        sizes = [int(n) for n in args.sizes.split(",") if n.strip() and int(n) > 0]
+        if sizes:
+            run_table(spark, F, base, sizes, args.size, args.repeat)
+        if args.latency != "none":
+            for k, spec in enumerate(args.latency.split(",")):
+                rate, trigger_ms = (int(x) for x in spec.split("@"))
+                sides = ["journaled", "text"] if k % 2 == 0 else ["text", "journaled"]
+                for side in sides:
+                    run_latency(spark, F, base, rate, trigger_ms, args.seconds, args.size, side)
+        if args.sink_rows:
+            run_sink(spark, F, base, args.sink_rows, args.size, args.repeat)
+        print(f"load {os.getloadavg()[0]:.1f} at the end", flush=True)
         spark.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
