@@ -112,18 +112,20 @@ class QueueCollector(Collector):
         """Report ``queue`` from the next scrape on."""
         if queue.closed:
             raise QueueClosed(f"queue {queue.name!r} is closed: nothing to report")
+        name = queue.name
         with self._lock:
-            known = self._queues.get(queue.name)
+            known = self._queues.get(name)
             if known is not None and known is not queue:
-                raise ValueError(f"a queue named {queue.name!r} is reported already (the label must differ)")
-            self._queues[queue.name] = queue
+                raise ValueError(f"a queue named {name!r} is reported already (the label must differ)")
+            self._queues[name] = queue
 
     def remove(self, queue: Observed) -> None:
         """Stop reporting ``queue`` (nothing if it is not reported)."""
+        name = queue.name
         with self._lock:
-            if self._queues.get(queue.name) is queue:
-                del self._queues[queue.name]
-                self._health.pop(queue.name, None)
+            if self._queues.get(name) is queue:
+                del self._queues[name]
+                self._health.pop(name, None)
 
     @property
     def queues(self) -> list[Observed]:
@@ -162,14 +164,15 @@ class QueueCollector(Collector):
 
     def _queue_samples(self, families: dict[str, Family], q: Observed, st: QueueStats, now: float) -> None:
         h = st.health
-        labels = [q.name]
+        name = q.name
+        labels = [name]
         poisoned = h.poisoned is not None
         state = (h.ok, poisoned, h.directory_gone)
         with self._lock:
-            seen = self._health.get(q.name)
+            seen = self._health.get(name)
             if seen is None or seen[0] != state:
                 since = h.poisoned_since if poisoned and h.poisoned_since is not None else now
-                seen = self._health[q.name] = (state, since)
+                seen = self._health[name] = (state, since)
         families["put_items"].add_metric(labels, st.put)
         families["put_bytes"].add_metric(labels, st.bytes_put)
         families["next_id"].add_metric(labels, st.next_id)

@@ -71,7 +71,8 @@ class History:
                 st = q.stats()
             except Exception:  # a closed or lost queue: a gap in its plot, not a dead thread
                 continue
-            point["queues"][q.path] = {
+            path = q.path
+            point["queues"][path] = {
                 "next_id": st.next_id,
                 "readers": {r.name: [r.backlog_items, r.committed] for r in st.readers},
             }
