@@ -40,9 +40,13 @@ class JournaledDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from journaled.spark.source import JournaledBatchReader
+        from journaled.spark.offsets import opt_bool
+        from journaled.spark.source import JournaledBatchReader, JournaledPushdownReader
 
-        return JournaledBatchReader(dict(self.options), schema)
+        options = dict(self.options)
+        if opt_bool(options, "filterPushdown", False):
+            return JournaledPushdownReader(options, schema)
+        return JournaledBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from journaled.spark.source import JournaledStreamReader

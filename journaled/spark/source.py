@@ -9,13 +9,26 @@ what the query still needs; it moves on ``commit(end)``.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+import attrs
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -140,6 +153,121 @@ def _on_gaps(part: JournaledPartition, gaps: list[Gap]) -> None:
     gaps.clear()
 
 
+# ------------------------------------------------------------------ filter pushdown (batch reads)
+# Spark (>= 4.1, with spark.sql.python.filterPushdown.enabled) hands a batch reader the
+# conjuncts of a query's ``where`` it can express.  Ids are consecutive per queue and add times
+# never decrease along them (the journal clamps them), so a range of either is a range of ids,
+# which the planner turns into journal files and byte ranges before anything is read.
+#
+# ``id`` comparisons are applied exactly and not handed back to Spark.  ``timestamp`` ones are
+# widened to whole milliseconds (the precision of add times) and handed back, so Spark still
+# applies them exactly: a naive ``datetime`` (what PySpark gives for a timestamp literal) is read
+# as local time, taking both readings of an hour the clock repeats.
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MS = dt.timedelta(milliseconds=1)
+
+
+@attrs.define
+class Bounds:
+    """What the pushed filters allow: ids in ``[id_lo, id_hi)``, add times in ``[ms_lo, ms_hi)``
+    (epoch ms); ``None`` is unbounded."""
+
+    id_lo: int | None = None
+    id_hi: int | None = None
+    ms_lo: int | None = None
+    ms_hi: int | None = None
+
+    def ids(self, lo: int, hi: int) -> tuple[int, int]:
+        """``[lo, hi)`` narrowed to the id bounds (empty as ``lo == hi``)."""
+        if self.id_lo is not None:
+            lo = max(lo, self.id_lo)
+        if self.id_hi is not None:
+            hi = min(hi, self.id_hi)
+        return lo, max(lo, hi)
+
+
+def _lower(current: int | None, new: int) -> int:
+    return new if current is None else max(current, new)
+
+
+def _upper(current: int | None, new: int) -> int:
+    return new if current is None else min(current, new)
+
+
+def _ms_range(when: dt.datetime) -> tuple[int, int]:
+    """The epoch ms a timestamp literal can stand for: (earliest, latest), both floored."""
+    if when.tzinfo is not None:
+        readings = [when]
+    else:  # local time; in the hour a clock repeats, fold 0 and 1 are an hour apart
+        readings = [when.replace(fold=0).astimezone(), when.replace(fold=1).astimezone()]
+    ms = [(r - _EPOCH) // _MS for r in readings]
+    return min(ms), max(ms)
+
+
+def _column(f: Filter) -> str | None:
+    attr = getattr(f, "attribute", None)
+    if isinstance(attr, tuple) and len(attr) == 1 and isinstance(attr[0], str):
+        return attr[0].lower()
+    return None
+
+
+def _is_id(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def push(filters: Sequence[Filter], bounds: Bounds) -> list[Filter]:
+    """Narrow ``bounds`` by what ``filters`` allow; return the filters Spark must still apply."""
+    keep = []
+    for f in filters:
+        col = _column(f)
+        if col == "id" and _push_id(f, bounds):
+            continue
+        if col == "timestamp":
+            _push_time(f, bounds)
+        keep.append(f)
+    return keep
+
+
+def _push_id(f: Filter, b: Bounds) -> bool:
+    """Narrow the id range by ``f``; whether it is then applied exactly."""
+    value = getattr(f, "value", None)
+    if isinstance(f, In):
+        values = list(f.value)
+        if values and all(_is_id(v) for v in values):
+            b.id_lo, b.id_hi = _lower(b.id_lo, min(values)), _upper(b.id_hi, max(values) + 1)
+        return False  # the ids between the listed ones are still read: Spark drops them
+    if not _is_id(value):
+        return False
+    assert isinstance(value, int)
+    if isinstance(f, EqualTo):
+        b.id_lo, b.id_hi = _lower(b.id_lo, value), _upper(b.id_hi, value + 1)
+    elif isinstance(f, GreaterThan):
+        b.id_lo = _lower(b.id_lo, value + 1)
+    elif isinstance(f, GreaterThanOrEqual):
+        b.id_lo = _lower(b.id_lo, value)
+    elif isinstance(f, LessThan):
+        b.id_hi = _upper(b.id_hi, value)
+    elif isinstance(f, LessThanOrEqual):
+        b.id_hi = _upper(b.id_hi, value + 1)
+    else:
+        return False
+    return True
+
+
+def _push_time(f: Filter, b: Bounds) -> None:
+    value = getattr(f, "value", None)
+    if not isinstance(value, dt.datetime) or not isinstance(
+        f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+    ):
+        return
+    earliest, latest = _ms_range(value)
+    if isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual)):
+        b.ms_lo = _lower(b.ms_lo, earliest)
+    if isinstance(f, (EqualTo, LessThan, LessThanOrEqual)):
+        b.ms_hi = _upper(b.ms_hi, latest + 1)
+
+
 class JournaledBatchReader(DataSourceReader):
     """``spark.read``: ids from ``startingOffsets`` (default earliest) to ``endingOffsets``
     (default latest), fixed when the query is planned."""
@@ -161,6 +289,28 @@ class JournaledBatchReader(DataSourceReader):
         if not isinstance(partition, JournaledPartition):
             return iter(())  # Spark's stand-in partition when there is nothing to read
         return read_partition(partition, self.schema)
+
+
+class JournaledPushdownReader(JournaledBatchReader):
+    """``spark.read`` with option ``filterPushdown`` true: also takes the query's filters.
+
+    A class of its own because Spark refuses to run a reader that implements ``pushFilters``
+    while ``spark.sql.python.filterPushdown.enabled`` is false (the default), and the source
+    cannot see that setting."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Narrow the ids read to what ``id`` and ``timestamp`` conditions allow (:func:`push`),
+        when Spark pushes filters (``spark.sql.python.filterPushdown.enabled``)."""
+        bounds = Bounds()
+        keep = push(filters, bounds)
+        for k in self.planner.paths:
+            lo, hi = bounds.ids(self.start[k], self.end[k])
+            if bounds.ms_lo is not None:
+                lo = max(lo, self.planner.view(k).locate_time(bounds.ms_lo))
+            if bounds.ms_hi is not None:
+                hi = min(hi, self.planner.view(k).locate_time(bounds.ms_hi))
+            self.start[k], self.end[k] = lo, max(lo, hi)
+        return keep
 
 
 class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
