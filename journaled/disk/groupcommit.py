@@ -1,13 +1,30 @@
 """Group commit: many threads waiting for durability share one fdatasync.
 
-A leader/follower scheme.  Every append advances a byte sequence number; a caller that needs its
-bytes durable calls :meth:`GroupCommit.wait_durable` with the sequence number its append reached.
-If no fsync is under way it becomes the leader: it writes out everything buffered so far (its
-own bytes and every other thread's) and fsyncs once.  Callers arriving meanwhile wait on a
-condition; when the leader finishes, all of them wake at once, those covered return without a
-syscall and one of the others leads the next round, covering everything appended during the
-previous fsync.  A failed fsync wakes everyone too: each then tries to lead and gets the
-journal's (poisoned) error, so no caller is ever told "durable" on the strength of a failed sync.
+A leader/follower scheme in batches.  Every append advances a byte sequence number; a caller
+that needs its bytes durable calls :meth:`GroupCommit.wait_durable` with the sequence number its
+append reached.
+
+* If no fsync is under way the caller becomes the **leader** of the open batch.  Otherwise it
+  **joins the open batch** (the one the *next* fsync will cover, never the one in flight, whose
+  flush may have missed its bytes) and sleeps on a lock of its own.
+* The leader first **gathers**: it waits, for at most half the recent fsync time, until the open
+  batch has as many members as were active at the last fsync (the batch just finished plus the
+  one that was waiting then).  Threads released by the previous fsync typically put again within
+  microseconds; without the gather they would just miss this flush and wait almost two fsyncs,
+  splitting the producers into two half-size batches.  A lone producer expects only itself and
+  never waits; a producer that went away costs at most one bounded gather, after which the
+  expectation shrinks.
+* It then closes the batch (later arrivals join a new open one), writes out everything buffered
+  (every thread's bytes, not just its own) and fsyncs once, with no lock of this object held.
+* When the fsync returns it releases each member of its batch exactly once (no herd contending
+  for a shared condition), also completes the open batch if the same fsync happened to cover it,
+  and otherwise **hands leadership** straight to the open batch's earliest member, so no thread
+  has to wake up merely to find out whether it should lead.
+
+A failed fsync (or flush) proves nothing: the members of that batch are released without being
+told "durable" and each tries again, as leader or member of a later batch; a poisoned journal
+makes every such attempt raise (the flush checks it), so every caller of the failed batch gets an
+error and none is ever told "durable" on the strength of a failed sync.
 """
 
 from __future__ import annotations
@@ -15,6 +32,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+
+#: The gather never waits longer than this, however slow the disk (seconds).
+GATHER_MAX = 0.002
+
+
+class _Waiter:
+    """One member of a batch: a lock it sleeps on (released once) and whether it should lead."""
+
+    __slots__ = ("lock", "lead")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.lead = False
+
+
+class _Batch:
+    """The callers one fsync is meant to cover."""
+
+    __slots__ = ("waiters", "size", "ok")
+
+    def __init__(self) -> None:
+        self.waiters: list[_Waiter] = []  # members asleep, earliest first
+        self.size = 0  # members, the leader included
+        self.ok = False  # set before the members are released: the fsync covered them all
 
 
 class GroupCommit:
@@ -29,58 +71,124 @@ class GroupCommit:
 
     def __init__(self, flush: Callable[[], tuple[int, Callable[[bool], None]]]) -> None:
         self._flush = flush
-        self._cond = threading.Condition(threading.Lock())
-        self._leading = False
-        self._waiting = 0  # threads inside _cond.wait(), or woken from it and not yet running
+        self._lock = threading.Lock()
+        self._gathered = threading.Condition(self._lock)  # the gathering leader sleeps here
+        self._leading = False  # a leader exists (gathering, flushing, or handed over to)
+        self._open = _Batch()  # the batch the next fsync covers
+        self._max_seq = 0  # the highest sequence number waiting in the open batch
+        self._expect = 1  # members the gather waits for
+        self._fsync_s = 0.0  # recent fsync duration (moving average)
         self._durable = 0
         self.fsyncs = 0  # number of fsync rounds actually performed (for tests and stats)
+        self.batched = 0  # callers covered by those rounds (batched / fsyncs = puts per fsync)
 
     @property
     def durable(self) -> int:
         """Sequence number up to which all bytes are known durable."""
         return self._durable
 
+    @property
+    def waiting(self) -> int:
+        """Callers in the open batch: they wait for the next fsync, not the one in flight."""
+        return self._open.size
+
     def mark_durable(self, seq: int) -> None:
-        """Record that bytes up to ``seq`` became durable by other means (e.g. at rotation)."""
-        with self._cond:
+        """Record that bytes up to ``seq`` became durable by other means (e.g. at rotation).
+        Members of the open batch it covers return when the next leader finds nothing to sync."""
+        with self._lock:
             if seq > self._durable:
                 self._durable = seq
-                self._cond.notify_all()
 
     def wait_durable(self, seq: int) -> None:
-        """Return once bytes up to ``seq`` are durable, fsyncing at most once as leader."""
-        if self._durable >= seq:
-            return
-        with self._cond:
-            while self._leading:
-                self._waiting += 1
-                try:
-                    self._cond.wait()
-                finally:
-                    self._waiting -= 1
-                if self._durable >= seq:
-                    return  # an earlier leader's fsync covered us
+        """Return once bytes up to ``seq`` are durable, fsyncing at most once per round as leader."""
+        while self._durable < seq:
+            self._lock.acquire()
             if self._durable >= seq:
+                self._lock.release()
                 return
-            self._leading = True
-            others = self._waiting  # perf: a lone producer has nobody to wait for
-        target = 0  # stays 0 unless the fsync succeeded: a failed one proves nothing
+            batch = self._open
+            if seq > self._max_seq:
+                self._max_seq = seq
+            batch.size += 1
+            if not self._leading:
+                self._leading = True
+                self._lock.release()
+                self._lead(batch)
+                continue
+            me = _Waiter()
+            batch.waiters.append(me)
+            if batch.size >= self._expect:
+                self._gathered.notify()
+            self._lock.release()
+            try:
+                me.lock.acquire()
+            except BaseException:
+                self._abandon(batch, me)
+                raise
+            if me.lead:
+                self._lead(batch)
+            # else released: batch.ok means covered (the loop test sees it); a failed round
+            # leaves durable short of seq and we try again
+
+    def _abandon(self, batch: _Batch, me: _Waiter) -> None:
+        """A member interrupted in its sleep: pass on leadership if it was just handed it."""
+        with self._lock:
+            if me in batch.waiters:
+                batch.waiters.remove(me)
+                batch.size -= 1
+                return
+        if me.lead:
+            # our bytes may stay unsynced, but the batch must not be left without a leader
+            self._lead(batch)
+
+    def _lead(self, batch: _Batch) -> None:
+        """Gather, flush and fsync for ``batch`` (the open one), then release and hand over."""
+        with self._lock:
+            if batch.size < self._expect and self._fsync_s > 0.0:
+                deadline = time.monotonic() + min(self._fsync_s / 2, GATHER_MAX)
+                while batch.size < self._expect:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._gathered.wait(left)
+            self._open = _Batch()  # closed: later arrivals wait for the next round
+            self._max_seq = 0
+        ok = False  # stays False unless the sync succeeded: a failed one proves nothing
+        written = 0
+        took = 0.0
         try:
-            # Let threads that are runnable right now (typically the ones the previous round
-            # just released) append before we flush, so this one fsync covers them too.
-            # (perf: only when other threads are about; for a lone producer the yield cost a
-            # scheduler round trip per durable put on a busy machine, ~2x slower than raw fsync.)
-            if others:
-                time.sleep(0)
             written, fsync = self._flush()
             needed = written > self._durable
+            t0 = time.monotonic()
             fsync(needed)
-            if needed:
-                self.fsyncs += 1
-                target = written
+            took = time.monotonic() - t0 if needed else 0.0
+            ok = True
         finally:
-            with self._cond:
+            self._finish(batch, ok, written, took)
+
+    def _finish(self, batch: _Batch, ok: bool, written: int, took: float) -> None:
+        with self._lock:
+            if ok:
+                if took:
+                    self.fsyncs += 1
+                    self.batched += batch.size
+                    self._fsync_s = took if not self._fsync_s else (self._fsync_s * 3 + took) / 4
+                if written > self._durable:
+                    self._durable = written
+            batch.ok = ok
+            for w in batch.waiters:
+                w.lock.release()
+            nxt = self._open
+            self._expect = max(1, batch.size + nxt.size)
+            if ok and nxt.waiters and self._max_seq <= self._durable:
+                nxt.ok = True  # this fsync covered the open batch too
+                for w in nxt.waiters:
+                    w.lock.release()
+                self._open = nxt = _Batch()
+                self._max_seq = 0
+            if nxt.waiters:
+                first = nxt.waiters.pop(0)
+                first.lead = True  # _leading stays True: leadership passes without a gap
+                first.lock.release()
+            else:
                 self._leading = False
-                if target > self._durable:
-                    self._durable = target
-                self._cond.notify_all()
