@@ -12,7 +12,9 @@ counts alternate within each round (1, 2, 4, 8, 1, 2, ...) so that a slower minu
 shared machine hits every count alike; the table shows the median over ``--rounds`` of puts/s,
 fsyncs/s, puts per fsync, and the ratio of each run's puts/s to the 1-thread run of the same
 round.  A raw ``os.write`` + ``fdatasync`` loop of the same size is measured in every round too
-(``raw``), the floor a single thread cannot beat.
+(``raw``), the floor a single thread cannot beat.  On a shared machine the disk's fsync time
+swings with the neighbours' I/O; ``--fake-fsync SECONDS`` replaces the journal's fdatasync by a
+sleep of that length (through the ``fileio`` seam), which compares schemes without that noise.
 
 ``--tree`` measures another checkout's ``journaled`` package (e.g. main exported with
 ``git archive``).  ``--compare PATH`` measures both (this one and the one at PATH), each run in
@@ -36,7 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def raw_fdatasync(directory: str, size: int, seconds: float) -> tuple[float, float, float]:
+def raw_fdatasync(directory: str, size: int, seconds: float) -> tuple[float, float, float, float]:
     """``(writes/s, fsyncs/s, writes per fsync)`` of one thread appending and fdatasyncing."""
     path = os.path.join(directory, "raw")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -52,11 +54,23 @@ def raw_fdatasync(directory: str, size: int, seconds: float) -> tuple[float, flo
         took = time.monotonic() - start
     finally:
         os.close(fd)
-    return n / took, n / took, 1.0
+    return n / took, n / took, 1.0, 0.0
 
 
-def durable_puts(directory: str, threads: int, size: int, seconds: float) -> tuple[float, float, float]:
-    """``(puts/s, fsyncs/s, puts per fsync)`` of ``threads`` producers under ``sync="always"``."""
+def durable_puts(
+    directory: str, threads: int, size: int, seconds: float, fake: float = 0.0
+) -> tuple[float, float, float, float]:
+    """``(puts/s, fsyncs/s, puts per fsync, process CPU microseconds per put)`` of ``threads``
+    producers under ``sync="always"``."""
+    if fake:
+        from journaled.disk import fileio
+
+        class SleepingSync(fileio.FileOps):
+            def fdatasync(self, fd: int) -> None:
+                time.sleep(fake)
+
+        with fileio.use(SleepingSync()):
+            return durable_puts(directory, threads, size, seconds)
     from journaled import JournaledQueue, QueueConfig
 
     q = JournaledQueue(directory, config=QueueConfig(sync="always"), name="q")
@@ -80,6 +94,7 @@ def durable_puts(directory: str, threads: int, size: int, seconds: float) -> tup
     try:
         start.wait()
         fsyncs0 = q.fsync_count
+        cpu0 = time.process_time()
         t0 = time.monotonic()
         deadline = t0 + seconds
         while (left := deadline - time.monotonic()) > 0:
@@ -88,12 +103,13 @@ def durable_puts(directory: str, threads: int, size: int, seconds: float) -> tup
         for th in pool:
             th.join()
         took = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
         fsyncs = q.fsync_count - fsyncs0
     finally:
         stop.set()
         q.close()
     puts = sum(counts)
-    return puts / took, fsyncs / took, puts / max(1, fsyncs)
+    return puts / took, fsyncs / took, puts / max(1, fsyncs), cpu / max(1, puts) * 1e6
 
 
 def compare(args: argparse.Namespace) -> int:
@@ -103,7 +119,7 @@ def compare(args: argparse.Namespace) -> int:
         "this": os.path.abspath(args.tree or os.path.join(HERE, "..")),
         "other": os.path.abspath(args.compare),
     }
-    runs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    runs: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
     parent = tempfile.mkdtemp(prefix="bench_gc_", dir=args.dir)
     try:
         for r in range(args.rounds):
@@ -112,6 +128,7 @@ def compare(args: argparse.Namespace) -> int:
                 for side, tree in order:
                     d = tempfile.mkdtemp(dir=parent)
                     cmd = [sys.executable, __file__, "--tree", tree, "--size", str(args.size)]
+                    cmd += ["--fake-fsync", str(args.fake_fsync)]
                     out = subprocess.run(
                         [*cmd, "--one", d, str(n), str(args.seconds)],
                         check=True,
@@ -126,7 +143,7 @@ def compare(args: argparse.Namespace) -> int:
     print(f"{args.rounds} rounds x {args.seconds:g} s per run, in {args.dir}; medians")
     print(
         f"{'threads':>8} {'this puts/s':>12} {'puts/fsync':>11} {'other puts/s':>13} {'puts/fsync':>11}"
-        f" {'this/other':>11}"
+        f" {'this/other':>11}   CPU us per put, this / other"
     )
     one = {side: statistics.median(x[0] for x in runs[(side, counts[0])]) for side in sides}
     for n in counts:
@@ -136,6 +153,7 @@ def compare(args: argparse.Namespace) -> int:
         print(
             f"{n:>8} {ma:>12,.0f} {statistics.median(x[2] for x in a):>11.2f} {mb:>13,.0f}"
             f" {statistics.median(x[2] for x in b):>11.2f} {ratio:>10.2f}x"
+            f"   {statistics.median(x[3] for x in a):.1f} / {statistics.median(x[3] for x in b):.1f}"
         )
     print(
         f"x {counts[0]} thread(s), medians: "
@@ -157,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="/var/tmp", help="parent of the queue directories (a real disk)")
     ap.add_argument("--tree", help="import journaled from this checkout instead")
     ap.add_argument("--json", action="store_true", help="print the medians as JSON")
+    ap.add_argument(
+        "--fake-fsync",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="replace the journal's fdatasync by a sleep this long (the scheme without the disk's noise)",
+    )
     ap.add_argument("--compare", metavar="PATH", help="also measure the journaled of this checkout")
     ap.add_argument("--one", nargs=3, metavar=("DIR", "THREADS", "SECONDS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -180,18 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     parent = tempfile.mkdtemp(prefix="bench_gc_", dir=args.dir)
     try:
         for _ in range(args.rounds):
-            this_round: dict[int, tuple[float, float, float]] = {}
+            this_round: dict[int, tuple[float, float, float, float]] = {}
             for n in counts:
                 d = tempfile.mkdtemp(dir=parent)
-                this_round[n] = durable_puts(d, n, args.size, args.seconds)
+                this_round[n] = durable_puts(d, n, args.size, args.seconds, args.fake_fsync)
                 shutil.rmtree(d)
             d = tempfile.mkdtemp(dir=parent)
             raw = raw_fdatasync(d, args.size, args.seconds)
             shutil.rmtree(d)
             one = this_round[1][0]
-            for n, (rate, fs, per) in this_round.items():
+            for n, (rate, fs, per, _cpu) in this_round.items():
                 runs[str(n)].append((rate, fs, per, rate / one))
-            runs["raw"].append((*raw, raw[0] / one))
+            runs["raw"].append((*raw[:3], raw[0] / one))
     finally:
         shutil.rmtree(parent, ignore_errors=True)
     import journaled
