@@ -3,6 +3,15 @@
 
 Measures, with 1 KiB items and the default sync policy (0.05 s):
 
+* a client's round trip against the floor (printed first; ``--roundtrip``: only that): in one
+  run, with the sides alternating over ``--rtt-rounds`` rounds, (a) a raw Python round trip
+  between two processes over a Unix socket (1 KiB out, a 2-byte reply; the server a plain
+  blocking ``recv``/``send`` loop in a child process), (a') the same exchange as journaled's
+  frames (a put request and its reply through remote/transport.py, no queue behind it), (b) a
+  client's single ``put`` of 1 KiB to a queue owned by another process (default sync, and
+  ``sync="never"``), (c) a client's ``get`` + ``commit``; p50/p99 of each (median over the
+  rounds), their ratio to (a), and the CPU the server's process used while each side ran
+  (``/proc/<pid>/task/*/schedstat``: 100 % = one core kept busy): whether the owner spins;
 * a client's ``put_many`` of 1,000 items (items/s, median of ``--rounds`` batches);
 * a client's single ``put`` round trip (p50 and p99 in µs);
 * 2 consumer processes against 1 on one reader, each item costing ~200 µs of hashing (ratio of
@@ -25,13 +34,18 @@ import sys
 import tempfile
 import textwrap
 import time
+from typing import Any
 
 ITEM = b"x" * 1024
 
 OWNER = """
-import sys
-from journaled import JournaledQueue
-q = JournaledQueue(sys.argv[1])
+import os, sys
+import journaled.remote.server as server
+from journaled import JournaledQueue, QueueConfig
+if os.environ.get("BENCH_SPIN"):
+    server.SPIN = float(os.environ["BENCH_SPIN"])
+sync = os.environ.get("BENCH_SYNC")
+q = JournaledQueue(sys.argv[1], QueueConfig(sync=sync) if sync else None)
 for name in sys.argv[2:]:
     q.reader(name)
 print("ready", flush=True)
@@ -83,10 +97,48 @@ print(best)
 """
 
 
-def child(code: str, *args: str, pythonpath: str | None = None) -> subprocess.Popen[str]:
+FRAME_SERVER = """
+import socket, sys
+from journaled.remote import protocol as proto
+from journaled.remote.transport import FrameReader, send_frame
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(1)
+print("ready", flush=True)
+conn, _ = listener.accept()
+frames = FrameReader(conn)
+n = 0
+while frames.read() is not None:
+    n += 1
+    send_frame(conn, proto.put_reply(n, 1))
+"""
+
+RAW_SERVER = """
+import os, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(1)
+print("ready", flush=True)
+conn, _ = listener.accept()
+size = int(sys.argv[2])
+while True:
+    got = 0
+    while got < size:
+        chunk = conn.recv(65536)
+        if not chunk:
+            sys.exit(0)
+        got += len(chunk)
+    conn.sendall(b"ok")
+"""
+
+
+def child(
+    code: str, *args: str, pythonpath: str | None = None, env_extra: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
+    env.update(env_extra or {})
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         env=env,
@@ -103,6 +155,123 @@ def work_for(seconds: float) -> int:
     for _ in range(n):
         h = hashlib.sha256(h).digest()
     return max(1, int(n * seconds / (time.perf_counter() - t)))
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by every live thread of process ``pid`` (``schedstat``: ns)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def timed(op: object, n: int) -> list[float]:
+    """``n`` calls of ``op`` (no arguments), each timed alone, in seconds, sorted."""
+    call: Any = op
+    lat = []
+    clock = time.perf_counter
+    for _ in range(n):
+        t = clock()
+        call()
+        lat.append(clock() - t)
+    lat.sort()
+    return lat
+
+
+def roundtrip(tmp: str, rounds: int, n: int) -> None:
+    """The client's round trips against a raw socket's, alternated (the module docstring)."""
+    import socket
+
+    from journaled import JournaledQueue
+
+    path = os.path.join(tmp, "raw.sock")
+    raw = child(RAW_SERVER, path, str(len(ITEM)))
+    assert raw.stdout is not None and raw.stdout.readline().strip() == "ready"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+
+    def raw_rtt() -> None:
+        sock.sendall(ITEM)
+        if len(sock.recv(64)) != 2:
+            raise RuntimeError("the raw server's reply was cut")
+
+    from journaled.remote import protocol as proto
+    from journaled.remote.transport import FrameReader, send_frame
+
+    fpath = os.path.join(tmp, "frames.sock")
+    fserver = child(FRAME_SERVER, fpath)
+    assert fserver.stdout is not None and fserver.stdout.readline().strip() == "ready"
+    fsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fsock.connect(fpath)
+
+    def frame_rtt() -> None:
+        send_frame(fsock, proto.PUT_REQUEST, ITEM)
+        if FrameReader(fsock).read() is None:
+            raise RuntimeError("the frame server went away")
+
+    owners, queues = {}, {}
+    for sync in ("0.05", "never"):
+        d = os.path.join(tmp, f"rtt-{sync}")
+        owners[sync] = child(OWNER, d, "r", env_extra={"BENCH_SYNC": "" if sync == "0.05" else sync})
+        assert owners[sync].stdout is not None and owners[sync].stdout.readline().strip() == "ready"
+        queues[sync] = JournaledQueue(d)
+        assert not queues[sync].is_owner
+    reader = queues["0.05"].reader("r")
+
+    def get_commit() -> None:
+        reader.commit(reader.get(timeout=5))
+
+    sides: dict[str, list[tuple[float, float]]] = {}
+    cpu: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        for name, op, owner in (
+            ("raw", raw_rtt, raw.pid),
+            ("frames", frame_rtt, fserver.pid),
+            ("put", lambda: queues["0.05"].put(ITEM), owners["0.05"].pid),
+            ("put never", lambda: queues["never"].put(ITEM), owners["never"].pid),
+            ("get+commit", get_commit, owners["0.05"].pid),
+        ):
+            if name == "get+commit":
+                queues["0.05"].put_many([ITEM] * (n + 10))
+            timed(op, n // 10)  # warm up
+            before, wall = cpu_seconds(owner), time.perf_counter()
+            lat = timed(op, n)
+            wall = time.perf_counter() - wall
+            cpu.setdefault(name, []).append((cpu_seconds(owner) - before) / wall)
+            sides.setdefault(name, []).append((lat[len(lat) // 2], lat[len(lat) * 99 // 100]))
+    sock.close()
+    raw.wait(timeout=60)
+    fsock.close()
+    fserver.wait(timeout=60)
+    for sync, q in queues.items():
+        q.close()
+        owner = owners[sync]
+        assert owner.stdin is not None
+        owner.stdin.write("\n")
+        owner.stdin.flush()
+        owner.wait(timeout=120)
+    floor = statistics.median(p50 for p50, _ in sides["raw"])
+    print(f"round trips, 1 KiB, {rounds} rounds of {n} alternating (median of the rounds' p50/p99):")
+    labels = {
+        "raw": "(a) raw Python Unix-socket round trip",
+        "frames": "(a') the same carrying journaled's frames",
+        "put": "(b) client put, default sync",
+        "put never": "(b) client put, sync='never'",
+        "get+commit": "(c) client get + commit",
+    }
+    for name, runs in sides.items():
+        p50 = statistics.median(r[0] for r in runs)
+        p99 = statistics.median(r[1] for r in runs)
+        p50s = ", ".join(f"{r[0] * 1e6:.0f}" for r in runs)
+        print(
+            f"  {labels[name]:40s} p50 {p50 * 1e6:5.0f} µs  p99 {p99 * 1e6:5.0f} µs  "
+            f"x{p50 / floor:4.2f} of (a)  server CPU {statistics.median(cpu[name]) * 100:3.0f} %  "
+            f"(p50s: {p50s})"
+        )
 
 
 def consumers(d: str, procs: int, items: int, work: int, batch: int = 1) -> float:
@@ -136,9 +305,25 @@ def main() -> int:
         "--batch", type=int, default=16, help="get_many size for the second consumer run (default 16)"
     )
     parser.add_argument("--baseline", help="another checkout's root (e.g. /work/main) for the owner ratio")
+    parser.add_argument(
+        "--roundtrip", action="store_true", help="only the round trips against the raw socket's floor"
+    )
+    parser.add_argument("--rtt-rounds", type=int, default=5, help="alternating rounds of round trips (5)")
+    parser.add_argument("--rtt-calls", type=int, default=2000, help="calls timed per side and round (2000)")
+    parser.add_argument(
+        "--owner-spin",
+        type=float,
+        help="seconds the owner's connections poll before blocking (server.SPIN; 0: never poll)",
+    )
     args = parser.parse_args()
+    if args.owner_spin is not None:
+        os.environ["BENCH_SPIN"] = repr(args.owner_spin)
     from journaled import JournaledQueue
 
+    with tempfile.TemporaryDirectory() as tmp:
+        roundtrip(tmp, args.rtt_rounds, args.rtt_calls)
+    if args.roundtrip:
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         d = os.path.join(tmp, "q")
         owner = child(OWNER, d, "r")

@@ -38,6 +38,7 @@ import os
 import secrets
 import socket
 import stat
+import struct
 import threading
 import time
 from typing import Any
@@ -59,6 +60,7 @@ REPLY_MARGIN = 30.0
 #: requests that settle open reads: never made again on another owner (the reads died with the
 #: one they were opened under); sent but not answered, their outcome is unknown
 SETTLE_OPS = frozenset({"commit", "commit_many", "abort", "release", "reject"})
+_TIMEVAL = struct.Struct("ll")
 
 
 class _Refused(ConnectionError):
@@ -78,6 +80,7 @@ class Link:
         self._freed = threading.Condition(self._lock)  # a connection came back, or the link died
         self._idle: list[socket.socket] = []
         self._busy: set[socket.socket] = set()
+        self._limits: dict[socket.socket, float] = {}  # each open connection's time limit now
         self._next_try = 0.0  # refused: no new connection tried before then (by any thread)
         self.dead = False
         self.forked = False
@@ -187,6 +190,8 @@ class Link:
             kept = keep and not self.dead and len(self._idle) < POOL_IDLE
             if kept:
                 self._idle.append(sock)
+            else:
+                self._limits.pop(sock, None)
             self._freed.notify_all()
         if not kept:
             sock.close()
@@ -200,7 +205,10 @@ class Link:
         sock = self._take()
         sent = False
         try:
-            sock.settimeout(wait + REPLY_MARGIN)
+            limit = wait + REPLY_MARGIN
+            if self._limits.get(sock) != limit:
+                _time_limit(sock, limit)
+                self._limits[sock] = limit
             send_frame(sock, header, payload)
             sent = True
             reply, data = _exchange(sock, None)
@@ -212,7 +220,7 @@ class Link:
         except OSError as exc:
             self._give_back(sock, False)
             self.kill()
-            if isinstance(exc, TimeoutError):
+            if isinstance(exc, (TimeoutError, BlockingIOError)):  # BlockingIOError: SO_RCVTIMEO passed
                 which = "reply" if sent else "request"
                 exc = TimeoutError(f"no {which} within {wait + REPLY_MARGIN:.1f} s ({which} deadline)")
             raise _lost(
@@ -257,6 +265,7 @@ class Link:
         with self._lock:
             self.dead = True
             socks, self._idle = self._idle + list(self._busy), []
+            self._limits.clear()
             busy = set(self._busy)
             self._freed.notify_all()
         for sock in socks:
@@ -275,7 +284,7 @@ class Link:
         self.forked = self.dead = True
         for sock in self._idle + list(self._busy):
             sock.close()  # close(2) only, the parent's connections stay up
-        self._idle, self._busy = [], set()
+        self._idle, self._busy, self._limits = [], set(), {}
         self._lock = threading.Lock()  # the parent's may have been held by another thread
         self._freed = threading.Condition(self._lock)
 
@@ -326,6 +335,17 @@ def _lost(directory: str, exc: BaseException, unknown: bool, is_put: bool = Fals
         lost = OwnerLost(f"the owner of {directory} went away ({exc}); the call may be retried")
     lost.outcome_unknown = unknown
     return lost
+
+
+def _time_limit(sock: socket.socket, seconds: float) -> None:
+    """Each send and receive on ``sock`` fails (``BlockingIOError``) once it waited ``seconds``:
+    kernel timeouts (``SO_SNDTIMEO``/``SO_RCVTIMEO``) on a blocking socket, so no ``poll(2)``
+    precedes every send and receive as with a Python socket timeout."""
+    sock.settimeout(None)
+    whole = int(seconds)
+    limit = _TIMEVAL.pack(whole, max(int((seconds - whole) * 1e6), 0 if whole else 1000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
 
 
 def _exchange(sock: socket.socket, header: dict[str, Any] | None) -> tuple[dict[str, Any], bytes]:

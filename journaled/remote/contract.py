@@ -84,6 +84,10 @@ class ServedQueue(Protocol):
         is going (it should find the next one)."""
         ...
 
+    def put(self, data: bytes, *, expire_at: float | None = None, ttl: float | None = None) -> int:
+        """Append one item, as :meth:`put_many` of it does (a request carrying one item)."""
+        ...
+
     def put_many(
         self, items: Sequence[bytes], *, expire_at: float | None = None, ttl: float | None = None
     ) -> list[int]:

@@ -33,6 +33,8 @@ SETTLE_OPS: dict[str, dict[str, tuple[type, ...]]] = {
     "release": {},
     "reject": {"reason": (str,)},
 }
+#: the requests that append items
+PUT_OPS = ("put", "put_many")
 #: the requests that open reads (they may wait: remote/server.py waits in slices)
 GET_OPS = ("get", "get_many")
 #: the most items one ``get_many`` reply carries: the metadata of each takes at most
@@ -186,6 +188,23 @@ def take_back(
 
 
 # ---------------------------------------------------------------------- every other request
+def put(queue: ServedQueue, op: str, header: dict[str, Any], payload: bytes | bytearray) -> tuple[int, int]:
+    """Carry out a ``put``/``put_many`` request: the first id stored (-1 for none) and how many.
+    It returns once the records are in the OS: acknowledged to another process means at least
+    that, so the put survives this process being killed (docs/design.md, "Many processes")."""
+    items = [bytes(payload)] if op == "put" else proto.split(payload, header.get("lens"))
+    if isinstance(payload, bytearray):
+        payload.clear()
+    ttl = proto.field(header, "ttl", (int, float, type(None)), None)
+    expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
+    if len(items) == 1:
+        ids = [queue.put(items[0], ttl=ttl, expire_at=expire_at)]  # perf: the usual request
+    else:
+        ids = queue.put_many(items, ttl=ttl, expire_at=expire_at)
+    queue.write_out()
+    return (ids[0] if ids else -1), len(ids)
+
+
 def carry_out(
     queue: ServedQueue,
     session: Session,
@@ -201,17 +220,9 @@ def carry_out(
     A ``bytearray`` payload (a large request's own buffer, remote/transport.py) is emptied once
     its items are cut from it, so it is freed before the queue copies them into its journal.
     """
-    if op in ("put", "put_many"):
-        items = [bytes(payload)] if op == "put" else proto.split(payload, header.get("lens"))
-        if isinstance(payload, bytearray):
-            payload.clear()
-        ttl = proto.field(header, "ttl", (int, float, type(None)), None)
-        expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
-        ids = queue.put_many(items, ttl=ttl, expire_at=expire_at)
-        # the client cannot see our buffer: acknowledged means at least handed to the OS,
-        # so its put survives this process being killed (docs/design.md, "Many processes")
-        queue.write_out()
-        return {"ok": True, "first": ids[0] if ids else -1, "count": len(ids)}, b""
+    if op in PUT_OPS:
+        first, count = put(queue, op, header, payload)
+        return {"ok": True, "first": first, "count": count}, b""
     if op in SETTLE_OPS:
         name, key = proto.field(header, "reader", str), proto.field(header, "id", int)
         kwargs = {k: proto.field(header, k, kinds) for k, kinds in SETTLE_OPS[op].items() if k in header}
@@ -315,6 +326,7 @@ __all__ = [
     "GET_OPS",
     "MAX_REPLY_ITEMS",
     "META_BOUND",
+    "PUT_OPS",
     "SETTLE_OPS",
     "Session",
     "carry_out",
@@ -324,5 +336,6 @@ __all__ = [
     "get_request",
     "hand_out",
     "item_meta",
+    "put",
     "take_back",
 ]

@@ -425,16 +425,21 @@ class Server:
         try:
             if op in handlers.GET_OPS:
                 return self._get(conn, session, op, header)
-            reply, out = handlers.carry_out(
-                self.queue, session, self._sessions, self._lock, op, header, payload
-            )
+            reply: dict[str, Any] | bytes
+            if op in handlers.PUT_OPS:  # perf: the usual request, its reply made without JSON
+                reply, out = proto.put_reply(*handlers.put(self.queue, op, header, payload)), b""
+            else:
+                reply, out = handlers.carry_out(
+                    self.queue, session, self._sessions, self._lock, op, header, payload
+                )
         except proto.ProtocolError as exc:
             send_frame(conn, proto.error_reply(exc))
             return False
         except Exception as exc:
-            reply, out = proto.error_reply(exc), b""
+            error = proto.error_reply(exc)
             if isinstance(exc, QueueClosed) and (self._stopping or self.queue.closed):
-                reply["closing"] = True  # the owner is going: the client should find the next one
+                error["closing"] = True  # the owner is going: the client should find the next one
+            reply, out = error, b""
         send_frame(conn, reply, out)
         return True
 

@@ -43,11 +43,14 @@ def peer_ids(sock: socket.socket) -> tuple[int, int]:
 SMALL_PAYLOAD = 64 << 10
 
 
-def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes | list[bytes] = b"") -> None:
+def send_frame(
+    sock: socket.socket, header: dict[str, Any] | bytes, payload: bytes | list[bytes] = b""
+) -> None:
     """Send one whole message (``OSError`` if the peer went away or the send timed out): a
-    plain frame, or a long frame when it is too big for one (remote/protocol.py).  A payload
-    may be given as its pieces, which are sent one after the other, never joined."""
-    head = proto.dump_header(header)
+    plain frame, or a long frame when it is too big for one (remote/protocol.py).  The header
+    is a dict, or its JSON bytes already made (``protocol.put_reply``).  A payload may be given
+    as its pieces, which are sent one after the other, never joined."""
+    head = header if isinstance(header, bytes) else proto.dump_header(header)
     if type(payload) is bytes and len(payload) <= SMALL_PAYLOAD and len(head) <= proto.MAX_HEADER:
         # perf: the usual message, a plain frame sent with one call
         sock.sendall(proto.HEAD.pack(len(head), len(payload)) + head + payload)

@@ -97,8 +97,8 @@ def test_server_uses_only_the_served_queue_protocol(tmp_path):
     """Every request, served from an object that has nothing but ServedQueue's members (and
     readers with nothing but ServedReader's): all answered, none needs anything else."""
     assert members(ServedQueue) == {
-        "name", "path", "closed", "put_many", "write_out", "reader", "reader_settings", "set_reader_settings",
-        "readers", "remove_reader", "stats", "sync",
+        "name", "path", "closed", "put", "put_many", "write_out", "reader", "reader_settings",
+        "set_reader_settings", "readers", "remove_reader", "stats", "sync",
     }  # fmt: skip
     q = JournaledQueue(str(tmp_path / "real"))
     served_dir = str(tmp_path / "served")
