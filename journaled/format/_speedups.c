@@ -42,9 +42,9 @@
 
 /* What format/speedups.py expects (its ABI_VERSION): raise it whenever configure()'s or
  * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
- * run (3: the twins hold their references across Python code), so a stale build is refused (the
+ * run (3: the twins hold their references across Python code; 4: walk_puts), so a stale build is refused (the
  * switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -206,6 +206,7 @@ static PyObject *py_encode_puts = NULL;
 static PyObject *py_decode_many = NULL;
 static PyObject *py_decode_one = NULL;
 static PyObject *py_decode_columns = NULL;
+static PyObject *py_walk_puts = NULL;
 static PyTypeObject *item_type = NULL;
 static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in field order */
 static PyObject *py_new_item = NULL;
@@ -341,24 +342,26 @@ all_callable(PyObject *const *fns, int n)
 }
 
 /* configure(*, constants, put_type, put_fields, damage_type, encode_puts, decode_many, decode_one,
- * decode_columns): everything is checked before anything is kept, so a refused call leaves the
- * module as it was. */
+ * decode_columns, walk_puts=None): everything is checked before anything is kept, so a refused call
+ * leaves the module as it was.  Without walk_puts (its reference), the one configured before stays
+ * (walk_puts() refuses to run while there is none). */
 static PyObject *
 configure(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"constants", "put_type", "put_fields", "damage_type", "encode_puts",
-                             "decode_many", "decode_one", "decode_columns", NULL};
-    PyObject *constants = NULL, *type = NULL, *names = NULL, *dmg = NULL, *refs[4] = {NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!OOOO:configure", kwlist, &PyDict_Type, &constants,
+                             "decode_many", "decode_one", "decode_columns", "walk_puts", NULL};
+    PyObject *constants = NULL, *type = NULL, *names = NULL, *dmg = NULL;
+    PyObject *refs[5] = {NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!OOOOO:configure", kwlist, &PyDict_Type, &constants,
                                      &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &dmg, &refs[0],
-                                     &refs[1], &refs[2], &refs[3]))
+                                     &refs[1], &refs[2], &refs[3], &refs[4]))
         return NULL;
     if (!constants || !type || !names || !dmg || !refs[0] || !refs[1] || !refs[2] || !refs[3]) {
         PyErr_SetString(PyExc_TypeError, "configure() takes all of its keyword arguments");
         return NULL;
     }
     PyObject *slots[PUT_NFIELDS];
-    if (check_layout(constants) < 0 || !all_callable(refs, 4) ||
+    if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
         field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
         return NULL;
     for (int i = 0; i < PUT_NFIELDS; i++) {
@@ -371,6 +374,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     keep(&py_decode_many, refs[1]);
     keep(&py_decode_one, refs[2]);
     keep(&py_decode_columns, refs[3]);
+    if (refs[4] != NULL)
+        keep(&py_walk_puts, refs[4]);
     Py_RETURN_NONE;
 }
 
@@ -558,15 +563,63 @@ reference:
  * reference: format/fallback.py, decode_many (and record.py's decode_one for what is not a
  * well-formed PUT) */
 
+/* perf: an object of a frozen class whose fields hold only ints, floats, bytes and None can never
+ * be part of a reference cycle, so the cyclic collector need not look at it (CPython untracks such
+ * tuples and dicts the same way).  Read-behind builds a record and an item per journal record, and
+ * the collections their allocations start would otherwise walk every one of them, most of read-
+ * behind's cost in a large backlog.  Setting a container into such an object with
+ * object.__setattr__ would make a cycle the collector cannot free (a leak, nothing worse). */
+static void
+untrack_atomic(PyObject *obj, PyObject *const *vals, int n)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *v = vals[i];
+        if (!(PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBytes_CheckExact(v) || v == Py_None))
+            return;
+    }
+    PyObject_GC_UnTrack(obj);
+}
+
+/* The int made last for a field, reused while the next record holds the same value (perf: a batch
+ * of puts shares its add_ms, and often its record size).  ``obj`` is a reference owned by the
+ * cache (released by cache_clear). */
+typedef struct {
+    uint64_t value;
+    PyObject *obj;
+} IntCache;
+
+static PyObject *
+cached_u64(IntCache *c, uint64_t v)
+{
+    if (c == NULL)
+        return PyLong_FromUnsignedLongLong(v);
+    if (c->obj == NULL || c->value != v) {
+        PyObject *obj = PyLong_FromUnsignedLongLong(v);
+        if (obj == NULL)
+            return NULL;
+        Py_XSETREF(c->obj, obj);
+        c->value = v;
+    }
+    return Py_NewRef(c->obj);
+}
+
+static void
+cache_clear(IntCache *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        Py_CLEAR(c[i].obj);
+}
+
+/* A Put; ``cache`` (NULL: none) holds two IntCaches, for the size and for add_ms. */
 static PyObject *
 new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
-        const unsigned char *payload, Py_ssize_t len)
+        const unsigned char *payload, Py_ssize_t len, IntCache *cache)
 {
     PyObject *vals[PUT_NFIELDS];
     vals[PUT_OFFSET] = PyLong_FromLongLong(offset);
-    vals[PUT_SIZE] = PyLong_FromSsize_t(size);
+    vals[PUT_SIZE] = cached_u64(cache, (uint64_t)size);
     vals[PUT_ID] = PyLong_FromUnsignedLongLong(id);
-    vals[PUT_ADD_MS] = PyLong_FromUnsignedLongLong(add_ms);
+    vals[PUT_ADD_MS] = cached_u64(cache == NULL ? NULL : cache + 1, add_ms);
     vals[PUT_EXPIRE_MS] = PyLong_FromUnsignedLongLong(expire_ms);
     vals[PUT_PAYLOAD] = PyBytes_FromStringAndSize((const char *)payload, len);
     PyObject *obj = NULL;
@@ -582,6 +635,7 @@ new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t 
             goto done;
         }
     }
+    untrack_atomic(obj, vals, PUT_NFIELDS);
 done:
     for (int i = 0; i < PUT_NFIELDS; i++)
         Py_XDECREF(vals[i]);
@@ -681,7 +735,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                            (size_t)(end - pos - RECORD_LENGTH_AT)) == crc) {
                     PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), get_u64(p + PUT_ID_AT),
                                             get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
-                                            p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD));
+                                            p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD), NULL);
                     if (rec == NULL || PyList_Append(out, rec) < 0) {
                         Py_XDECREF(rec);
                         goto fail;
@@ -739,6 +793,161 @@ clear:
     PyErr_Clear();
 reference:
     return PyObject_Vectorcall(py_decode_many, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ walk_puts
+ * reference: format/fallback.py, walk_puts */
+
+/* walk_puts(buf, base_offset, salt, pos, expected, max_items, max_bytes, nbytes, first_free): the
+ * record walker's loop, positional arguments only.  Well-formed PUTs with ids in [0, INDEX_MAX] are
+ * walked here; a PUT below ``expected`` is passed over without being built (the reference builds
+ * and drops it), and a PUT that does not fit the budget ends the walk before it is built.  At the
+ * first record off that path (damage, the buffer's end inside a record, another type, an id past
+ * INDEX_MAX) the reference walks the rest, from that position with the state reached here (the
+ * records it decodes are the ones decode_many's reference would), and its result is joined to the
+ * PUTs kept so far.  Arguments off the fast path (other types, numbers outside [0, INDEX_MAX])
+ * go to the reference from the start. */
+
+static PyObject *
+walk_result(PyObject *out, long long pos, long long expected, long long nbytes, int full, long long end)
+{
+    PyObject *p = PyLong_FromLongLong(pos), *x = PyLong_FromLongLong(expected), *b = PyLong_FromLongLong(nbytes),
+             *e = PyLong_FromLongLong(end);
+    if (p == NULL || x == NULL || b == NULL || e == NULL) {
+        Py_XDECREF(p);
+        Py_XDECREF(x);
+        Py_XDECREF(b);
+        Py_XDECREF(e);
+        return NULL;
+    }
+    return Py_BuildValue("(ONNNONO)", out, p, x, b, full ? Py_True : Py_False, e, Py_None);
+}
+
+/* The reference's walk of the rest from ``pos``, joined to ``out`` (the PUTs kept here). */
+static PyObject *
+walk_rest(PyObject *const *args, PyObject *out, long long pos, long long expected, long long max_items,
+          long long nbytes, int first_free)
+{
+    PyObject *rest_args[9] = {args[0], args[1], args[2], NULL, NULL, NULL, args[6], NULL, NULL};
+    PyObject *res = NULL;
+    rest_args[3] = PyLong_FromLongLong(pos);
+    rest_args[4] = PyLong_FromLongLong(expected);
+    rest_args[5] = PyLong_FromLongLong(max_items);
+    rest_args[7] = PyLong_FromLongLong(nbytes);
+    rest_args[8] = Py_NewRef(first_free && PyList_GET_SIZE(out) == 0 ? Py_True : Py_False);
+    if (rest_args[3] == NULL || rest_args[4] == NULL || rest_args[5] == NULL || rest_args[7] == NULL)
+        goto done;
+    PyObject *ref = Py_NewRef(py_walk_puts); /* a configure() from Python code may replace it */
+    res = PyObject_Vectorcall(ref, rest_args, 9, NULL);
+    Py_DECREF(ref);
+    if (res == NULL)
+        goto done;
+    if (!PyTuple_CheckExact(res) || PyTuple_GET_SIZE(res) != 7 || !PyList_CheckExact(PyTuple_GET_ITEM(res, 0))) {
+        PyErr_SetString(PyExc_TypeError, "walk_puts' reference must return a 7-tuple starting with a list");
+        Py_CLEAR(res);
+        goto done;
+    }
+    {
+        PyObject *tail = Py_NewRef(PyTuple_GET_ITEM(res, 0));
+        int rc = PyList_SetSlice(out, PyList_GET_SIZE(out), PyList_GET_SIZE(out), tail);
+        Py_DECREF(tail);
+        if (rc < 0) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyObject *joined = PyTuple_New(7);
+        if (joined == NULL) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyTuple_SET_ITEM(joined, 0, Py_NewRef(out));
+        for (Py_ssize_t i = 1; i < 7; i++)
+            PyTuple_SET_ITEM(joined, i, Py_NewRef(PyTuple_GET_ITEM(res, i)));
+        Py_SETREF(res, joined);
+    }
+done:
+    for (int i = 3; i < 9; i++)
+        if (i != 6)
+            Py_XDECREF(rest_args[i]);
+    return res;
+}
+
+static PyObject *
+walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_walk_puts == NULL || put_type == NULL)
+        return not_configured();
+    long long base_offset, pos, expected, max_items, max_bytes, nbytes;
+    if (kwnames != NULL || nargs != 9)
+        goto reference;
+    PyObject *buf = args[0];
+    if (!(PyBytes_CheckExact(buf) || PyByteArray_CheckExact(buf)) || !PyLong_CheckExact(args[2]) ||
+        !as_index(args[1], &base_offset) || !as_index(args[3], &pos) || !as_index(args[4], &expected) ||
+        !as_index(args[5], &max_items) || !as_index(args[6], &max_bytes) || !as_index(args[7], &nbytes) ||
+        !PyBool_Check(args[8]))
+        goto reference;
+    uint64_t salt = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (salt == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    int first_free = args[8] == Py_True;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0), *res = NULL;
+    IntCache cache[2] = {{0, NULL}, {0, NULL}};
+    if (out == NULL)
+        goto done;
+    {
+        /* the view pins the bytes (a bytearray cannot be resized while it is held) */
+        const unsigned char *data = (const unsigned char *)view.buf;
+        long long n = view.len, count = 0;
+        while (pos < n && count < max_items) {
+            if (pos + PUT_OVERHEAD > n)
+                break;
+            const unsigned char *p = data + pos;
+            uint32_t crc = get_u32(p + RECORD_CRC_AT), length = get_u32(p + RECORD_LENGTH_AT);
+            long long end = pos + RECORD_HEADER_SIZE + (long long)length;
+            long long offset = base_offset + pos;
+            uint64_t id = get_u64(p + PUT_ID_AT);
+            if (p[RECORD_TYPE_AT] != TYPE_PUT || length < PUT_FIELDS_SIZE || (long long)length > MAX_BODY ||
+                end > n || id > (uint64_t)INDEX_MAX ||
+                crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT, (size_t)(end - pos - RECORD_LENGTH_AT)) !=
+                    crc)
+                break;
+            if ((long long)id >= expected) {
+                long long len = end - pos - PUT_OVERHEAD; /* below 2**31: nbytes + len cannot overflow */
+                if ((PyList_GET_SIZE(out) > 0 || !first_free) && nbytes + len > max_bytes) {
+                    res = walk_result(out, pos, expected, nbytes, 1, pos);
+                    goto done;
+                }
+                PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
+                                        get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache);
+                if (rec == NULL)
+                    goto done;
+                int rc = PyList_Append(out, rec);
+                Py_DECREF(rec);
+                if (rc < 0)
+                    goto done;
+                nbytes += len;
+                expected = (long long)id + 1;
+            }
+            pos = end;
+            count++;
+        }
+        if (pos < n && count < max_items)
+            res = walk_rest(args, out, pos, expected, max_items - count, nbytes, first_free);
+        else
+            res = walk_result(out, pos, expected, nbytes, 0, pos);
+    }
+done:
+    cache_clear(cache, 2);
+    PyBuffer_Release(&view);
+    Py_XDECREF(out);
+    return res;
+reference:
+    return PyObject_Vectorcall(py_walk_puts, args, (size_t)nargs, kwnames);
 }
 
 /* ------------------------------------------------------------------------------ decode_columns
@@ -1031,6 +1240,8 @@ typedef struct {
     long long total; /* their charge, while total_obj is NULL */
     PyObject *total_obj;
     int expiring;
+    long long add_ms;   /* of the last item's add_time (perf: a batch of puts shares it) */
+    PyObject *add_time; /* that float, or NULL; owned */
 } Walk;
 
 /* Take the fast record ``p``: 1 when taken, 0 when it does not fit (the walk stops), -1 on error. */
@@ -1045,9 +1256,14 @@ take_fast(Walk *w, FastPut *p)
         w->expiring = 1;
     PyObject *vals[ITEM_NFIELDS] = {p->id, p->payload, NULL, NULL, NULL};
     int rc = -1;
-    vals[ITEM_ADD_TIME] = PyFloat_FromDouble((double)p->add_ms / 1000.0);
-    if (vals[ITEM_ADD_TIME] == NULL)
-        goto done;
+    if (w->add_time == NULL || w->add_ms != p->add_ms) {
+        PyObject *t = PyFloat_FromDouble((double)p->add_ms / 1000.0);
+        if (t == NULL)
+            goto done;
+        Py_XSETREF(w->add_time, t);
+        w->add_ms = p->add_ms;
+    }
+    vals[ITEM_ADD_TIME] = Py_NewRef(w->add_time);
     vals[ITEM_EXPIRE_AT] = p->expire_ms ? PyFloat_FromDouble((double)p->expire_ms / 1000.0) : Py_NewRef(Py_None);
     if (vals[ITEM_EXPIRE_AT] == NULL)
         goto done;
@@ -1061,6 +1277,7 @@ take_fast(Walk *w, FastPut *p)
     PyObject *obj = build_item(vals);
     if (obj == NULL)
         goto done;
+    untrack_atomic(obj, vals, ITEM_NFIELDS);
     rc = PyList_Append(w->out, obj) < 0 ? -1 : 1;
     Py_DECREF(obj);
 done:
@@ -1163,7 +1380,7 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         goto reference;
     {
         PyObject *recs = args[0];
-        Walk w = {args[1], args[2], args[3], want, PyList_New(0), 0, NULL, 0};
+        Walk w = {args[1], args[2], args[3], want, PyList_New(0), 0, NULL, 0, 0, NULL};
         if (w.out == NULL)
             return NULL;
         int taken = 1;
@@ -1182,6 +1399,7 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
             }
             Py_DECREF(rec);
         }
+        Py_CLEAR(w.add_time);
         if (taken < 0) {
             Py_DECREF(w.out);
             Py_XDECREF(w.total_obj);
@@ -1200,13 +1418,15 @@ reference:
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, constants, put_type, put_fields, damage_type, encode_puts, decode_many, decode_one, "
-     "decode_columns): record.py's layout (checked), the classes and the pure-Python references."},
+     "decode_columns, walk_puts=None): record.py's layout (checked), the classes and the pure-Python references."},
     {"configure_items", (PyCFunction)(void (*)(void))configure_items, METH_VARARGS | METH_KEYWORDS,
      "configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts)"},
     {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.fallback.encode_puts."},
     {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.fallback.decode_many."},
+    {"walk_puts", (PyCFunction)(void (*)(void))walk_puts, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.fallback.walk_puts."},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.fallback.decode_columns."},
     {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,

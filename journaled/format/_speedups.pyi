@@ -19,6 +19,7 @@ def configure(
     decode_many: Callable[..., Any],
     decode_one: Callable[..., Any],
     decode_columns: Callable[..., tuple[int, int | None, int]],
+    walk_puts: Callable[..., tuple[list[Any], int, int, int, bool, int, Any]] | None = None,
 ) -> None: ...
 def configure_items(
     *,
@@ -45,6 +46,17 @@ def decode_many(
     max_body: int = ...,
     limit: int | None = None,
 ) -> tuple[list[Any], int, Any]: ...
+def walk_puts(
+    buf: bytes | bytearray,
+    base_offset: int,
+    salt: int,
+    pos: int,
+    expected: int,
+    max_items: int,
+    max_bytes: int,
+    nbytes: int,
+    first_free: bool,
+) -> tuple[list[Any], int, int, int, bool, int, Any]: ...
 def decode_columns(
     buf: bytes,
     base_offset: int,

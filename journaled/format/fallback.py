@@ -10,6 +10,7 @@ is stale, or ``JOURNALED_PURE_PYTHON=1``.
 
 * :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops, the batch forms
   of format/record.py's single-record ``encode_put`` and ``decode_one``;
+* :func:`walk_puts`: the record walker's loop over decode_many's records (journaled.log.walker);
 * :func:`decode_columns`: PUT records into the Arrow column buffers of format/columns.py;
 * :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
   it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
@@ -46,7 +47,7 @@ from journaled.format.record import (
     decode_one,
 )
 
-__all__ = ["ITEM_FIELDS", "decode_columns", "decode_many", "encode_puts", "item_references"]
+__all__ = ["ITEM_FIELDS", "decode_columns", "decode_many", "encode_puts", "item_references", "walk_puts"]
 
 # ----------------------------------------------------------------------- encode_puts, decode_many
 
@@ -169,6 +170,48 @@ def decode_many(
     finally:
         view.release()
     return out, pos, None
+
+
+# -------------------------------------------------------------------------------------- walk_puts
+
+
+def walk_puts(
+    buf: bytes | bytearray,
+    base_offset: int,
+    salt: int,
+    pos: int,
+    expected: int,
+    max_items: int,
+    max_bytes: int,
+    nbytes: int,
+    first_free: bool,
+) -> tuple[list[Put], int, int, int, bool, int, Damage | None]:
+    """The record walker's per-record loop (journaled.log.walker): decode at most ``max_items``
+    records from ``buf[pos:]`` (``buf`` lies at file offset ``base_offset``) and keep the PUTs
+    with an id at or above ``expected`` while their payloads fit ``max_bytes`` with the
+    ``nbytes`` already taken (the first one kept always fits when ``first_free``).
+
+    compiled twin: _speedups.c, section walk_puts (journaled.format.speedups.walk_puts is the one
+    callers use).
+
+    Returns ``(puts, pos, expected, nbytes, full, end, damage)``: the PUTs kept, the buffer
+    position after the last record walked, the id expected next, the payload bytes taken, and
+    whether the walk stopped at a PUT that did not fit (``pos`` is then at it, ``end == pos`` and
+    ``damage`` is ``None``); else ``end`` and ``damage`` are :func:`decode_many`'s.
+    """
+    recs, end, damage = decode_many(buf, base_offset, salt, pos, MAX_BODY, limit=max_items)
+    out: list[Put] = []
+    append = out.append
+    for rec in recs:
+        if isinstance(rec, Put) and rec.id >= expected:
+            n = len(rec.payload)
+            if (out or not first_free) and nbytes + n > max_bytes:
+                return out, pos, expected, nbytes, True, pos, None
+            append(rec)
+            nbytes += n
+            expected = rec.id + 1
+        pos = rec.offset - base_offset + rec.size
+    return out, pos, expected, nbytes, False, end, damage
 
 
 # ------------------------------------------------------------------------------- decode_columns

@@ -12,7 +12,8 @@ for error.  This module alone imports ``_speedups`` and decides, once, at import
   constants and refuses on any difference); otherwise the references run and :func:`describe` says
   why.
 
-Callers take :data:`encode_puts`, :data:`decode_many`, :data:`decode_columns` from here, and
+Callers take :data:`encode_puts`, :data:`decode_many`, :data:`walk_puts`, :data:`decode_columns` from
+here, and
 journaled.item takes the item builders from :func:`item_twins` (it passes its ``Item`` class in:
 format/ cannot import it).
 """
@@ -34,7 +35,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 3
+ABI_VERSION: Final = 4
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -77,6 +78,7 @@ def adopt(module: ModuleType) -> str | None:
             decode_many=fallback.decode_many,
             decode_one=record.decode_one,
             decode_columns=fallback.decode_columns,
+            walk_puts=fallback.walk_puts,
         )
     except (TypeError, ValueError) as exc:
         return f"the compiled extension refused the format: {exc}"
@@ -114,6 +116,9 @@ encode_puts = fallback.encode_puts if native is None else native.encode_puts
 #: ``fallback.decode_many`` or its compiled twin (records that are not well-formed PUTs are
 #: classified by record.decode_one, so damage is described exactly as by the reference).
 decode_many = fallback.decode_many if native is None else native.decode_many
+#: ``fallback.walk_puts`` or its compiled twin (anything but a well-formed PUT, and every argument
+#: off its fast path, is handed to the reference from there on).
+walk_puts = fallback.walk_puts if native is None else native.walk_puts
 #: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
 

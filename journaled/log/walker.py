@@ -34,7 +34,7 @@ from journaled.format.record import (
     Put,
     find_next_record,
 )
-from journaled.format.speedups import decode_many
+from journaled.format.speedups import decode_many, walk_puts
 
 #: Bytes read per chunk (at most; a small budget reads a small window).
 READ_CHUNK = 1024 * 1024
@@ -118,20 +118,20 @@ class LogReader:
             # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
             want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
             data = self.pread(want, self.pos)
-            recs, end, damage = decode_many(data, self.pos, salt, 0, MAX_BODY, limit=max_items - len(out))
-            full = False
-            expected = self.expected
-            pos = self.pos
-            for rec in recs:
-                if isinstance(rec, Put) and rec.id >= expected:
-                    if (out or not at_least_one) and nbytes + len(rec.payload) > max_bytes:
-                        full = True  # never past max_bytes (but at least one record)
-                        break
-                    out.append(rec)
-                    nbytes += len(rec.payload)
-                    expected = rec.id + 1
-                pos = rec.offset + rec.size
-            self.pos, self.expected = pos, expected
+            # never past max_bytes (but at least one record): `full` says the next one did not fit
+            recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
+                data,
+                self.pos,
+                salt,
+                0,
+                self.expected,
+                max_items - len(out),
+                max_bytes,
+                nbytes,
+                at_least_one and not out,
+            )
+            out += recs
+            self.pos += pos
             if full:
                 break
             if not data and self.pos < self.limit:

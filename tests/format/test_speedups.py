@@ -701,6 +701,7 @@ def test_each_c_section_names_its_reference_and_each_reference_its_section():
         "new_item",
         "new_items",
         "items_from_puts",
+        "walk_puts",
     }
     for name, section in twins.items():
         assert name in sections[section], (name, section)
