@@ -38,7 +38,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def raw_fdatasync(directory: str, size: int, seconds: float) -> tuple[float, float, float, float]:
+def raw_fdatasync(
+    directory: str, size: int, seconds: float
+) -> tuple[float, float, float, float, float, float]:
     """``(writes/s, fsyncs/s, writes per fsync)`` of one thread appending and fdatasyncing."""
     path = os.path.join(directory, "raw")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -54,23 +56,41 @@ def raw_fdatasync(directory: str, size: int, seconds: float) -> tuple[float, flo
         took = time.monotonic() - start
     finally:
         os.close(fd)
-    return n / took, n / took, 1.0, 0.0
+    return n / took, n / took, 1.0, 0.0, 0.0, 0.0
 
 
 def durable_puts(
     directory: str, threads: int, size: int, seconds: float, fake: float = 0.0
-) -> tuple[float, float, float, float]:
-    """``(puts/s, fsyncs/s, puts per fsync, process CPU microseconds per put)`` of ``threads``
-    producers under ``sync="always"``."""
-    if fake:
-        from journaled.disk import fileio
+) -> tuple[float, float, float, float, float, float]:
+    """``(puts/s, fsyncs/s, puts per fsync, process CPU microseconds per put, median fdatasync
+    microseconds, median microseconds from one fdatasync's end to the next one's start)`` of
+    ``threads`` producers under ``sync="always"``.  The last is the time a round spends outside
+    the fsync: the batch's puts, their wake-ups and the flush."""
+    from journaled.disk import fileio
 
-        class SleepingSync(fileio.FileOps):
-            def fdatasync(self, fd: int) -> None:
+    spans: list[tuple[float, float]] = []
+
+    class TimedSync(fileio.FileOps):
+        def fdatasync(self, fd: int) -> None:
+            t = time.perf_counter()
+            if fake:
                 time.sleep(fake)
+            else:
+                super().fdatasync(fd)
+            spans.append((t, time.perf_counter()))
 
-        with fileio.use(SleepingSync()):
-            return durable_puts(directory, threads, size, seconds)
+    with fileio.use(TimedSync()):
+        rate, fs, per, cpu = _durable_puts(directory, threads, size, seconds)
+    spans = spans[1:]  # the header's, at open
+    fsync_us = statistics.median(e - s for s, e in spans) * 1e6 if spans else 0.0
+    gaps = [spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)]
+    gap_us = statistics.median(gaps) * 1e6 if gaps else 0.0
+    return rate, fs, per, cpu, fsync_us, gap_us
+
+
+def _durable_puts(
+    directory: str, threads: int, size: int, seconds: float
+) -> tuple[float, float, float, float]:
     from journaled import JournaledQueue, QueueConfig
 
     q = JournaledQueue(directory, config=QueueConfig(sync="always"), name="q")
@@ -119,7 +139,7 @@ def compare(args: argparse.Namespace) -> int:
         "this": os.path.abspath(args.tree or os.path.join(HERE, "..")),
         "other": os.path.abspath(args.compare),
     }
-    runs: dict[tuple[str, int], list[tuple[float, float, float, float]]] = {}
+    runs: dict[tuple[str, int], list[tuple[float, ...]]] = {}
     parent = tempfile.mkdtemp(prefix="bench_gc_", dir=args.dir)
     try:
         for r in range(args.rounds):
@@ -143,7 +163,7 @@ def compare(args: argparse.Namespace) -> int:
     print(f"{args.rounds} rounds x {args.seconds:g} s per run, in {args.dir}; medians")
     print(
         f"{'threads':>8} {'this puts/s':>12} {'puts/fsync':>11} {'other puts/s':>13} {'puts/fsync':>11}"
-        f" {'this/other':>11}   CPU us per put, this / other"
+        f" {'this/other':>11}   CPU us/put this / other   fsync + gap us this / other"
     )
     one = {side: statistics.median(x[0] for x in runs[(side, counts[0])]) for side in sides}
     for n in counts:
@@ -154,6 +174,8 @@ def compare(args: argparse.Namespace) -> int:
             f"{n:>8} {ma:>12,.0f} {statistics.median(x[2] for x in a):>11.2f} {mb:>13,.0f}"
             f" {statistics.median(x[2] for x in b):>11.2f} {ratio:>10.2f}x"
             f"   {statistics.median(x[3] for x in a):.1f} / {statistics.median(x[3] for x in b):.1f}"
+            f"   {statistics.median(x[4] for x in a):.0f} + {statistics.median(x[5] for x in a):.0f}"
+            f" / {statistics.median(x[4] for x in b):.0f} + {statistics.median(x[5] for x in b):.0f}"
         )
     print(
         f"x {counts[0]} thread(s), medians: "
@@ -190,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:  # a single run for --compare, in a fresh interpreter
         d, n, secs = args.one
         n = int(n)
-        res = (
-            raw_fdatasync(d, args.size, float(secs)) if n == 0 else durable_puts(d, n, args.size, float(secs))
-        )
+        res = durable_puts(d, n, args.size, float(secs), args.fake_fsync)
         print(json.dumps(res))
         return 0
     if args.compare:
@@ -205,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parent = tempfile.mkdtemp(prefix="bench_gc_", dir=args.dir)
     try:
         for _ in range(args.rounds):
-            this_round: dict[int, tuple[float, float, float, float]] = {}
+            this_round: dict[int, tuple[float, float, float, float, float, float]] = {}
             for n in counts:
                 d = tempfile.mkdtemp(dir=parent)
                 this_round[n] = durable_puts(d, n, args.size, args.seconds, args.fake_fsync)
@@ -214,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             raw = raw_fdatasync(d, args.size, args.seconds)
             shutil.rmtree(d)
             one = this_round[1][0]
-            for n, (rate, fs, per, _cpu) in this_round.items():
+            for n, (rate, fs, per, *_rest) in this_round.items():
                 runs[str(n)].append((rate, fs, per, rate / one))
             runs["raw"].append((*raw[:3], raw[0] / one))
     finally:
