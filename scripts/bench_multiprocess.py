@@ -108,9 +108,10 @@ print("ready", flush=True)
 conn, _ = listener.accept()
 frames = FrameReader(conn)
 n = 0
+reply = getattr(proto, "put_reply", lambda first, count: {"ok": True, "first": first, "count": count})
 while frames.read() is not None:
     n += 1
-    send_frame(conn, proto.put_reply(n, 1))
+    send_frame(conn, reply(n, 1))
 """
 
 RAW_SERVER = """
@@ -202,6 +203,7 @@ def roundtrip(tmp: str, rounds: int, n: int) -> None:
     from journaled.remote import protocol as proto
     from journaled.remote.transport import FrameReader, send_frame
 
+    put_request = getattr(proto, "PUT_REQUEST", {"op": "put"})  # (a checkout before it: --baseline)
     fpath = os.path.join(tmp, "frames.sock")
     fserver = child(FRAME_SERVER, fpath)
     assert fserver.stdout is not None and fserver.stdout.readline().strip() == "ready"
@@ -209,7 +211,7 @@ def roundtrip(tmp: str, rounds: int, n: int) -> None:
     fsock.connect(fpath)
 
     def frame_rtt() -> None:
-        send_frame(fsock, proto.PUT_REQUEST, ITEM)
+        send_frame(fsock, put_request, ITEM)
         if FrameReader(fsock).read() is None:
             raise RuntimeError("the frame server went away")
 

@@ -111,7 +111,7 @@ def encode(header: dict[str, Any], payload: bytes = b"") -> bytes:
     return prefix(len(head), len(payload)) + head + payload
 
 
-def lengths(raw: bytes) -> tuple[int, int] | None:
+def lengths(raw: bytes | bytearray) -> tuple[int, int] | None:
     """The header and payload lengths announced by a frame's first ``HEAD.size`` bytes;
     ``None`` for a long frame (its lengths follow: :func:`long_lengths`)."""
     hlen, plen = HEAD.unpack(raw)
@@ -122,7 +122,7 @@ def lengths(raw: bytes) -> tuple[int, int] | None:
     return hlen, plen
 
 
-def long_lengths(raw: bytes, limits: Limits) -> tuple[int, int]:
+def long_lengths(raw: bytes | bytearray, limits: Limits) -> tuple[int, int]:
     """A long frame's lengths from its ``LONG_HEAD.size`` bytes, checked against ``limits``."""
     hlen, plen = LONG_HEAD.unpack(raw)
     if not 2 <= hlen <= limits.header or plen > limits.payload:

@@ -19,6 +19,9 @@ from journaled.remote import protocol as proto
 
 #: a frame that came within this many seconds of asking keeps (or turns) a reader's polling on
 SPIN_HOT = 0.0002
+#: seconds between two looks at how many tasks are runnable (:func:`cores_free`)
+IDLE_CHECK = 0.1
+_looked = [float("-inf"), True]  # when cores_free last looked, and what it found
 _CRED = struct.Struct("3i")
 _PLAIN = proto.HEAD.size
 _LONG = proto.HEAD.size + proto.LONG_HEAD.size
@@ -30,6 +33,28 @@ def socket_address(dir_fd: int, directory: str) -> str:
     if os.path.isdir(f"/proc/self/fd/{dir_fd}"):
         return f"/proc/self/fd/{dir_fd}/{proto.SOCKET_NAME}"
     return os.path.join(directory, proto.SOCKET_NAME)
+
+
+def runnable_tasks() -> int | None:
+    """How many tasks of the whole machine are runnable now, this one included (the running
+    count of ``/proc/loadavg``); None where the system does not say."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cores_free() -> bool:
+    """Whether a poller would take a core nobody else waits for: no more runnable tasks than
+    this process has cores (the poller and its client each on one counts as free).  Looked at
+    every ``IDLE_CHECK`` seconds at most; True where the system does not say."""
+    now = time.monotonic()
+    if now - _looked[0] >= IDLE_CHECK:
+        running = runnable_tasks()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        _looked[:] = [now, running is None or running <= (cores or 1)]
+    return bool(_looked[1])
 
 
 def peer_ids(sock: socket.socket) -> tuple[int, int]:
@@ -76,7 +101,9 @@ class FrameReader:
     and its reply are a ping-pong between two processes, and on an idle machine waking a thread
     blocked in ``recv`` is a large part of a round trip; a client sending back to back (a loop
     of puts) saves the owner's wake-up.  One slow frame (a consumer working on its item) turns
-    the polling off, so a client that pauses between requests never has a core burnt for it.
+    the polling off, so a client that pauses between requests never has a core burnt for it,
+    and nothing polls while more tasks are runnable than there are cores (:func:`cores_free`):
+    on a busy machine a blocked thread wakes quickly anyway and the core is someone else's.
     Clients do not poll: their spinning would take the core the owner needs to answer them.
 
     ``limits`` bound a long frame (remote/protocol.py): a client accepts large replies, the
@@ -131,7 +158,7 @@ class FrameReader:
     def _fill(self, n: int) -> bool:
         if self.spin and not self.buf and self.deadline is None:
             start = time.perf_counter()
-            if self.quick >= 2 and not self._poll():
+            if self.quick >= 2 and cores_free() and not self._poll():
                 return False
             if not self.buf:
                 chunk = self.sock.recv(65536)
@@ -154,10 +181,10 @@ class FrameReader:
         Lengths beyond protocol.py's limits or this reader's ``limits`` raise ``ProtocolError``."""
         if not self._fill(_PLAIN):
             return None
-        found = proto.lengths(bytes(self.buf[:_PLAIN]))
+        found = proto.lengths(self.buf[:_PLAIN])
         if found is None:
             self._fill(_LONG)
-            found = proto.long_lengths(bytes(self.buf[_PLAIN:_LONG]), self.limits)
+            found = proto.long_lengths(self.buf[_PLAIN:_LONG], self.limits)
             del self.buf[:_LONG]
         else:
             del self.buf[:_PLAIN]
@@ -168,10 +195,10 @@ class FrameReader:
         over ``SMALL_PAYLOAD`` is a ``bytearray`` of its own (read into, never copied)."""
         if plen <= SMALL_PAYLOAD:
             self._fill(hlen + plen)
-            header = proto.decode_header(bytes(self.buf[:hlen]))
-            payload: bytes | bytearray = bytes(self.buf[hlen : hlen + plen])
+            with memoryview(self.buf) as view:  # one copy of each part, released before the del
+                raw, small = bytes(view[:hlen]), bytes(view[hlen : hlen + plen])
             del self.buf[: hlen + plen]
-            return header, payload
+            return proto.decode_header(raw), small
         self._fill(hlen)
         header = proto.decode_header(bytes(self.buf[:hlen]))
         del self.buf[:hlen]
@@ -203,6 +230,17 @@ class FrameReader:
     def read(self) -> tuple[dict[str, Any], bytes] | None:
         """The next frame's header and payload; ``None`` if the peer closed between frames.
         A frame that breaks protocol.py's limits or JSON rules raises ``ProtocolError``."""
+        if not self.buf and not self.spin and self.deadline is None:
+            # perf: the usual message (a reply to a client) is one plain frame that one recv
+            # brings whole: taken apart here, anything else goes the general way below
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            if len(chunk) > _PLAIN:
+                hlen, plen = proto.HEAD.unpack_from(chunk)
+                if len(chunk) == _PLAIN + hlen + plen and 2 <= hlen <= proto.MAX_HEADER:
+                    return proto.decode_header(chunk[_PLAIN : _PLAIN + hlen]), chunk[_PLAIN + hlen :]
+            self.buf += chunk
         found = self.announced()
         if found is None:
             return None
@@ -210,4 +248,14 @@ class FrameReader:
         return header, payload if type(payload) is bytes else bytes(payload)
 
 
-__all__ = ["SMALL_PAYLOAD", "SPIN_HOT", "FrameReader", "peer_ids", "send_frame", "socket_address"]
+__all__ = [
+    "IDLE_CHECK",
+    "SMALL_PAYLOAD",
+    "SPIN_HOT",
+    "FrameReader",
+    "cores_free",
+    "peer_ids",
+    "runnable_tasks",
+    "send_frame",
+    "socket_address",
+]

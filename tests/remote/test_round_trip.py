@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from journaled import JournaledQueue
-from journaled.remote import connections, handlers
+from journaled.remote import connections, handlers, transport
 from journaled.remote import protocol as proto
 from journaled.remote.connections import REPLY_MARGIN, Link
 from journaled.remote.transport import FrameReader, send_frame
@@ -152,3 +152,63 @@ def test_a_client_connection_waits_with_kernel_time_limits_not_a_python_timeout(
         owner.finish()
     finally:
         owner.stop()
+
+
+class Wire:
+    """A socket's receiving end fed from a list of chunks, recording each ``recv``'s flags."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.flags: list[int] = []
+
+    def recv(self, n: int, flags: int = 0) -> bytes:
+        self.flags.append(flags)
+        if flags & socket.MSG_DONTWAIT and not self.chunks:
+            raise BlockingIOError
+        return self.chunks.pop(0)[:n] if self.chunks else b""
+
+
+def frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    return proto.encode(header, payload)
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [frame({"ok": True}, b"one") + frame({"ok": True, "n": 2}, b"two")],  # two in one recv
+        [
+            frame({"ok": True}, b"one")[:5],
+            frame({"ok": True}, b"one")[5:] + frame({"ok": True, "n": 2}, b"two"),
+        ],
+        [frame({"ok": True}, b"one"), frame({"ok": True, "n": 2}, b"two")],
+    ],
+    ids=["together", "cut", "one per recv"],
+)
+def test_frames_read_the_same_however_the_bytes_arrive(chunks: list[bytes]) -> None:
+    frames = FrameReader(Wire(chunks))  # type: ignore[arg-type]
+    assert frames.read() == ({"ok": True}, b"one")
+    assert frames.read() == ({"ok": True, "n": 2}, b"two")
+    assert frames.read() is None
+
+
+def test_a_frame_whose_lengths_break_the_limits_is_refused_when_it_arrives_whole() -> None:
+    bad = proto.HEAD.pack(1, 0) + b"{"  # a header shorter than any JSON object
+    with pytest.raises(proto.ProtocolError):
+        FrameReader(Wire([bad])).read()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("runnable", "polls"), [(1, True), (64, False)])
+def test_the_owner_polls_only_while_no_task_waits_for_a_core(monkeypatch, runnable: int, polls: bool) -> None:
+    monkeypatch.setattr(transport, "runnable_tasks", lambda: runnable)
+    monkeypatch.setattr(transport, "IDLE_CHECK", 0.0)
+    monkeypatch.setattr(transport.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    wire = Wire([frame({"op": "readers"})])
+    frames = FrameReader(wire, spin=0.001)  # type: ignore[arg-type]
+    frames.quick = 2  # the last two requests came at once: a client sending back to back
+    assert frames.read() == ({"op": "readers"}, b"")
+    assert (socket.MSG_DONTWAIT in wire.flags) is polls
+
+
+def test_the_machine_says_how_many_tasks_are_runnable() -> None:
+    running = transport.runnable_tasks()
+    assert running is None or running >= 1  # this test's own thread runs
