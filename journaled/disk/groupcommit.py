@@ -154,6 +154,7 @@ class GroupCommit:
             self._open = _Batch()  # closed: later arrivals wait for the next round
             self._max_seq = 0
         ok = False  # stays False unless the sync succeeded: a failed one proves nothing
+        needed = False
         written = 0
         took = 0.0
         try:
@@ -161,15 +162,15 @@ class GroupCommit:
             needed = written > self._durable
             t0 = time.monotonic()
             fsync(needed)
-            took = time.monotonic() - t0 if needed else 0.0
+            took = time.monotonic() - t0
             ok = True
         finally:
-            self._finish(batch, ok, written, took)
+            self._finish(batch, ok, needed, written, took)
 
-    def _finish(self, batch: _Batch, ok: bool, written: int, took: float) -> None:
+    def _finish(self, batch: _Batch, ok: bool, synced: bool, written: int, took: float) -> None:
         with self._lock:
             if ok:
-                if took:
+                if synced:
                     self.fsyncs += 1
                     self.batched += batch.size
                     self._fsync_s = took if not self._fsync_s else (self._fsync_s * 3 + took) / 4

@@ -215,6 +215,18 @@ def test_a_caller_interrupted_just_as_it_was_handed_leadership_still_leads_so_no
     assert results[2][0] == "durable" and j.commits.durable >= 30  # type: ignore[index]
 
 
+def test_every_fsync_round_is_counted_even_one_too_fast_for_the_clock(monkeypatch):
+    from journaled.disk import groupcommit
+
+    monkeypatch.setattr(groupcommit.time, "monotonic", lambda: 1000.0)  # a coarse clock
+    j = FakeJournal()
+    for _ in range(3):
+        j.commits.wait_durable(j.append())
+    assert j.commits.fsyncs == 3 == j.starts()
+    j.commits.wait_durable(j.appended)  # nothing new: no fsync, nothing counted
+    assert j.commits.fsyncs == 3
+
+
 # ----------------------------------------------------------------------------- a real queue
 class OrderOps(fileio.FileOps):
     """Logs, in one list, every write to a journal file (with the file's size after it) and the
