@@ -112,8 +112,7 @@ class GroupCommit:
             batch.size += 1
             if not self._leading:
                 self._leading = True
-                self._lock.release()
-                self._lead(batch)
+                self._lead(batch)  # releases the lock
                 continue
             me = _Waiter()
             batch.waiters.append(me)
@@ -126,6 +125,7 @@ class GroupCommit:
                 self._abandon(batch, me)
                 raise
             if me.lead:
+                self._lock.acquire()
                 self._lead(batch)
             # else released: batch.ok means covered (the loop test sees it); a failed round
             # leaves durable short of seq and we try again
@@ -139,11 +139,13 @@ class GroupCommit:
                 return
         if me.lead:
             # our bytes may stay unsynced, but the batch must not be left without a leader
+            self._lock.acquire()
             self._lead(batch)
 
     def _lead(self, batch: _Batch) -> None:
-        """Gather, flush and fsync for ``batch`` (the open one), then release and hand over."""
-        with self._lock:
+        """Gather, flush and fsync for ``batch`` (the open one), then release and hand over.
+        Called with the lock held; releases it before the flush."""
+        try:
             if batch.size < self._expect and self._fsync_s > 0.0:
                 deadline = time.monotonic() + min(self._fsync_s / 2, GATHER_MAX)
                 while batch.size < self._expect:
@@ -153,6 +155,8 @@ class GroupCommit:
                     self._gathered.wait(left)
             self._open = _Batch()  # closed: later arrivals wait for the next round
             self._max_seq = 0
+        finally:
+            self._lock.release()
         ok = False  # stays False unless the sync succeeded: a failed one proves nothing
         needed = False
         written = 0
