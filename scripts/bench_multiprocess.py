@@ -10,8 +10,8 @@ Measures, with 1 KiB items and the default sync policy (0.05 s):
   frames (a put request and its reply through remote/transport.py, no queue behind it), (b) a
   client's single ``put`` of 1 KiB to a queue owned by another process (default sync, and
   ``sync="never"``), (c) a client's ``get`` + ``commit``; p50/p99 of each (median over the
-  rounds), their ratio to (a), and the CPU the server's process used while each side ran
-  (``/proc/<pid>/task/*/schedstat``: 100 % = one core kept busy): whether the owner spins;
+  rounds), their ratio to (a), and the CPU time the server's process used per call
+  (``/proc/<pid>/task/*/schedstat``): a spinning owner uses more than it works;
 * a client's ``put_many`` of 1,000 items (items/s, median of ``--rounds`` batches);
 * a client's single ``put`` round trip (p50 and p99 in µs);
 * 2 consumer processes against 1 on one reader, each item costing ~200 µs of hashing (ratio of
@@ -243,7 +243,7 @@ def roundtrip(tmp: str, rounds: int, n: int) -> None:
             before, wall = cpu_seconds(owner), time.perf_counter()
             lat = timed(op, n)
             wall = time.perf_counter() - wall
-            cpu.setdefault(name, []).append((cpu_seconds(owner) - before) / wall)
+            cpu.setdefault(name, []).append((cpu_seconds(owner) - before) / n)
             sides.setdefault(name, []).append((lat[len(lat) // 2], lat[len(lat) * 99 // 100]))
     sock.close()
     raw.wait(timeout=60)
@@ -271,7 +271,7 @@ def roundtrip(tmp: str, rounds: int, n: int) -> None:
         p50s = ", ".join(f"{r[0] * 1e6:.0f}" for r in runs)
         print(
             f"  {labels[name]:40s} p50 {p50 * 1e6:5.0f} µs  p99 {p99 * 1e6:5.0f} µs  "
-            f"x{p50 / floor:4.2f} of (a)  server CPU {statistics.median(cpu[name]) * 100:3.0f} %  "
+            f"x{p50 / floor:4.2f} of (a)  server CPU {statistics.median(cpu[name]) * 1e6:3.0f} µs/call  "
             f"(p50s: {p50s})"
         )
 

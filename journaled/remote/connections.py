@@ -15,9 +15,9 @@ own connections to come free, up to :data:`POOL_WAIT` seconds, then raises
 untouched either way.
 
 **Deadlines.**  Opening a connection (connect and hello) has the ``timeout`` the link was made
-with; every request has :data:`REPLY_MARGIN` seconds, beyond the wait it asks the owner for,
-to be sent and answered.  An owner that lets a deadline pass (stopped, wedged) is taken for
-lost: the call raises :class:`OwnerLost` naming the deadline.
+with; every request has :data:`REPLY_MARGIN` seconds, beyond the wait it asks the owner for (in
+whole seconds, rounded up), to be sent and answered.  An owner that lets a deadline pass
+(stopped, wedged) is taken for lost: the call raises :class:`OwnerLost` naming the deadline.
 
 **Loss.**  When the owner goes away mid-call the call raises :class:`OwnerLost`
 (``outcome_unknown`` set when a put or a settling of reads was sent but not answered: it may
@@ -34,6 +34,7 @@ whose pid the directory's lock file holds, of this user; anything else raises
 from __future__ import annotations
 
 import errno
+import math
 import os
 import secrets
 import socket
@@ -201,11 +202,12 @@ class Link:
     ) -> tuple[dict[str, Any], bytes]:
         """Send one request, return the reply (or raise the error the owner reported).  ``wait``
         is how long the owner may take on purpose (a blocking get's timeout): the reply's
-        deadline is that plus :data:`REPLY_MARGIN`."""
+        deadline is that, rounded up to whole seconds, plus :data:`REPLY_MARGIN`."""
         sock = self._take()
         sent = False
         try:
-            limit = wait + REPLY_MARGIN
+            # a wait counted in whole seconds: the limit of a loop of gets stays put (set once)
+            limit = math.ceil(wait) + REPLY_MARGIN
             if self._limits.get(sock) != limit:
                 _time_limit(sock, limit)
                 self._limits[sock] = limit
@@ -222,7 +224,7 @@ class Link:
             self.kill()
             if isinstance(exc, (TimeoutError, BlockingIOError)):  # BlockingIOError: SO_RCVTIMEO passed
                 which = "reply" if sent else "request"
-                exc = TimeoutError(f"no {which} within {wait + REPLY_MARGIN:.1f} s ({which} deadline)")
+                exc = TimeoutError(f"no {which} within {limit:.1f} s ({which} deadline)")
             raise _lost(
                 self.directory, exc, sent and (is_put or header.get("op") in SETTLE_OPS), is_put
             ) from exc

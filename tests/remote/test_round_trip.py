@@ -145,6 +145,10 @@ def test_a_client_connection_waits_with_kernel_time_limits_not_a_python_timeout(
             monkeypatch.setattr(connections, "REPLY_MARGIN", 2.5)
             link.call({"op": "readers"}, wait=1.0)
             assert time_limits(sock) == (3.5, 3.5)
+            link.call({"op": "readers"}, wait=0.4)  # a wait counts in whole seconds, rounded up
+            assert time_limits(sock) == (3.5, 3.5)
+            link.call({"op": "readers"}, wait=1.2)
+            assert time_limits(sock) == (4.5, 4.5)
             assert link.call(proto.PUT_REQUEST, b"x", is_put=True)[0] == {"ok": True, "first": 1, "count": 1}
         finally:
             link.kill()
