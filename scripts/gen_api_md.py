@@ -53,11 +53,12 @@ def exported(init: ast.Module) -> list[tuple[str, str]]:
     """``(module, name)`` for each name of ``__all__``, in ``__all__`` order."""
     origin: dict[str, str] = {}
     names: list[str] = []
-    for node in init.body:
+    for node in ast.walk(init):  # the imports sit under `if TYPE_CHECKING:` (the names load lazily)
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
                 origin[alias.asname or alias.name] = node.module
-        elif isinstance(node, ast.Assign) and any(
+    for node in init.body:
+        if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
         ):
             names = [ast.literal_eval(e) for e in node.value.elts]  # type: ignore[attr-defined]

@@ -106,3 +106,23 @@ def test_moved_module_is_gone_from_its_old_path(old, new):
     assert importlib.util.find_spec(new) is not None or new.rpartition(".")[2].startswith("_"), (
         f"{new} (the new path of {old}) does not exist"
     )
+
+
+def test_importing_the_package_loads_a_public_name_only_when_it_is_used() -> None:
+    """A Spark worker or a tool that needs one part does not pay for every module at start-up."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, journaled\n"
+        "print(sorted(m for m in sys.modules if m.startswith('journaled')))\n"
+        "journaled.JournaledQueue\n"
+        "print('journaled.queue' in sys.modules, journaled.txn.__name__)\n"
+        "try:\n"
+        "    journaled.no_such_name\n"
+        "except AttributeError as exc:\n"
+        "    print(type(exc).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["['journaled']", "True journaled.txn", "AttributeError"]
+    assert set(journaled.__all__) <= set(dir(journaled))
