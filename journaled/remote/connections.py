@@ -343,7 +343,8 @@ def _time_limit(sock: socket.socket, seconds: float) -> None:
     """Each send and receive on ``sock`` fails (``BlockingIOError``) once it waited ``seconds``:
     kernel timeouts (``SO_SNDTIMEO``/``SO_RCVTIMEO``) on a blocking socket, so no ``poll(2)``
     precedes every send and receive as with a Python socket timeout."""
-    sock.settimeout(None)
+    if sock.gettimeout() is not None:
+        sock.settimeout(None)
     whole = int(seconds)
     limit = _TIMEVAL.pack(whole, max(int((seconds - whole) * 1e6), 0 if whole else 1000))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)

@@ -82,12 +82,15 @@ REQUEST_LIMITS = Limits(MAX_LONG_HEADER, MAX_PAYLOAD)
 #: the header of a client's plain ``put`` (no ``ttl``, no ``expire_at``); never changed
 PUT_REQUEST: dict[str, Any] = {"op": "put"}
 _PUT_REQUEST = b'{"op":"put"}'
+_OK_BYTES = b'{"ok":true}'
 
 
 def dump_header(header: dict[str, Any]) -> bytes:
     """A header's JSON bytes."""
     if header is PUT_REQUEST:
         return _PUT_REQUEST  # perf: a client's usual request, without the JSON encoder
+    if len(header) == 1 and header.get("ok") is True:
+        return _OK_BYTES  # perf: the reply to a commit, abort, release, reject
     return json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
 
 

@@ -216,3 +216,11 @@ def test_the_owner_polls_only_while_no_task_waits_for_a_core(monkeypatch, runnab
 def test_the_machine_says_how_many_tasks_are_runnable() -> None:
     running = transport.runnable_tasks()
     assert running is None or running >= 1  # this test's own thread runs
+
+
+@pytest.mark.parametrize(
+    "header",
+    [{"ok": True}, {"ok": 1}, {"ok": 1.0}, {"ok": False}, {"ok": True, "first": 1}, {"op": "put"}, {}],
+)
+def test_every_header_is_the_json_the_encoder_makes(header: dict[str, Any]) -> None:
+    assert proto.dump_header(header) == json_of(header)
