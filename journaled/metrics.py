@@ -32,6 +32,8 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
     raise ImportError("journaled.metrics needs prometheus_client: pip install 'journaled[metrics]'") from exc
 
+from journaled.disk.bookmarks import read_bookmarks
+from journaled.disk.layout import inspect_journal, list_journal_files
 from journaled.errors import JournaledError, QueueClosed
 from journaled.stats import QueueStats, ReaderStats
 
@@ -160,6 +162,7 @@ class QueueCollector(Collector):
             self._queue_samples(families, q, st, now)
             for r in st.readers:
                 _reader_samples(families, q.name, r)
+            _bookmark_samples(families, q.name, st)
         return (f for f in families.values() if f.samples)
 
     def _queue_samples(self, families: dict[str, Family], q: Observed, st: QueueStats, now: float) -> None:
@@ -289,6 +292,46 @@ READER_DERIVED: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _bookmark_samples(families: dict[str, Family], queue: str, st: QueueStats) -> None:
+    """External readers' bookmarks (a Spark query's committed offset), read from the directory
+    as ``journaled stat`` reads them: the head, and the lag ``next_id - max(head, first id on
+    disk)`` (ids archived ahead of a bookmark are not counted as lag).  Nothing without one."""
+    try:
+        marks = read_bookmarks(st.path)
+    except OSError:
+        return
+    if not marks:
+        return
+    first = _first_id(st.path, st.name)
+    for name, head in sorted(marks.items()):
+        labels = [queue, name]
+        families["bookmark_head"].add_metric(labels, head)
+        families["bookmark_lag"].add_metric(labels, max(0, st.next_id - max(head, first)))
+
+
+def _first_id(path: str, name: str) -> int:
+    """The first id of the oldest journal file of ours (its header only), 1 if there is none."""
+    for ms, file in list_journal_files(path, name):
+        try:
+            check = inspect_journal(file, name, ms)
+        except OSError:
+            continue
+        if check.ours and check.header is not None:
+            return int(check.header.first_id)
+    return 1
+
+
+#: the external readers' metrics: (key, name, help); gauges labelled ``queue`` and ``bookmark``
+BOOKMARK_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("bookmark_head", "journaled_bookmark_head", "An external reader's (a Spark query's) next id."),
+    (
+        "bookmark_lag",
+        "journaled_bookmark_lag_items",
+        "Items from an external reader's bookmark to the queue's next id (the lag journaled stat shows).",
+    ),
+)
+
+
 def _families() -> dict[str, Family]:
     """Fresh, empty metric families, keyed by a short name (a scrape fills them)."""
     out: dict[str, Family] = {}
@@ -303,6 +346,8 @@ def _families() -> dict[str, Family]:
         )
     for key, name, text in READER_DERIVED:
         out["reader_" + key] = GaugeMetricFamily(name, text, labels=READER_LABELS)
+    for key, name, text in BOOKMARK_METRICS:
+        out[key] = GaugeMetricFamily(name, text, labels=["queue", "bookmark"])
     return out
 
 

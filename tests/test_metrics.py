@@ -207,9 +207,15 @@ def test_metric_names_follow_prometheus_conventions(qdir, prom):
 
 
 def test_every_metric_is_listed_in_docs_metrics_md(qdir, prom):
-    from journaled.metrics import QUEUE_METRICS, READER_COUNTERS, READER_DERIVED, READER_GAUGES
+    from journaled.metrics import (
+        BOOKMARK_METRICS,
+        QUEUE_METRICS,
+        READER_COUNTERS,
+        READER_DERIVED,
+        READER_GAUGES,
+    )
 
-    names = [m[2] for m in QUEUE_METRICS] + [m[1] for m in READER_DERIVED]
+    names = [m[2] for m in QUEUE_METRICS] + [m[1] for m in READER_DERIVED + BOOKMARK_METRICS]
     names += ["journaled_reader_" + m[0] for m in READER_GAUGES + READER_COUNTERS]
     doc = open(os.path.join(ROOT, "docs", "metrics.md"), encoding="utf-8").read()
     counters = {m[2] for m in QUEUE_METRICS if m[1] == "counter"}
@@ -412,3 +418,23 @@ def test_a_client_that_takes_the_queue_over_reports_it_owns_it_and_one_change_of
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_external_bookmarks_report_their_head_and_the_lag_journaled_stat_shows(qdir, prom):
+    from journaled.disk.bookmarks import write_bookmark
+    from journaled.inspection import inspect_queue
+
+    cfg = QueueConfig(sync="never", journal_size=400)
+    with JournaledQueue(qdir, cfg) as q:
+        registry, _ = collector_for(q)
+        q.put_many([b"x" * 40] * 30)  # several journal files
+        assert not any(k[0].startswith("journaled_bookmark") for k in scrape(registry))
+        write_bookmark(qdir, "spark-query", 12)
+        write_bookmark(qdir, "caught-up", q.stats().next_id)
+        q.sync()
+        got = scrape(registry)
+        shown = {b.name: b.lag for b in inspect_queue(qdir).external_readers}
+    labels = lambda b: (("bookmark", b), ("queue", "q"))  # noqa: E731
+    assert got[("journaled_bookmark_head", labels("spark-query"))] == 12
+    assert got[("journaled_bookmark_lag_items", labels("spark-query"))] == 31 - 12 == shown["spark-query"]
+    assert got[("journaled_bookmark_lag_items", labels("caught-up"))] == 0 == shown["caught-up"]
