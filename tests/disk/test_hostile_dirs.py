@@ -262,8 +262,11 @@ def test_repair_backup_is_durable_before_the_original_is_rewritten(qdir):
     (name,) = journal_files(qdir)
     path = os.path.join(qdir, name)
     with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) - len(PAYLOAD) - 30)  # inside the record before the last
-        f.write(b"\xff")
+        at = os.path.getsize(path) - len(PAYLOAD) - 30  # in the last record's CRC (salted: any byte)
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))  # flipped, so it is damage whatever the byte was
     rec = OpLog()
     with fileio.use(rec):
         backup, _ = repair_dir(qdir, "salvage", NAME)
