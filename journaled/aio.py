@@ -21,7 +21,7 @@ import asyncio
 import functools
 import inspect
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -246,9 +246,24 @@ async def aput(
     *,
     expire_at: float | _dt.datetime | None = None,
     ttl: float | None = None,
+    not_before: float | _dt.datetime | None = None,
+    delay: float | None = None,
+    headers: Mapping[str, bytes] | None = None,
+    key: bytes | None = None,
 ) -> int:
     """``await q.aput(data)``: :meth:`~journaled.JournaledQueue.put` without blocking the loop."""
-    return (await aput_many(queue, (data,), expire_at=expire_at, ttl=ttl))[0]
+    keys = None if key is None else (key,)
+    many = await aput_many(
+        queue,
+        (data,),
+        expire_at=expire_at,
+        ttl=ttl,
+        not_before=not_before,
+        delay=delay,
+        headers=headers,
+        keys=keys,
+    )
+    return many[0]
 
 
 async def aput_many(
@@ -257,6 +272,10 @@ async def aput_many(
     *,
     expire_at: float | _dt.datetime | None = None,
     ttl: float | None = None,
+    not_before: float | _dt.datetime | None = None,
+    delay: float | None = None,
+    headers: Mapping[str, bytes] | None = None,
+    keys: Iterable[bytes | None] | None = None,
 ) -> list[int]:
     """``await q.aput_many(items)``: :meth:`~journaled.JournaledQueue.put_many` off the loop.
 
@@ -264,7 +283,16 @@ async def aput_many(
     thread-pool executor.  Under the other policies a put only appends to a buffer, so it runs
     inline.  A cancelled ``aput`` whose put already started in the executor still completes it.
     """
-    call = functools.partial(queue.put_many, list(items), expire_at=expire_at, ttl=ttl)
+    call = functools.partial(
+        queue.put_many,
+        list(items),
+        expire_at=expire_at,
+        ttl=ttl,
+        not_before=not_before,
+        delay=delay,
+        headers=headers,
+        keys=None if keys is None else list(keys),
+    )
     if queue.config.sync != "always":
         return call()
     return await asyncio.get_running_loop().run_in_executor(None, call)

@@ -6,12 +6,15 @@ import datetime as _dt
 import math
 import numbers
 import operator
-from typing import SupportsIndex
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import SupportsIndex, cast
 
 import attrs
 
 from journaled.errors import ItemTooLarge
-from journaled.format import speedups
+from journaled.format import metadata, speedups
+from journaled.format.metadata import NO_HEADERS, Meta
 
 
 @attrs.frozen(slots=True)
@@ -24,6 +27,11 @@ class Item:
         add_time: when it was put, float seconds since the epoch (ms precision).
         expire_at: when it expires (float epoch seconds), or None.
         error_count: how many times it was aborted on this reader.
+        headers: name -> bytes, as put (a read-only mapping; empty when none were given).
+        key: the bytes naming the item, as put, or None.
+        not_before: when it became deliverable (float epoch seconds), if put with a delay.
+
+    An item put with headers, a key or a delay is a :class:`MetaItem`, a subclass.
     """
 
     id: int
@@ -32,13 +40,68 @@ class Item:
     expire_at: float | None = None
     error_count: int = 0
 
+    @property
+    def headers(self) -> Mapping[str, bytes]:
+        """The item's headers (name -> bytes, read-only), empty when none were put."""
+        return NO_HEADERS
+
+    @property
+    def key(self) -> bytes | None:
+        """The bytes naming the item, or None."""
+        return None
+
+    @property
+    def not_before(self) -> float | None:
+        """When the item became deliverable (epoch seconds), or None when put without a delay."""
+        return None
+
+    @property
+    def meta(self) -> Meta | None:
+        """The item's metadata as stored (headers, key, not-before, producer tag), or None."""
+        return None
+
+
+@attrs.frozen(slots=True)
+class MetaItem(Item):
+    """An :class:`Item` put with headers, a key, a delay or a producer's tag (``stored``)."""
+
+    stored: Meta = Meta()
+
+    @property
+    def headers(self) -> Mapping[str, bytes]:
+        """The item's headers (name -> bytes, read-only), empty when none were put."""
+        return self.stored.headers
+
+    @property
+    def key(self) -> bytes | None:
+        """The bytes naming the item, or None."""
+        return self.stored.key
+
+    @property
+    def not_before(self) -> float | None:
+        """When the item became deliverable (epoch seconds), or None when put without a delay."""
+        ms = self.stored.not_before_ms
+        return ms / 1000.0 if ms else None
+
+    @property
+    def meta(self) -> Meta | None:
+        """The item's metadata as stored (headers, key, not-before, producer tag)."""
+        return self.stored
+
 
 #: The hot paths' item builders (journaled.format.speedups picks the compiled twins or the references
 #: of journaled.format.fallback, built for this class): ``new_item(id, data, add_time, expire_at=None,
 #: error_count=0)`` is ``Item(...)`` built faster; ``new_items(first_id, payloads, add_time,
 #: expire_at)`` fresh items with consecutive ids; ``items_from_puts(recs, errors, want, overhead)``
 #: read-behind's items for decoded PUT records, up to a charge of ``want``.
-new_item, new_items, items_from_puts = speedups.item_twins(Item)
+new_item, new_items, items_from_puts = speedups.item_twins(Item, MetaItem)
+
+
+def with_errors(item: Item, error_count: int) -> Item:
+    """A fresh object for ``item`` with ``error_count`` (its metadata kept)."""
+    if type(item) is MetaItem:
+        return MetaItem(item.id, item.data, item.add_time, item.expire_at, error_count, item.stored)
+    return new_item(item.id, item.data, item.add_time, item.expire_at, error_count)
 
 
 def is_expired(item: Item, max_age: float | None, now: float) -> bool:
@@ -135,3 +198,143 @@ def read_id(item: object) -> int:
     if isinstance(item, bool) or not isinstance(item, SupportsIndex):
         raise TypeError(f"expected an Item or an int id, not {type(item).__name__}")
     return operator.index(item)
+
+
+def _header_value(name: str, value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"header {name!r}: values must be bytes, not {type(value).__name__}")
+
+
+def put_headers(headers: object) -> Mapping[str, bytes]:
+    """``headers`` as stored: a read-only mapping of names (non-empty ``str``, at most
+    :data:`metadata.MAX_HEADER_NAME` bytes of UTF-8) to bytes, at most :data:`metadata.MAX_HEADERS`
+    of them and :data:`metadata.MAX_HEADER_BYTES` encoded.  ``TypeError``/``ValueError`` otherwise."""
+    if headers is None:
+        return NO_HEADERS
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must be a mapping of str to bytes, not {type(headers).__name__}")
+    if len(headers) > metadata.MAX_HEADERS:
+        raise ValueError(f"at most {metadata.MAX_HEADERS} headers per item, got {len(headers)}")
+    out: dict[str, bytes] = {}
+    for name, value in headers.items():
+        if type(name) is not str:
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        raw = name.encode("utf-8", "surrogatepass")
+        if not raw or len(raw) > metadata.MAX_HEADER_NAME:
+            raise ValueError(f"header name {name!r} must be 1 to {metadata.MAX_HEADER_NAME} bytes of UTF-8")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"header name {name!r} is not valid Unicode text") from None
+        out[name] = _header_value(name, value)
+    if not out:
+        return NO_HEADERS
+    size = metadata.header_bytes(out)
+    if size > metadata.MAX_HEADER_BYTES:
+        raise ValueError(f"headers take {size} bytes, more than the {metadata.MAX_HEADER_BYTES} allowed")
+    return MappingProxyType(out)
+
+
+def put_key(key: object) -> bytes | None:
+    """``key`` as stored: 1 to :data:`metadata.MAX_KEY` bytes, or None."""
+    if key is None:
+        return None
+    if isinstance(key, (bytearray, memoryview)):
+        key = bytes(key)
+    if not isinstance(key, bytes):
+        raise TypeError(f"key must be bytes, not {type(key).__name__}")
+    if not 1 <= len(key) <= metadata.MAX_KEY:
+        raise ValueError(f"key must be 1 to {metadata.MAX_KEY} bytes, got {len(key)}")
+    return key
+
+
+def not_before_ms(not_before: float | _dt.datetime | None, delay: float | None, now_ms: int) -> int:
+    """The not-before field of a put: ``0`` (deliverable at once) when neither is given or the
+    time is not after ``now_ms``, else epoch ms.  ``delay`` is seconds from now; ``not_before``
+    epoch seconds or a datetime (naive = local time).  Raises as :func:`expire_ms` does."""
+    if delay is not None:
+        if not_before is not None:
+            raise ValueError("give not_before or delay, not both")
+        ms = now_ms + int(_seconds("delay", delay) * 1000)
+    elif not_before is None:
+        return 0
+    elif isinstance(not_before, _dt.datetime):
+        try:
+            ms = epoch_ms(not_before)
+        except (OverflowError, ValueError, OSError) as exc:
+            raise ValueError(f"not_before {not_before!r} is out of range ({exc})") from None
+    else:
+        ms = int(_seconds("not_before", not_before) * 1000)
+    if ms > MAX_EXPIRE_MS:
+        what = "delay" if delay is not None else "not_before"
+        raise ValueError(f"{what} is too far ahead: after the year 9999 ({ms} ms since the epoch)")
+    return ms if ms > now_ms else 0
+
+
+def check_record_size(payload: bytes, meta: Meta) -> None:
+    """``ItemTooLarge`` when ``payload`` with ``meta`` would not fit one record's body."""
+    extra = metadata.encoded_size(meta)
+    if len(payload) + extra > metadata.MAX_PAYLOAD_WITH_META:
+        raise ItemTooLarge(len(payload), metadata.MAX_PAYLOAD_WITH_META - extra)
+
+
+def put_metas(
+    payloads: list[bytes],
+    now_ms: int,
+    not_before: float | _dt.datetime | None,
+    delay: float | None,
+    headers: object,
+    keys: object,
+    producer: object,
+) -> list[Meta | None] | None:
+    """The metadata of each item of one put (None: a plain PUT), or None when no item has any.
+
+    ``headers`` and the not-before time apply to every item, ``keys`` is one key (or None) per
+    item, ``producer`` is ``(producer id, first sequence)``: item *i* is tagged ``first + i``.
+    Raises ``TypeError``/``ValueError``/``ItemTooLarge`` before anything is stored."""
+    nb = not_before_ms(not_before, delay, now_ms)
+    hdrs = put_headers(headers)
+    count = len(payloads)
+    if keys is None:
+        key_list: list[bytes | None] = [None] * count
+    else:
+        if isinstance(keys, (bytes, bytearray, memoryview, str)):
+            raise TypeError("keys must be a sequence of one key per item (use key= for put)")
+        key_list = [put_key(k) for k in cast("Iterable[object]", keys)]
+        if len(key_list) != count:
+            raise ValueError(f"{len(key_list)} keys for {count} items: give one key (or None) per item")
+    pid = first = 0
+    if producer is not None:
+        pid, first = producer_tag(producer, count)
+    if not (nb or hdrs or pid or keys is not None):
+        return None
+    metas: list[Meta | None] = []
+    for i, (payload, key) in enumerate(zip(payloads, key_list)):
+        meta = Meta(nb, pid, first + i if pid else 0, key, hdrs)
+        if meta.empty:
+            metas.append(None)
+            continue
+        check_record_size(payload, meta)
+        metas.append(meta)
+    return metas
+
+
+def producer_tag(producer: object, count: int) -> tuple[int, int]:
+    """``(producer id, first sequence)`` checked: the id 1..2**64-1, the sequences of ``count``
+    items within 0..2**64-1."""
+    if not (isinstance(producer, tuple) and len(producer) == 2 and all(type(v) is int for v in producer)):
+        raise TypeError("producer must be a tuple (producer id, first sequence) of two ints")
+    pid, first = producer
+    if not 0 < pid < 1 << 64 or not 0 <= first <= (1 << 64) - max(count, 1):
+        raise ValueError(f"producer {producer!r} is out of range (id 1..2**64-1, sequences 0..2**64-1)")
+    return pid, first
+
+
+def with_meta(item: Item, meta: Meta | None) -> Item:
+    """``item`` carrying ``meta`` (a :class:`MetaItem`), or ``item`` itself for None."""
+    if meta is None:
+        return item
+    return MetaItem(item.id, item.data, item.add_time, item.expire_at, item.error_count, meta)

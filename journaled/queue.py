@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import attrs
@@ -37,7 +37,6 @@ from journaled.config import (
     Sink,
     merge_settings,
     reader_settings,
-    sink_dir,
     validate_name,
 )
 from journaled.core import policies, seek
@@ -46,10 +45,11 @@ from journaled.disk import lifecycle
 from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
 from journaled.format.smallfiles import CheckpointData
-from journaled.item import as_payload, expire_ms, new_item, new_items
+from journaled.item import as_payload, expire_ms, new_item, new_items, put_metas, with_meta
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.owner import closing, reopen
-from journaled.owner.adoption import Adopter, QueueAppender
+from journaled.owner.adoption import Adopter, QueueAppender, Run
+from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
 from journaled.owner.readerstate import ReaderFiles
 from journaled.reader import Reader
@@ -66,7 +66,6 @@ log = logging.getLogger("journaled")
 #: never opened a second time (that would be ``QueueLocked``).
 _OWNED: weakref.WeakValueDictionary[str, JournaledQueue] = weakref.WeakValueDictionary()
 _DEFAULTS = reader_settings(ReaderConfig(), "/")  # no sink in it: the directory does not matter
-Run = tuple[Sequence[bytes], int]  #: ``(payloads, expire_ms)``: items appended with one expiry (0 = never)
 
 
 class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
@@ -125,11 +124,11 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             first, end = self._journal.first_id(), self._journal.next_id
             # every reader runs with its stored settings (docs/design.md, "Durable settings"); a
             # destination queue this opens is closed with this one
-            self._destinations: dict[str, Any] = {}
+            self._destinations = Destinations(self.path, _OWNED, JournaledQueue)
             _OWNED[self.path] = self
             for rname, state in states.items():
                 # stacklevel 5 (through OpenOrConnect): the warning names the line that opened the queue
-                cfg = reopen.stored_config(rname, self._files.stored(rname), self._provide_sink, 5)
+                cfg = reopen.stored_config(rname, self._files.stored(rname), self._destinations.provide, 5)
                 self._add_reader(rname, cfg, reopen.fit_to_journal(rname, state, first, end))
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
@@ -146,38 +145,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         self.server = serve(self, self._dirlock)  # other processes' calls (remote/server.py)
         lifecycle.track(self, lambda q: q._close(wake=False), JournaledQueue._forget_in_child)
 
-    def _open_destination(self, spec: dict[str, str]) -> Sink | None:
-        """The queue a stored sink ``{"queue": path}`` names, or ``None`` (logged) when it cannot
-        be opened.  This queue itself, or one this process owns, is used as it is; any other is
-        opened by path -- as its owner, or as a client of its owner -- and closed with this one.
-        A missing directory is not created (it may be a moved pair of directories)."""
-        path = sink_dir(spec, self.path)
-        if path is None:
-            return None
-        found = self._destinations.get(path) or _OWNED.get(path)
-        if found is not None and not found.closed:
-            return cast("Sink", found)
-        if not os.path.isdir(path):
-            log.warning("queue %s: destination %s is not a directory", self.path, path)
-            return None
-        try:
-            dest = JournaledQueue(path)
-        except Exception as exc:
-            log.warning("queue %s: destination %s cannot be opened: %s", self.path, path, exc)
-            return None
-        self._destinations[path] = dest
-        return cast("Sink", dest)
-
-    def _provide_sink(self, _field: str, spec: dict[str, str]) -> Sink | None:
-        # a stored queue is opened by path; a callable only its process has (not this one, at open)
-        return self._open_destination(spec) if "queue" in spec else None
-
     def _close_destinations(self) -> None:
-        for dest in self.__dict__.get("_destinations", {}).values():
-            try:
-                dest.close()
-            except Exception:  # one destination failing to close must not keep the others open
-                log.exception("queue %s: closing destination %s failed", self.path, dest.path)
+        dest = self.__dict__.get("_destinations")
+        if dest is not None:
+            dest.close()
 
     def _forget_owned(self) -> None:
         if _OWNED.get(self.path) is self:
@@ -223,7 +194,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 if self._files.store(name, None if settings == _DEFAULTS else settings):
                     log.info("queue %s: reader %s settings changed to %s", self.path, name, settings)
             elif name not in self._readers:  # outside the queue lock: it may open a destination
-                stored = reopen.stored_config(name, self._files.stored(name), self._provide_sink)
+                stored = reopen.stored_config(name, self._files.stored(name), self._destinations.provide)
             with self._lock:
                 self._check_open()
                 existing = self._readers.get(name)
@@ -271,7 +242,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                     return cast("Sink", changes[field])  # the object given
                 if field not in changes and getattr(live, field) is not None:
                     return cast("Sink", getattr(live, field))  # unchanged: the sink in use stays
-                return self._provide_sink(field, spec)
+                return self._destinations.provide(field, spec)
 
             config = reopen.stored_config(name, merged, provide)
             if self._files.store(name, None if merged == _DEFAULTS else merged):
@@ -311,28 +282,41 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         *,
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
+        not_before: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        key: bytes | None = None,
     ) -> int:
         """Append one item; return its id.  Durable on return as the sync policy says.
 
         ``ttl`` (seconds from now) or ``expire_at`` (epoch seconds or a datetime) sets when the
         item expires for every reader; a time at or before now (``0``, ``ttl=0``, a 1970 date)
-        stores the item already expired, so it is never delivered.  A negative, NaN, infinite
-        or too large value raises ``ValueError``, a non-number ``TypeError``, and nothing is
-        written.
+        stores the item already expired, so it is never delivered.  ``delay`` (seconds from now)
+        or ``not_before`` (epoch seconds or a datetime) is the earliest time any reader delivers
+        it; later items are not held back behind it.  ``headers`` (str -> bytes) and ``key``
+        (bytes) travel with the item (``Item.headers``, ``Item.key``); with
+        ``QueueConfig(dedup_window=...)`` a key put within the window returns the first put's id
+        and stores nothing.  A negative, NaN, infinite or too large value raises ``ValueError``, a
+        non-number ``TypeError``, and nothing is written.  Limits: docs/design.md, "Item metadata".
         """
-        if (
-            type(data) is bytes
-            and expire_at is None
-            and ttl is None
-            and len(data) <= self.config.max_item_size
-        ):
+        plain = expire_at is None and ttl is None and not_before is None and delay is None and key is None
+        if plain and headers is None and type(data) is bytes and len(data) <= self.config.max_item_size:
             # perf: the plain case skips put_many's batch checks; the append path is the same
             with self._lock:
                 first_id, seq = self._append_locked(data, 1, len(data), time.time_ns() // 1_000_000)
             if self.config.sync == "always":
                 self._journal.wait_durable(seq)
             return first_id
-        return self.put_many((data,), expire_at=expire_at, ttl=ttl)[0]
+        keys = None if key is None else (key,)
+        return self.put_many(
+            (data,),
+            expire_at=expire_at,
+            ttl=ttl,
+            not_before=not_before,
+            delay=delay,
+            headers=headers,
+            keys=keys,
+        )[0]
 
     def put_many(
         self,
@@ -340,27 +324,39 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         *,
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
+        not_before: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        keys: Iterable[bytes | None] | None = None,
+        producer: tuple[int, int] | None = None,
     ) -> list[int]:
         """Append several items with one write (and, under ``sync="always"``, one fsync).
 
-        All or nothing: a bad item (wrong type, too large) or a bad ``ttl``/``expire_at`` (as
-        for :meth:`put`) raises before anything is written.
+        ``ttl``/``expire_at``, ``delay``/``not_before`` and ``headers`` apply to every item, as for
+        :meth:`put`; ``keys`` gives one key (or None) per item.  ``producer`` is ``(producer id,
+        first sequence)``, the tag a client process puts with so that a retry on another owner is
+        stored once (item *i* gets sequence ``first + i``).  All or nothing: a bad item (wrong
+        type, too large) or a bad argument raises before anything is written.
         """
         limit = self.config.max_item_size
         payloads = cast("list[bytes]", list(items))  # checked just below
         # perf: plain bytes within the limit (the usual case) are checked with two C-level
         # passes; anything else goes through _as_payload item by item (same errors as before).
+        extras = not_before is not None or delay is not None or headers is not None
+        extras = extras or keys is not None or producer is not None
         if not payloads:
-            expire_ms(expire_at, ttl, 0)  # a bad ttl/expire_at raises even with nothing to put
+            expire_ms(expire_at, ttl, 0)  # a bad argument raises even with nothing to put
+            if extras:
+                put_metas([], 0, not_before, delay, headers, keys, producer)
             return []
         if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
             payloads = [as_payload(d, limit) for d in payloads]
         add_ms = time.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
+        metas = put_metas(payloads, add_ms, not_before, delay, headers, keys, producer) if extras else None
+        run: Run = (payloads, expire) if metas is None else (payloads, expire, metas)
         with self._lock:
-            first_id, seq = self._append_locked(
-                ((payloads, expire),), len(payloads), sum(map(len, payloads)), add_ms
-            )
+            first_id, seq = self._append_locked((run,), len(payloads), sum(map(len, payloads)), add_ms)
         if self.config.sync == "always":
             self._journal.wait_durable(seq)
         return list(range(first_id, first_id + len(payloads)))
@@ -395,13 +391,20 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                     core.on_put(made, nbytes)
         else:
             first_id = seq = -1
-            for payloads, expire_ms in cast("Sequence[Run]", items):
-                item_id, added_ms, seq = journal.append(payloads, add_ms, expire_ms)
+            for run in cast("Sequence[Run]", items):
+                payloads, expire_ms = run[0], run[1]
+                metas = run[2] if len(run) > 2 else None
+                if metas is None:
+                    item_id, added_ms, seq = journal.append(payloads, add_ms, expire_ms)
+                else:
+                    item_id, added_ms, seq = journal.append_meta(payloads, metas, add_ms, expire_ms)
                 if first_id < 0:
                     first_id = item_id
                 if cores:
                     expire = expire_ms / 1000.0 if expire_ms else None
                     made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
+                    if metas is not None:
+                        made = [with_meta(it, m) for it, m in zip(made, metas)]
                     run_bytes = nbytes if len(items) == 1 else sum(map(len, payloads))
                     for core in cores:
                         core.on_put(made, run_bytes)

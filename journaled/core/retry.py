@@ -20,7 +20,7 @@ import math
 import time
 
 from journaled.config import ReaderConfig
-from journaled.item import Item, new_item
+from journaled.item import Item, with_errors
 
 #: Aborts an item may have (its ``error_count`` after the abort) and still go back at once when
 #: nothing asks for a delay: a normal abort and redelivery stays immediate.
@@ -82,7 +82,7 @@ def due_time(config: ReaderConfig, error_count: int, delay: float | None) -> flo
 def redelivery(item: Item, error_count: int) -> Item:
     """A fresh object for an item going back to the head: a new delivery handle, so the old one
     can no longer settle the read its next consumer holds."""
-    return new_item(item.id, item.data, item.add_time, item.expire_at, error_count)
+    return with_errors(item, error_count)
 
 
 class Parked(dict[int, Item]):

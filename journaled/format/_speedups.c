@@ -42,9 +42,10 @@
 
 /* What format/speedups.py expects (its ABI_VERSION): raise it whenever configure()'s or
  * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
- * run (3: the twins hold their references across Python code; 4: walk_puts), so a stale build is refused (the
+ * run (3: the twins hold their references across Python code; 4: walk_puts; 5: items_from_puts hands
+ * PUTX records to the reference), so a stale build is refused (the
  * switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -1390,8 +1391,12 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
             if (w.total_obj == NULL && fast_put(rec, overhead, &p)) {
                 taken = take_fast(&w, &p);
                 fast_put_clear(&p);
-            } else if (i == 0) {
+            } else if (i == 0 || (Py_TYPE(rec) != put_type && PyObject_TypeCheck(rec, put_type))) {
+                /* a subclass of Put (a PUTX record) carries metadata only the reference's item
+                 * builder knows: it does the whole call again, so the result is its own */
                 Py_DECREF(rec);
+                Py_XDECREF(w.total_obj);
+                Py_CLEAR(w.add_time);
                 Py_DECREF(w.out);
                 goto reference;
             } else {

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -44,6 +44,7 @@ from journaled.format.record import (
     Damage,
     Decoded,
     Put,
+    PutX,
     decode_one,
 )
 
@@ -339,9 +340,13 @@ class ItemsFromPuts(Protocol[ItemT]):
     ) -> tuple[list[ItemT], int, bool]: ...
 
 
-def item_references(item_type: type[T]) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
+def item_references(
+    item_type: type[T], meta_item: Callable[..., T] | None = None
+) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
     """The references ``new_item``, ``new_items`` and ``items_from_puts``, building ``item_type``
     (journaled.item.Item: a frozen attrs class with slots and the fields :data:`ITEM_FIELDS`).
+    ``items_from_puts`` builds the item of a PUTX record with ``meta_item(id, data, add_time,
+    expire_at, error_count, meta)`` (without it, the metadata is dropped).
 
     Raises ``TypeError`` if ``item_type`` has other fields: the builders set exactly these.
     """
@@ -415,6 +420,18 @@ def item_references(item_type: type[T]) -> tuple[NewItem[T], NewItems[T], ItemsF
             expire_ms = rec.expire_ms
             if expire_ms:
                 expiring = True
+            if meta_item is not None and type(rec) is PutX:
+                out.append(
+                    meta_item(
+                        rec.id,
+                        payload,
+                        rec.add_ms / 1000.0,
+                        expire_ms / 1000.0 if expire_ms else None,
+                        errors.get(rec.id, 0),
+                        rec.meta,
+                    )
+                )
+                continue
             out.append(
                 new_item(
                     rec.id,

@@ -12,6 +12,7 @@ therefore fail the check, so a forward scan after damage cannot be fooled into a
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Final
 
@@ -19,6 +20,8 @@ import attrs
 from crc32c import crc32c
 
 from journaled.errors import CorruptJournal, UnsupportedVersion
+from journaled.format import metadata
+from journaled.format.metadata import Meta
 
 # ---------------------------------------------------------------------------------------------
 # Journal file header
@@ -154,7 +157,7 @@ def _solve_salt(buf: bytes, offset: int) -> int | None:
         return None
     crc, length, rtype = RECORD_HEADER_STRUCT.unpack_from(buf, offset)
     data = buf[offset + 4 : offset + RECORD_HEADER_SIZE + length]
-    if rtype != TYPE_PUT or length < PUT_FIELDS_SIZE or len(data) < length + 5:
+    if rtype not in (TYPE_PUT, TYPE_PUTX) or length < PUT_FIELDS_SIZE or len(data) < length + 5:
         return None
     # crc32c(data, seed) == crc32c(data, 0) ^ L(seed) with L linear over GF(2) and invertible:
     # solve L(seed) == target by Gaussian elimination on the images of the 32 unit seeds.
@@ -200,6 +203,11 @@ if (RECORD_TYPE_AT + 1, PUT_EXPIRE_MS_AT + 8) != (RECORD_HEADER_SIZE, PUT_OVERHE
     raise TypeError("journaled.format.record: the named offsets disagree with the record structs")
 
 TYPE_PUT: Final = 1
+#: A PUT with metadata (not-before, producer tag, key, headers): section 4.4 of docs/format.md.
+#: Below 0x80: a reader that does not know it must refuse it, since it could not honour it.
+TYPE_PUTX: Final = 2
+#: A PUTX's fixed fields: a PUT's, then metadata.META_FIXED's.
+PUTX_FIELDS_SIZE: Final = PUT_FIELDS_SIZE + metadata.META_FIXED_SIZE  # 56
 #: Types with this bit set may be skipped by a reader that does not know them; unknown types
 #: without it mean "a newer writer wrote something you must understand" and are refused.
 TYPE_SKIPPABLE: Final = 0x80
@@ -231,6 +239,15 @@ def encode_put(salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int
     return struct.pack("<I", crc) + rec[4:]
 
 
+def encode_putx(
+    salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int, meta: Meta, payload: bytes
+) -> bytes:
+    """Encode one PUTX record (a PUT with ``meta``) destined for byte ``offset`` of a file with
+    ``salt``.  The caller keeps the body within :data:`MAX_BODY` (the put checks its limits)."""
+    body = PUT_FIELDS_STRUCT.pack(item_id, add_ms, expire_ms) + metadata.encode(meta) + payload
+    return encode_record(salt, offset, TYPE_PUTX, body)
+
+
 def encode_record(salt: int, offset: int, rtype: int, body: bytes) -> bytes:
     """Encode a record of any type (used for future/skippable types and in tests)."""
     if not 0 < rtype < 256:
@@ -250,6 +267,14 @@ class Put:
     add_ms: int
     expire_ms: int
     payload: bytes
+
+
+@attrs.frozen
+class PutX(Put):
+    """A decoded PUTX record: a :class:`Put` whose item carries :class:`Meta` (``payload`` is
+    the item's bytes only; ``size`` the whole record's)."""
+
+    meta: Meta
 
 
 @attrs.frozen
@@ -294,7 +319,11 @@ def decode_one(
     crc, length, rtype = RECORD_HEADER_STRUCT.unpack_from(buf, pos)
     if rtype == 0:
         return Damage(offset, "record type 0 (zero-filled or garbage)", False)
-    if length > max_body or (rtype == TYPE_PUT and length < PUT_FIELDS_SIZE):
+    if (
+        length > max_body
+        or (rtype == TYPE_PUT and length < PUT_FIELDS_SIZE)
+        or (rtype == TYPE_PUTX and length < PUTX_FIELDS_SIZE)
+    ):
         return Damage(offset, f"implausible record length {length}", False)
     end = pos + RECORD_HEADER_SIZE + length
     if end > len(buf):
@@ -308,6 +337,13 @@ def decode_one(
             item_id, add_ms, expire_ms = PUT_FIELDS_STRUCT.unpack_from(buf, pos + RECORD_HEADER_SIZE)
             payload = bytes(view[pos + PUT_OVERHEAD : end])
             return Put(offset, size, item_id, add_ms, expire_ms, payload)
+        if rtype == TYPE_PUTX:
+            item_id, add_ms, expire_ms = PUT_FIELDS_STRUCT.unpack_from(buf, pos + RECORD_HEADER_SIZE)
+            got = metadata.decode(view, pos + RECORD_HEADER_SIZE + PUT_FIELDS_SIZE, end)
+            if isinstance(got, str):
+                return Damage(offset, got, False)
+            meta, start = got
+            return PutX(offset, size, item_id, add_ms, expire_ms, bytes(view[start:end]), meta)
     finally:
         view.release()
     if rtype & TYPE_SKIPPABLE:
@@ -331,13 +367,13 @@ def find_next_record(
     """
     data = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
     n = len(data)
-    put_type = bytes([TYPE_PUT])
     while pos + PUT_OVERHEAD <= n:
-        # Only a PUT can be accepted, so only offsets whose type byte is TYPE_PUT are candidates:
-        # jumping between them keeps a scan over megabytes of zeros or garbage fast.
-        t = data.find(put_type, pos + RECORD_HEADER_SIZE - 1)
-        if t < 0:
+        # Only a PUT or PUTX can be accepted, so only offsets whose type byte is one of theirs are
+        # candidates: jumping between them keeps a scan over megabytes of zeros or garbage fast.
+        found = _PUT_TYPES.search(data, pos + RECORD_HEADER_SIZE - 1)
+        if found is None:
             return None
+        t = found.start()
         pos = t - (RECORD_HEADER_SIZE - 1)
         if pos + PUT_OVERHEAD > n:
             return None
@@ -349,3 +385,6 @@ def find_next_record(
             return pos
         pos += 1
     return None
+
+
+_PUT_TYPES = re.compile(re.escape(bytes([TYPE_PUT])) + b"|" + re.escape(bytes([TYPE_PUTX])))

@@ -21,6 +21,7 @@ format/ cannot import it).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import Final, TypeVar
 
@@ -35,7 +36,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 4
+ABI_VERSION: Final = 5
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -123,11 +124,15 @@ walk_puts = fallback.walk_puts if native is None else native.walk_puts
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
 
 
-def item_twins(item_type: type[T]) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
+def item_twins(
+    item_type: type[T], meta_item: Callable[..., T]
+) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
     """``new_item``, ``new_items`` and ``items_from_puts`` building ``item_type`` (journaled.item's
-    ``Item``, which calls this once at import): the compiled twins, configured with the class and
-    the references of :func:`fallback.item_references`, or those references."""
-    references = fallback.item_references(item_type)
+    ``Item``, which calls this once at import; ``meta_item`` builds the items of PUTX records): the
+    compiled twins, configured with the class and the references of
+    :func:`fallback.item_references`, or those references.  The compiled ``items_from_puts`` takes
+    only records of exactly ``record.Put`` and hands the rest to the reference."""
+    references = fallback.item_references(item_type, meta_item)
     if native is None:
         return references
     new_item, new_items, items_from_puts = references

@@ -62,6 +62,7 @@ class Journal:
         # perf: the hot calls are the parts' own bound methods, not a forwarding frame
         self.append_one = writer.append_one
         self.append = writer.append
+        self.append_meta = writer.append_meta
         self.write_out = writer.write_out
         self.sync = writer.sync
         self.check_home = writer.check_home

@@ -39,7 +39,8 @@ from journaled.disk import fileio
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import journal_path
 from journaled.errors import JournalIOError, QueueDirectoryGone
-from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header, header_size
+from journaled.format.metadata import Meta, encoded_size
+from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header, encode_putx, header_size
 from journaled.format.speedups import encode_puts
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
@@ -262,6 +263,43 @@ class Writer:
                 self.appended += len(self.buf) - before
                 st.appended(st.next_id + j - i, add_ms)
                 i = j
+            if self.write_through or len(self.buf) >= WRITE_OUT_AT:
+                self.write_out_locked()
+            return first_id, add_ms, self.appended
+
+    def append_meta(
+        self, payloads: Sequence[bytes], metas: Sequence[Meta | None], add_ms: int, expire_ms: int
+    ) -> tuple[int, int, int]:
+        """:meth:`append` for items of which some carry metadata (``metas[i]``, None for a plain
+        PUT): a PUTX record each, encoded one by one (the plain batch path stays as it is)."""
+        st = self.state
+        with st.lock:
+            st.check_writable()
+            add_ms = max(add_ms, st.last_add_ms)
+            first_id = st.next_id
+            # a PUTX is a PUT whose payload is longer by its metadata, for the room it takes
+            sizes = [
+                len(p) + (0 if m is None else encoded_size(m)) for p, m in zip(payloads, metas, strict=True)
+            ]
+            jf = st.files[-1]
+            if jf.size + len(self.buf) + len(sizes) * PUT_OVERHEAD + sum(sizes) > self.limit:
+                self.reserve_locked(sizes)  # may raise: nothing encoded yet
+            for payload, meta, size in zip(payloads, metas, sizes):
+                jf = st.files[-1]
+                pos = jf.size + len(self.buf)
+                if pos + PUT_OVERHEAD + size > self.limit and pos > jf.header.size:
+                    self.rotate_locked()
+                    jf = st.files[-1]
+                    pos = jf.size + len(self.buf)
+                item_id = st.next_id
+                if meta is None:
+                    encode_puts(jf.header.salt, pos, item_id, add_ms, expire_ms, (payload,), self.buf)
+                else:
+                    self.buf += encode_putx(jf.header.salt, pos, item_id, add_ms, expire_ms, meta, payload)
+                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                    jf.note(item_id, pos)
+                self.appended += PUT_OVERHEAD + size
+                st.appended(item_id + 1, add_ms)
             if self.write_through or len(self.buf) >= WRITE_OUT_AT:
                 self.write_out_locked()
             return first_id, add_ms, self.appended

@@ -56,8 +56,13 @@ from journaled.disk.spoolfiles import (
     spool_put,
 )
 from journaled.errors import CorruptJournal, Full
+from journaled.format.metadata import Meta
 
 log = logging.getLogger("journaled")
+
+#: ``(payloads, expire_ms)`` or ``(payloads, expire_ms, metas)``: items appended with one expiry
+#: (0 = never) and, in the second form, each item's metadata (None for a plain PUT).
+Run = tuple[Sequence[bytes], int] | tuple[Sequence[bytes], int, Sequence[Meta | None]]
 
 __all__ = [
     "BATCH_SUFFIX",

@@ -294,7 +294,7 @@ def test_skippable_types_are_skipped_and_must_understand_types_refused(tmp_path)
     assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3]
     assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3]
     assert drain(path)[0] == [1, 2, 3]
-    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 0x02, b"new meaning"))
+    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 0x03, b"new meaning"))
     with pytest.raises(spec.Unsupported):
         spec.read_queue(path, "q")
     with pytest.raises(UnsupportedVersion):

@@ -222,7 +222,7 @@ def test_skippable_unknown_type_is_skipped_and_reading_continues():
     assert [r.payload for r in recs if isinstance(r, Put)] == [b"a", b"b"]
 
 
-@pytest.mark.parametrize("rtype", [2, 0x33, 0x7F])
+@pytest.mark.parametrize("rtype", [3, 0x33, 0x7F])
 def test_valid_record_of_unknown_required_type_raises_unsupported_version(rtype):
     rec = encode_record(7, 100, rtype, b"must understand me")
     with pytest.raises(UnsupportedVersion):
@@ -437,7 +437,7 @@ def test_forward_scan_over_megabytes_of_zeros_finds_the_record_after_them():
 
 @given(
     kinds=st.lists(
-        st.tuples(st.sampled_from([TYPE_PUT, 0x85, 0xFF, 0x02, 0x7F]), st.binary(max_size=30)),
+        st.tuples(st.sampled_from([TYPE_PUT, 0x85, 0xFF, 0x03, 0x7F]), st.binary(max_size=30)),
         min_size=1,
         max_size=10,
     ),

@@ -299,7 +299,7 @@ def test_a_reference_that_returns_something_else_is_refused():
 def test_records_and_items_of_plain_values_are_left_out_of_the_collectors_walks():
     """Read-behind builds a record and an item per journal record; holding only ints, floats,
     bytes and None, they cannot be in a cycle, and the collector need not walk them."""
-    _, _, items_from_puts = speedups.item_twins(item.Item) if speedups.native else (None, None, None)
+    _, _, items_from_puts = speedups.item_twins(item.Item, item.MetaItem) if speedups.native else (None, None, None)
     puts = native.walk_puts(journal([b"a", b"b"]), 0, SALT, 0, 1, BIG, BIG, 0, True)[0]
     assert [gc.is_tracked(p) for p in puts] == [False, False]
     if items_from_puts is not None:
