@@ -24,6 +24,7 @@ import attrs
 
 from journaled.errors import JournaledError, QueueLocked
 from journaled.format import speedups
+from journaled.format.record import Put, PutX
 from journaled.inspection import inspect_queue
 from journaled.offline import repair
 from journaled.offline.scan import JournalScanner
@@ -55,6 +56,60 @@ def _preview(data: bytes, width: int = 40) -> str:
     return text + ("..." if len(data) > width else "")
 
 
+def show_bytes(data: bytes) -> str:
+    """A key or header value for a terminal: printable ASCII (``0x20``-``0x7e``) as itself, a
+    backslash as ``\\\\``, every other byte as ``\\xNN``; so two values that differ always show
+    differently and nothing in them reaches the terminal as a control."""
+    out = []
+    for b in data:
+        if b == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\x{b:02x}")
+    return "".join(out)
+
+
+def _when(ms: int) -> str:
+    return f"{_dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc):%Y-%m-%d %H:%M:%S.%f}"[:-3]
+
+
+def show_meta(rec: Put) -> str:
+    """What a PUTX carries besides its payload, as ``key=... headers={name: value, ...}
+    not_before=<UTC time>`` (each part only when present; ``""`` for a plain PUT).  Keys and
+    values go through :func:`show_bytes`, names through :func:`escape`."""
+    if not isinstance(rec, PutX):
+        return ""
+    meta, parts = rec.meta, []
+    if meta.key is not None:
+        parts.append(f"key={show_bytes(meta.key)}")
+    if meta.headers:
+        shown = ", ".join(f"{escape(k)}: {show_bytes(v)}" for k, v in meta.headers.items())
+        parts.append(f"headers={{{shown}}}")
+    if meta.not_before_ms:
+        parts.append(f"not_before={_when(meta.not_before_ms)}")
+    if meta.producer:
+        parts.append(f"producer={meta.producer}:{meta.sequence}")
+    return " ".join(parts)
+
+
+def meta_json(rec: Put) -> dict[str, Any]:
+    """A record's metadata for ``dump --json``: ``key`` (base64 or null), ``headers`` (name ->
+    base64 value, in stored order), ``not_before_ms`` (null for none), ``producer`` and
+    ``sequence`` (null for an untagged put)."""
+    if not isinstance(rec, PutX):
+        return {"key": None, "headers": {}, "not_before_ms": None, "producer": None, "sequence": None}
+    meta = rec.meta
+    return {
+        "key": None if meta.key is None else base64.b64encode(meta.key).decode(),
+        "headers": {k: base64.b64encode(v).decode() for k, v in meta.headers.items()},
+        "not_before_ms": meta.not_before_ms or None,
+        "producer": meta.producer or None,
+        "sequence": meta.sequence if meta.producer else None,
+    }
+
+
 def show_payload(data: bytes, how: str) -> str:
     """A payload for a terminal: ``text`` (escaped), ``hex`` or ``base64``."""
     if how == "hex":
@@ -82,6 +137,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 "add_ms": rec.add_ms,
                 "expire_ms": rec.expire_ms or None,
                 "size": len(rec.payload),
+                **meta_json(rec),
             }
             if args.payload:
                 row["payload"] = base64.b64encode(rec.payload).decode()
@@ -89,7 +145,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
         else:
             when = _dt.datetime.fromtimestamp(rec.add_ms / 1000, _dt.timezone.utc)
             body = show_payload(rec.payload, args.payload) if args.payload else _preview(rec.payload)
-            print(f"{rec.id:>10}  {when:%Y-%m-%d %H:%M:%S.%f}  {len(rec.payload):>8}  {body}")
+            meta = show_meta(rec)
+            meta = f"{meta}  " if meta else ""
+            print(f"{rec.id:>10}  {when:%Y-%m-%d %H:%M:%S.%f}  {len(rec.payload):>8}  {meta}{body}")
         n += 1
         if args.limit and n >= args.limit:
             break
@@ -284,7 +342,9 @@ def add_inspect_commands(sub: Any) -> None:
         const="text",
         choices=("text", "hex", "base64"),
         help="print whole payloads: text (control bytes escaped; the default), hex or "
-        "base64; with --json always base64",
+        "base64; with --json always base64.  An item's key, headers and not-before are shown "
+        "before it (key=... headers={name: value} not_before=...; bytes outside printable "
+        "ASCII as \\xNN, a backslash as \\\\; base64 with --json)",
     )
     p.set_defaults(func=cmd_dump)
 

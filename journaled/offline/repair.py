@@ -18,7 +18,16 @@ from journaled.disk import fileio
 from journaled.disk.dirlock import DirLock, owner_pid
 from journaled.disk.layout import HeaderCheck, detect_queue_name, inspect_journal, is_ours, list_journal_files
 from journaled.errors import CorruptJournal, UnsupportedVersion
-from journaled.format.record import FileHeader, Put, decode_one, encode_header, encode_put, header_size
+from journaled.format.record import (
+    FileHeader,
+    Put,
+    PutX,
+    decode_one,
+    encode_header,
+    encode_put,
+    encode_putx,
+    header_size,
+)
 from journaled.format.smallfiles import decode_checkpoint
 from journaled.log.recoveryplan import FileScan, lost_ids, plan, scan_file
 from journaled.log.walker import Span
@@ -233,7 +242,12 @@ def _rebuild(path: str, data: bytes, header: FileHeader, keep: list[tuple[int, i
     for _id, offset, _ms in keep:
         rec = decode_one(data, offset, 0, header.salt)
         assert isinstance(rec, Put)
-        out += encode_put(header.salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.payload)
+        if isinstance(rec, PutX):  # its key, headers and not-before are the item's as much as its bytes
+            out += encode_putx(
+                header.salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.meta, rec.payload
+            )
+        else:
+            out += encode_put(header.salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.payload)
     return bytes(out)
 
 
