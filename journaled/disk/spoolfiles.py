@@ -24,6 +24,8 @@ from crc32c import crc32c
 
 from journaled.disk import fileio
 from journaled.errors import CorruptJournal, UnsafeDirectory
+from journaled.format import metadata
+from journaled.format.metadata import Meta
 from journaled.item import expire_ms
 
 log = logging.getLogger("journaled")
@@ -35,13 +37,21 @@ STAGING = "staging"
 BATCH_SUFFIX = ".batch"
 
 _MAGIC = b"\x89JSPL\r\n\x1a"
+#: Version 1 records carry a payload and its expiry; version 2 records also carry an item's
+#: metadata (a PUTX's not-before, producer tag, key and headers), written only when asked for,
+#: so a batch without metadata stays readable by older owners.
 _VERSION = 1
+_VERSION_META = 2
 _HEAD = struct.Struct("<8sHH")  # magic, version, key length
 _REC = struct.Struct("<IQ")  # payload length, expire ms (0 = never)
+_REC_META = struct.Struct("<IQI")  # payload length, expire ms, metadata length (0 = none)
 _END = 0xFFFFFFFF  # a record length of all ones opens the trailer
 _TRAILER = struct.Struct("<IQI")  # _END, record count, CRC32C of every byte before the CRC
 MAX_KEY_BYTES = 1024
 MAX_PAYLOAD = (1 << 31) - 1
+
+#: One record of a batch: ``(payload, expire_ms, meta)``, ``meta`` None for a plain item.
+BatchRecord = tuple[bytes, int, Meta | None]
 #: The owner rewrites the ledger as one compacted key block once more lines than this follow it,
 #: so a reader of the ledger (``spool_put``) parses at most this many lines one by one.
 LEDGER_TAIL_LIMIT = 128
@@ -92,30 +102,48 @@ def spool_dir(queue_dir: str | os.PathLike[str]) -> str:
 class BatchWriter:
     """Write one batch file incrementally (used by :func:`spool_put` and by Spark executors).
 
-    ``finish()`` writes the trailer and fsyncs; the caller then renames the file into place.
+    ``with_meta=True`` writes a version 2 batch, whose records may carry metadata (``add``'s
+    ``meta``); otherwise a version 1 batch.  ``finish()`` writes the trailer and fsyncs; the
+    caller then renames the file into place.
     """
 
-    def __init__(self, path: str, key: str) -> None:
+    def __init__(self, path: str, key: str, *, with_meta: bool = False) -> None:
         raw_key = key.encode("utf-8")
         if len(raw_key) > MAX_KEY_BYTES:
             raise ValueError(f"batch key longer than {MAX_KEY_BYTES} bytes")
         self.path = path
         self.count = 0
+        self.with_meta = with_meta
         self._crc = 0
         # O_EXCL and O_NOFOLLOW: a name planted in our place (a symlink) fails, never written through
         fd = fileio.ops.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
         self._f: BinaryIO = os.fdopen(fd, "wb")  # noqa: SIM115 - closed in finish/discard
-        self._emit(_HEAD.pack(_MAGIC, _VERSION, len(raw_key)) + raw_key)
+        version = _VERSION_META if with_meta else _VERSION
+        self._emit(_HEAD.pack(_MAGIC, version, len(raw_key)) + raw_key)
 
     def _emit(self, data: bytes) -> None:
         self._crc = crc32c(data, self._crc)
         self._f.write(data)
 
-    def add(self, payload: bytes | bytearray | memoryview, expire_ms: int = 0) -> None:
+    def add(
+        self, payload: bytes | bytearray | memoryview, expire_ms: int = 0, meta: Meta | None = None
+    ) -> None:
+        """Append one record; ``meta`` (a version 2 batch only) within the limits of a put
+        (format/metadata.py), else ``ValueError`` and nothing written."""
         payload = bytes(payload)
         if len(payload) > MAX_PAYLOAD:
             raise ValueError("payload too large for a spool batch")
-        self._emit(_REC.pack(len(payload), expire_ms) + payload)
+        if not self.with_meta:
+            if meta is not None and not meta.empty:
+                raise ValueError("item metadata needs a batch written with_meta=True")
+            self._emit(_REC.pack(len(payload), expire_ms) + payload)
+        else:
+            raw = b"" if meta is None or meta.empty else metadata.encode(meta)
+            if meta is not None and raw:
+                problem = meta_problem(meta, len(payload))
+                if problem:
+                    raise ValueError(problem)
+            self._emit(_REC_META.pack(len(payload), expire_ms, len(raw)) + raw + payload)
         self.count += 1
 
     def finish(self) -> None:
@@ -133,23 +161,41 @@ class BatchWriter:
             pass
 
 
-def read_batch(path: str) -> tuple[str, list[tuple[bytes, int]]]:
-    """``(key, [(payload, expire_ms), ...])`` of a batch file.  :class:`NotABatch` if the entry
-    is not one of ours at all (not a regular file, or without the batch magic);
-    :class:`CorruptJournal` if it is ours but not complete and valid."""
+def meta_problem(meta: Meta, payload_len: int) -> str | None:
+    """Why ``meta`` is beyond what a put accepts (None when it is within the limits)."""
+    if meta.key is not None and not 1 <= len(meta.key) <= metadata.MAX_KEY:
+        return f"item key of {len(meta.key)} bytes (1 to {metadata.MAX_KEY})"
+    if len(meta.headers) > metadata.MAX_HEADERS:
+        return f"{len(meta.headers)} headers on one item (at most {metadata.MAX_HEADERS})"
+    if any(len(name.encode("utf-8")) > metadata.MAX_HEADER_NAME for name in meta.headers):
+        return f"a header name longer than {metadata.MAX_HEADER_NAME} bytes"
+    if metadata.header_bytes(meta.headers) > metadata.MAX_HEADER_BYTES:
+        return f"headers of more than {metadata.MAX_HEADER_BYTES} bytes on one item"
+    if payload_len + metadata.encoded_size(meta) > metadata.MAX_PAYLOAD_WITH_META:
+        return "payload and metadata too large for one record"
+    return None
+
+
+def read_batch(path: str) -> tuple[str, list[BatchRecord]]:
+    """``(key, [(payload, expire_ms, meta), ...])`` of a batch file (``meta`` None for a plain
+    item, always so in a version 1 batch).  :class:`NotABatch` if the entry is not one of ours
+    at all (not a regular file, or without the batch magic); :class:`CorruptJournal` if it is
+    ours but not complete and valid (metadata that does not parse or is beyond a put's limits
+    included)."""
     data = _read_regular(path)
     if data[:8] != _MAGIC:
         raise NotABatch(f"{path} does not start with the spool batch magic")
     if len(data) < _HEAD.size + _TRAILER.size:
         raise CorruptJournal(path, 0, "spool batch truncated")
     _, version, klen = _HEAD.unpack_from(data)
-    if version != _VERSION:
+    if version not in (_VERSION, _VERSION_META):
         raise CorruptJournal(path, 8, f"spool batch version {version} is not supported")
+    rec = _REC_META if version == _VERSION_META else _REC
     (crc,) = struct.unpack_from("<I", data, len(data) - 4)
     if crc32c(memoryview(data)[:-4]) != crc:
         raise CorruptJournal(path, len(data) - 4, "spool batch CRC mismatch")
     pos = _HEAD.size + klen
-    out: list[tuple[bytes, int]] = []
+    out: list[BatchRecord] = []
     try:
         key = data[_HEAD.size : pos].decode("utf-8")
     except UnicodeDecodeError:
@@ -157,17 +203,36 @@ def read_batch(path: str) -> tuple[str, list[tuple[bytes, int]]]:
     while True:
         if pos + 4 > len(data):
             raise CorruptJournal(path, pos, "spool batch truncated")
-        length, expire_ms = _REC.unpack_from(data, pos) if pos + _REC.size <= len(data) else (_END, 0)
-        if length == _END:
+        if int.from_bytes(data[pos : pos + 4], "little") == _END:
+            if pos + _TRAILER.size != len(data):
+                raise CorruptJournal(path, pos, "spool batch trailer does not match its records")
             _, count, _ = _TRAILER.unpack_from(data, pos)
-            if count != len(out) or pos + _TRAILER.size != len(data):
+            if count != len(out):
                 raise CorruptJournal(path, pos, "spool batch trailer does not match its records")
             return key, out
-        start = pos + _REC.size
-        if start + length > len(data):
+        if pos + rec.size > len(data):
             raise CorruptJournal(path, pos, "spool batch record overruns the file")
-        out.append((data[start : start + length], expire_ms))
+        fields = rec.unpack_from(data, pos)
+        length, expire_ms, mlen = fields[0], fields[1], fields[2] if len(fields) > 2 else 0
+        start = pos + rec.size
+        if start + mlen + length > len(data):
+            raise CorruptJournal(path, pos, "spool batch record overruns the file")
+        meta = _meta_at(path, data, pos, start, start + mlen, length) if mlen else None
+        start += mlen
+        out.append((data[start : start + length], expire_ms, meta))
         pos = start + length
+
+
+def _meta_at(path: str, data: bytes, pos: int, start: int, end: int, payload_len: int) -> Meta | None:
+    decoded = metadata.decode(data, start, end)
+    if isinstance(decoded, str) or decoded[1] != end:
+        why = decoded if isinstance(decoded, str) else "metadata shorter than its length"
+        raise CorruptJournal(path, pos, f"spool batch record: {why}")
+    meta = decoded[0]
+    problem = meta_problem(meta, payload_len)
+    if problem:
+        raise CorruptJournal(path, pos, f"spool batch record: {problem}")
+    return None if meta.empty else meta
 
 
 def read_batch_key(path: str) -> str | None:

@@ -44,6 +44,7 @@ from journaled.disk.spoolfiles import (
     REJECTED,
     SPOOL_DIR,
     STAGING,
+    BatchRecord,
     BatchWriter,
     Ledger,
     NotABatch,
@@ -56,7 +57,7 @@ from journaled.disk.spoolfiles import (
     spool_put,
 )
 from journaled.errors import CorruptJournal, Full
-from journaled.format.metadata import Meta
+from journaled.format.metadata import Meta, encoded_size
 
 log = logging.getLogger("journaled")
 
@@ -73,6 +74,7 @@ __all__ = [
     "SPOOL_DIR",
     "STAGING",
     "Adopter",
+    "BatchRecord",
     "BatchWriter",
     "Ledger",
     "NotABatch",
@@ -125,13 +127,13 @@ class SpoolHost(Protocol):
         """The id the next append gets (read only while no append can run: at open)."""
         ...
 
-    def append_runs(self, runs: Sequence[tuple[list[bytes], int]], intent: Callable[[int], None]) -> int:
-        """Append ``(payloads, expire_ms)`` runs through the queue's one append path, calling
+    def append_runs(self, runs: Sequence[Run], intent: Callable[[int], None]) -> int:
+        """Append runs (see :data:`Run`) through the queue's one append path, calling
         ``intent(first_id)`` under the append lock just before anything is appended (after the
         policies have accepted the batch).  Returns the first id."""
         ...
 
-    def reserve(self, runs: Sequence[tuple[list[bytes], int]]) -> None:
+    def reserve(self, runs: Sequence[Run]) -> None:
         """Create every journal file appending ``runs`` will rotate into, so that once the intent
         line is written the append cannot fail on an ``open`` (which would leave the intent
         counting other items as this batch's).  Call under the append lock, in ``intent``."""
@@ -140,16 +142,34 @@ class SpoolHost(Protocol):
     def sync(self) -> None: ...
 
 
-def _runs(records: Sequence[tuple[bytes, int]]) -> Iterator[tuple[list[bytes], int]]:
-    """Consecutive records sharing an expiry, as one append each."""
+def _runs(records: Sequence[BatchRecord]) -> Iterator[Run]:
+    """Consecutive records sharing an expiry, as one append each (with their metadata when
+    any of them has some)."""
     i = 0
     while i < len(records):
         exp = records[i][1]
         j = i
         while j < len(records) and records[j][1] == exp:
             j += 1
-        yield [p for p, _ in records[i:j]], exp
+        run = records[i:j]
+        payloads = [p for p, _, _ in run]
+        metas = [m for _, _, m in run]
+        if any(m is not None for m in metas):
+            yield payloads, exp, metas
+        else:
+            yield payloads, exp
         i = j
+
+
+def _sizes(runs: Sequence[Run]) -> list[int]:
+    """What each item of ``runs`` adds to a PUT's fixed size: its payload and metadata."""
+    out: list[int] = []
+    for run in runs:
+        if len(run) > 2:
+            out += [len(p) + (0 if m is None else encoded_size(m)) for p, m in zip(run[0], run[2])]
+        else:
+            out += [len(p) for p in run[0]]
+    return out
 
 
 class Adopter:
@@ -226,7 +246,7 @@ class Adopter:
             self._held_back.discard(path)
         return added
 
-    def _load(self, path: str) -> tuple[str, list[tuple[bytes, int]]] | None:
+    def _load(self, path: str) -> tuple[str, list[BatchRecord]] | None:
         try:
             key, records = read_batch(path)
         except FileNotFoundError:
@@ -275,7 +295,7 @@ class Adopter:
             log.info("spool batch %s (key %r) was adopted before; dropped", path, key)
             self._drop(path)
             return 0
-        too_big = [len(p) for p, _ in records if len(p) > host.max_item_size]
+        too_big = [len(p) for p, _, _ in records if len(p) > host.max_item_size]
         if too_big:
             self._reject(path, f"item of {max(too_big)} bytes exceeds max_item_size")
             return 0
@@ -287,7 +307,7 @@ class Adopter:
         ledger: Ledger,
         path: str,
         key: str,
-        records: list[tuple[bytes, int]],
+        records: list[BatchRecord],
         count: int,
         skip: int,
     ) -> int:
@@ -369,9 +389,9 @@ class QueueAppender:
     def next_id(self) -> int:
         return self._journal.next_id
 
-    def append_runs(self, runs: Sequence[tuple[list[bytes], int]], intent: Callable[[int], None]) -> int:
-        count = sum(len(p) for p, _ in runs)
-        nbytes = sum(len(x) for p, _ in runs for x in p)
+    def append_runs(self, runs: Sequence[Run], intent: Callable[[int], None]) -> int:
+        count = sum(len(run[0]) for run in runs)
+        nbytes = sum(len(x) for run in runs for x in run[0])
         with self._lock:
             first_id, seq = self._append_locked(runs, count, nbytes, time.time_ns() // 1_000_000, intent)
         if self._config.sync == "always":
@@ -381,5 +401,5 @@ class QueueAppender:
     def sync(self) -> None:
         self._journal.sync()
 
-    def reserve(self, runs: Sequence[tuple[list[bytes], int]]) -> None:
-        self._journal.reserve([len(x) for payloads, _ in runs for x in payloads])
+    def reserve(self, runs: Sequence[Run]) -> None:
+        self._journal.reserve(_sizes(runs))

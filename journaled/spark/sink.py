@@ -98,7 +98,7 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
     try:
         for part in parts:
             _, records = adoption.read_batch(part.path)
-            for payload, expire_ms in records:
+            for payload, expire_ms, _ in records:
                 writer.add(payload, expire_ms)
         writer.finish()
     except BaseException:
