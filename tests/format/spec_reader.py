@@ -47,6 +47,66 @@ def encode_put(salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int
     return encode_record(salt, offset, 1, struct.pack("<QQQ", item_id, add_ms, expire_ms) + payload)
 
 
+@dataclass(frozen=True)
+class Meta:
+    """What a PUTX carries besides a PUT's fields (section 4.4)."""
+
+    not_before_ms: int = 0
+    producer: int = 0
+    sequence: int = 0
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()  # in stored order ([F-40])
+
+
+def encode_putx_body(meta: Meta, payload: bytes) -> bytes:
+    """The part of a PUTX body after ``expire_ms`` (4.4)."""
+    key = meta.key or b""
+    block = b"".join(
+        struct.pack("<BI", len(n.encode("utf-8")), len(v)) + n.encode("utf-8") + v for n, v in meta.headers
+    )
+    fixed = struct.pack(
+        "<QQQHHI", meta.not_before_ms, meta.producer, meta.sequence, len(key), len(meta.headers), len(block)
+    )
+    return fixed + key + block + payload
+
+
+def encode_putx(
+    salt: int, offset: int, item_id: int, add_ms: int, expire_ms: int, meta: Meta, payload: bytes
+) -> bytes:
+    body = struct.pack("<QQQ", item_id, add_ms, expire_ms) + encode_putx_body(meta, payload)
+    return encode_record(salt, offset, 2, body)
+
+
+def decode_putx_meta(body: bytes) -> tuple[Meta, bytes] | None:
+    """``(meta, payload)`` of a PUTX body, or None when its lengths are inconsistent ([F-39])."""
+    if len(body) < 56:
+        return None
+    not_before, producer, sequence, key_len, count, block_len = struct.unpack_from("<QQQHHI", body, 24)
+    if 56 + key_len + block_len > len(body):
+        return None
+    key = body[56 : 56 + key_len] if key_len else None  # [F-40]: no key, not an empty one
+    pos, stop = 56 + key_len, 56 + key_len + block_len
+    headers: list[tuple[str, bytes]] = []
+    for _ in range(count):
+        if pos + 5 > stop:
+            return None
+        name_len, value_len = struct.unpack_from("<BI", body, pos)
+        pos += 5
+        if name_len == 0 or pos + name_len + value_len > stop:
+            return None
+        try:
+            name = body[pos : pos + name_len].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if any(name == n for n, _ in headers):
+            return None
+        headers.append((name, body[pos + name_len : pos + name_len + value_len]))
+        pos += name_len + value_len
+    if pos != stop:
+        return None
+    return Meta(not_before, producer, sequence, key, tuple(headers)), body[stop:]
+
+
 # ------------------------------------------------------------------ directory ([F-1]..[F-3])
 def journal_files(directory: str, name: str) -> list[tuple[int, str]]:
     """Candidate journal files of queue ``name``, in numeric order of ``<ms>`` ([F-2], [F-3])."""
@@ -155,14 +215,18 @@ def parse_header(buf: bytes, name: str, ms: int) -> tuple[Header | None, str]:
 
 
 # ------------------------------------------------------------------ records ([F-10]..[F-17])
-def decode(buf: bytes, pos: int, salt: int) -> tuple[str, int, tuple[int, int, int, int, bytes] | None]:
-    """Classify the record at ``pos``: (kind, size, put) where kind is ``put``, ``skip``,
-    ``incomplete`` or ``damage`` ([F-16])."""
+# A valid item: (id, offset, add_ms, expire_ms, payload, meta); meta is None for a PUT.
+Rec = tuple[int, int, int, int, bytes, Meta | None]
+
+
+def decode(buf: bytes, pos: int, salt: int) -> tuple[str, int, Rec | None]:
+    """Classify the record at ``pos``: (kind, size, put) where kind is ``put`` (a PUT or a PUTX),
+    ``skip``, ``incomplete`` or ``damage`` ([F-16])."""
     avail = len(buf) - pos
     if avail < 9:
         return ("damage" if not any(buf[pos:]) else "incomplete"), 0, None
     crc, length, rtype = struct.unpack_from("<IIB", buf, pos)
-    if rtype == 0 or length > MAX_BODY or (rtype == 1 and length < 24):
+    if rtype == 0 or length > MAX_BODY or (rtype == 1 and length < 24) or (rtype == 2 and length < 56):
         return "damage", 0, None
     if pos + 9 + length > len(buf):
         return "incomplete", 0, None
@@ -170,7 +234,17 @@ def decode(buf: bytes, pos: int, salt: int) -> tuple[str, int, tuple[int, int, i
         return "damage", 0, None
     if rtype == 1:
         item_id, add_ms, expire_ms = struct.unpack_from("<QQQ", buf, pos + 9)
-        return "put", 9 + length, (item_id, pos, add_ms, expire_ms, bytes(buf[pos + 33 : pos + 9 + length]))
+        return (
+            "put",
+            9 + length,
+            (item_id, pos, add_ms, expire_ms, bytes(buf[pos + 33 : pos + 9 + length]), None),
+        )
+    if rtype == 2:  # [F-39]: a right CRC over inconsistent metadata is damage all the same
+        item_id, add_ms, expire_ms = struct.unpack_from("<QQQ", buf, pos + 9)
+        got = decode_putx_meta(bytes(buf[pos + 9 : pos + 9 + length]))
+        if got is None:
+            return "damage", 0, None
+        return "put", 9 + length, (item_id, pos, add_ms, expire_ms, got[1], got[0])
     if rtype & 0x80:
         return "skip", 9 + length, None  # [F-11]
     raise Unsupported(f"record type {rtype}")
@@ -186,11 +260,11 @@ class Span:
 
 def walk(
     buf: bytes, salt: int, pos: int, end: int, expected: int, stop_at_damage: bool = False
-) -> tuple[list[tuple[int, int, int, int, bytes]], list[Span]]:
+) -> tuple[list[Rec], list[Span]]:
     """The valid PUTs of one file and its damaged spans, skipping exactly the damage ([F-13],
     [F-18])."""
     buf = buf[:end]
-    puts: list[tuple[int, int, int, int, bytes]] = []
+    puts: list[Rec] = []
     spans: list[Span] = []
     while pos < end:
         kind, size, put = decode(buf, pos, salt)
@@ -207,8 +281,8 @@ def walk(
         if stop_at_damage:
             break
         nxt = None
-        for cand in range(pos + 1, end - 32):  # [F-18]: every offset, a PUT with id >= expected
-            if buf[cand + 8] != 1:
+        for cand in range(pos + 1, end - 32):  # [F-16]: every offset, a PUT or PUTX with id >= expected
+            if buf[cand + 8] not in (1, 2):
                 continue
             try:
                 k, _, p = decode(buf, cand, salt)
@@ -231,7 +305,7 @@ def torn(buf: bytes, span: Span) -> bool:
 
 @dataclass
 class QueueRead:
-    puts: list[tuple[int, int, int, int, bytes]] = field(default_factory=list)
+    puts: list[Rec] = field(default_factory=list)
     lost: list[tuple[int, int]] = field(default_factory=list)  # [F-19]
     files: list[tuple[int, Header | None, str]] = field(default_factory=list)
 
@@ -321,11 +395,19 @@ def encode_checkpoint(
     return body + struct.pack("<I", crc32c(body))
 
 
-def to_deliver(puts: list[tuple[int, int, int, int, bytes]], ck: Checkpoint | None, now_ms: int) -> list[int]:
-    """[F-32]: the ids a reader reopened at checkpoint ``ck`` delivers, in order."""
+def to_deliver(puts: list[Rec], ck: Checkpoint | None, now_ms: int) -> list[int]:
+    """[F-31] [F-41]: the ids a reader reopened at checkpoint ``ck`` delivers now, in order: not
+    expired, and due (a not-before at or before now); one not due yet holds nothing back."""
     head = ck.head if ck is not None else 0
     done = {i for i in ck.done if i >= head} if ck is not None else set()
-    return [p[0] for p in puts if p[0] >= head and p[0] not in done and not (p[3] and p[3] <= now_ms)]
+
+    def due(p: Rec) -> bool:
+        not_before = p[5].not_before_ms if p[5] is not None else 0
+        if p[3] and p[3] <= max(now_ms, not_before):
+            return False  # expired, or expires before it is ever due
+        return not_before <= now_ms
+
+    return [p[0] for p in puts if p[0] >= head and p[0] not in done and due(p)]
 
 
 # ------------------------------------------------------------------ small text files ([F-28], [F-29])

@@ -24,7 +24,16 @@ from journaled.disk.bookmarks import read_bookmark, write_bookmark
 from journaled.disk.layout import detect_queue_name
 from journaled.disk.spoolfiles import pending_batches, spool_put
 from journaled.errors import ForeignFile, UnsupportedVersion
-from journaled.format.record import FileHeader, encode_header, encode_put, header_size
+from journaled.format.metadata import Meta
+from journaled.format.record import (
+    FileHeader,
+    PutX,
+    decode_one,
+    encode_header,
+    encode_put,
+    encode_putx,
+    header_size,
+)
 from journaled.format.smallfiles import decode_crc_text, encode_crc_text
 from journaled.offline.repair import check_dir, repair_dir
 from journaled.offline.scan import JournalScanner
@@ -203,7 +212,7 @@ def test_the_test_vector_is_what_both_readers_write(tmp_path) -> None:
     assert lib == mine == printed and len(printed) == 82
     header, verdict = spec.parse_header(printed, "events", 1700000000000)
     assert verdict == "ok" and header is not None and header.size == 44
-    assert spec.walk(printed, header.salt, 44, 82, 1)[0] == [(1, 44, 1700000000000, 0, b"hello")]
+    assert spec.walk(printed, header.salt, 44, 82, 1)[0] == [(1, 44, 1700000000000, 0, b"hello", None)]
 
 
 def test_another_version_under_a_valid_crc_is_refused_not_guessed(tmp_path) -> None:
@@ -883,3 +892,229 @@ def test_a_stored_queue_sink_is_opened_by_path_and_a_missing_one_suspends_its_po
     with JournaledQueue(path, name="q") as q:
         r = q.reader("r")
         assert r.config.max_errors == 1 and r.config.dead_letter.path == dead_path
+
+
+# ------------------------------------------------------------------------------ 4.4 PUTX, 11.2 vector
+VECTOR_META = spec.Meta(1700000060000, 0, 0, b"order-42", (("ct", b"json"), ("v", b"2")))
+
+
+def test_the_second_test_vector_is_a_putx_every_reader_decodes(tmp_path) -> None:
+    """[F-10] [F-40]: the PUTX of section 11.2: the library's and the spec reader's bytes are the
+    ones printed; the library, the spec reader, the scanner, ``check`` and the owner read one
+    item with its key and headers in order (its not-before is long past)."""
+    with open(SPEC, encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("140-byte file:", 1)[1].split("```")[1]
+    printed = bytes.fromhex("".join(block.split()))
+    lib = encode_header(FileHeader(salt=0x01020304, first_id=1, created_ms=1700000000000, name="events"))
+    meta = Meta(not_before_ms=1700000060000, key=b"order-42", headers={"ct": b"json", "v": b"2"})
+    lib += encode_putx(0x01020304, len(lib), 1, 1700000000000, 0, meta, b"hello")
+    mine = spec.encode_header(0x01020304, 1, 1700000000000, "events")
+    mine += spec.encode_putx(0x01020304, len(mine), 1, 1700000000000, 0, VECTOR_META, b"hello")
+    assert lib == mine == printed and len(printed) == 140
+    rec = decode_one(printed, 44, 0, 0x01020304)
+    assert isinstance(rec, PutX) and rec.payload == b"hello" and rec.size == 96
+    assert rec.meta == meta and list(rec.meta.headers) == ["ct", "v"]
+    header, verdict = spec.parse_header(printed, "events", 1700000000000)
+    assert verdict == "ok" and header is not None
+    assert spec.walk(printed, header.salt, 44, 140, 1)[0] == [
+        (1, 44, 1700000000000, 0, b"hello", VECTOR_META)
+    ]
+    path = str(tmp_path / "events")
+    os.mkdir(path)
+    with open(os.path.join(path, "events.1700000000000"), "wb") as f:
+        f.write(printed)
+    (scanned,) = JournalScanner(path, "events").records()
+    assert scanned == rec
+    report = check_dir(path, "events")
+    assert report.records == 1 and report.clean
+    with JournaledQueue(path, name="events") as q:
+        (item,) = ready_items(q.reader("r"))
+        assert (item.id, item.data, item.key) == (1, b"hello", b"order-42")
+        assert list(item.headers.items()) == [("ct", b"json"), ("v", b"2")]
+
+
+def test_an_item_without_metadata_is_written_as_a_put(tmp_path) -> None:
+    """[F-38]: no headers (or an empty mapping), no key, a not-before not after the put: a type
+    0x01 PUT, byte for byte what it was before PUTX; a put breaking a limit writes nothing."""
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.put(b"a")
+        q.put(b"b", headers={})
+        q.put(b"c", not_before=1.0)
+        q.put(b"d", delay=0)
+        q.put_many([b"e", b"f"], headers={}, keys=[None, None])
+        q.put(b"g", key=b"k")
+        q.put(b"h", headers={"n": b""})
+        for bad in (
+            {"key": b""},
+            {"key": b"k" * 1025},
+            {"headers": {"": b"v"}},
+            {"headers": {"n" * 256: b"v"}},
+            {"headers": {f"h{i}": b"" for i in range(65)}},
+            {"headers": {"big": bytes(64 * 1024)}},
+        ):
+            with pytest.raises((ValueError, TypeError)):
+                q.put(b"x", **bad)  # type: ignore[arg-type]
+    (f,) = journal_files(path)
+    data = open(f, "rb").read()
+    header, _ = spec.parse_header(data, "q", 1)
+    assert header is not None
+    puts, spans = spec.walk(data, header.salt, HL, len(data), 1)
+    assert not spans and [p[4] for p in puts] == [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"]
+    assert [data[p[1] + 8] for p in puts] == [1, 1, 1, 1, 1, 1, 2, 2]
+    assert [p[5] is None for p in puts] == [True] * 6 + [False] * 2
+    first = puts[0]
+    assert data[first[1] : first[1] + 34] == encode_put(header.salt, first[1], 1, first[2], 0, b"a")
+    assert puts[7][5] == spec.Meta(headers=(("n", b""),))
+
+
+def putx_raw(item_id: int, case: str) -> bytes:
+    """The body of a PUTX whose CRC will be right and whose metadata is ``case``."""
+    fields = struct.pack("<QQQ", item_id, 0, 0)
+
+    def body(key: bytes, count: int, block: bytes, key_len: int | None = None) -> bytes:
+        kl = len(key) if key_len is None else key_len
+        return fields + struct.pack("<QQQHHI", 0, 0, 0, kl, count, len(block)) + key + block + b"payload"
+
+    def hdr(name: bytes, value: bytes, name_len: int | None = None, value_len: int | None = None) -> bytes:
+        nl = len(name) if name_len is None else name_len
+        return struct.pack("<BI", nl, len(value) if value_len is None else value_len) + name + value
+
+    return {
+        "good": body(b"k", 2, hdr(b"a", b"1") + hdr(b"b", b"2")),
+        "short": fields + bytes(31),  # [F-12]: a PUTX body below 56 bytes
+        "key past the body": body(b"k", 0, b"", key_len=500),
+        "count above the block": body(b"k", 3, hdr(b"a", b"1") + hdr(b"b", b"2")),
+        "bytes left in the block": body(b"k", 1, hdr(b"a", b"1") + hdr(b"b", b"2")),
+        "header past the block": body(b"k", 1, hdr(b"a", b"1", value_len=9)),
+        "empty name": body(b"k", 1, hdr(b"", b"1")),
+        "name not UTF-8": body(b"k", 1, hdr(b"\xff\xfe", b"1")),
+        "name repeated": body(b"k", 2, hdr(b"a", b"1") + hdr(b"a", b"2")),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "short",
+        "key past the body",
+        "count above the block",
+        "bytes left in the block",
+        "header past the block",
+        "empty name",
+        "name not UTF-8",
+        "name repeated",
+    ],
+)
+def test_a_putx_with_inconsistent_metadata_is_damage_to_every_reader(tmp_path, case: str) -> None:
+    """[F-39] [F-12]: a right CRC over metadata whose lengths do not add up, an empty, non-UTF-8
+    or repeated name: damage, skipped, its id lost, for the spec reader, the library, the scanner,
+    ``check``, Spark and the owner alike."""
+    path = str(tmp_path / "q")
+    fill(path, 2)
+    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 2, putx_raw(3, case)))
+    append_raw(path, lambda salt, off: spec.encode_put(salt, off, 4, 0, 0, payload(4)))
+    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 2, putx_raw(5, "good")))
+    (f,) = journal_files(path)
+    data = open(f, "rb").read()
+    salt = struct.unpack_from("<I", data, 12)[0]
+    bad_at = HL + 2 * REC
+    assert spec.decode(data, bad_at, salt)[0] == "damage"
+    got = decode_one(data, bad_at, 0, salt)
+    assert not isinstance(got, PutX)
+    read = spec.read_queue(path, "q")
+    assert [p[0] for p in read.puts] == [1, 2, 4, 5] and read.lost == [(3, 3)]
+    assert read.puts[-1][5] == spec.Meta(key=b"k", headers=(("a", b"1"), ("b", b"2")))
+    scanner = JournalScanner(path, "q")
+    assert [r.id for r in scanner.records()] == [1, 2, 4, 5]
+    assert [d.offset for d in scanner.damage] == [bad_at]
+    report = check_dir(path, "q")
+    assert [f.ids_lost for f in report.findings] == [(3, 3)] and report.records == 4
+    assert spark_ids(path) == [1, 2, 4, 5]
+    ids, events = drain(path)
+    assert ids == [1, 2, 4, 5] and lost(events) == [(3, 3)]
+
+
+def test_a_journal_mixing_put_and_putx_reads_alike_everywhere(tmp_path) -> None:
+    """[F-16] [F-13] [F-40]: PUTs and PUTXs across files, with damage just before a PUTX (so the
+    forward scan must resume at a PUTX): the spec reader, the scanner, ``check``, Spark and the
+    owner deliver the same items with the same keys and headers and name the same lost ids."""
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never", journal_size=2048), name="q") as q:
+        q.reader("r")
+        for i in range(1, 61):
+            if i % 3 == 0:
+                q.put(payload(i), key=b"k%d" % i, headers={"n": b"%d" % i, "\u00e9": b"\x00"})
+            elif i % 3 == 1:
+                q.put(payload(i), headers={"ct": b"json"})
+            else:
+                q.put(payload(i))
+    files = journal_files(path)
+    assert len(files) > 2
+    on_disk = {p[0]: p for p in spec.read_queue(path, "q").puts}
+    assert sorted(on_disk) == list(range(1, 61))
+    for victim in (5, 26, 41):  # each followed by a PUTX (ids 6, 27, 42)
+        p = on_disk[victim]
+        (f,) = [f for f in files if _holds(f, p)]
+        flip(f, p[1] + 12)
+    read = spec.read_queue(path, "q")
+    expected = [i for i in range(1, 61) if i not in (5, 26, 41)]
+    assert [p[0] for p in read.puts] == expected and read.lost == [(5, 5), (26, 26), (41, 41)]
+    metas = {p[0]: p[5] for p in read.puts}
+    assert metas[6] == spec.Meta(key=b"k6", headers=(("n", b"6"), ("\u00e9", b"\x00")))
+    assert metas[7] == spec.Meta(headers=(("ct", b"json"),)) and metas[8] is None
+    scanned = list(JournalScanner(path, "q").records())
+    assert [r.id for r in scanned] == expected
+    for r in scanned:
+        m = metas[r.id]
+        assert isinstance(r, PutX) is (m is not None) and r.payload == payload(r.id)
+        if isinstance(r, PutX) and m is not None:
+            assert (r.meta.key, tuple(r.meta.headers.items())) == (m.key, m.headers)
+    report = check_dir(path, "q")
+    assert report.records == len(expected)
+    assert sorted(f.ids_lost for f in report.findings if f.ids_lost) == [(5, 5), (26, 26), (41, 41)]
+    assert spark_ids(path) == expected
+    with JournaledQueue(path, name="q") as q:
+        items = list(ready_items(q.reader("r")))
+        assert lost(q.recovery_report) == [(5, 5), (26, 26), (41, 41)]
+    assert [it.id for it in items] == expected
+    for it in items:
+        m = metas[it.id]
+        assert it.key == (m.key if m else None)
+        assert tuple(it.headers.items()) == (m.headers if m else ())
+
+
+def _holds(path: str, rec: tuple) -> bool:
+    data = open(path, "rb").read()
+    header, _ = spec.parse_header(data, "q", int(path.rsplit(".", 1)[1]))
+    return header is not None and any(p == rec for p in spec.walk(data, header.salt, HL, len(data), 0)[0])
+
+
+def test_a_putx_not_yet_due_is_not_delivered_and_holds_nothing_back(tmp_path) -> None:
+    """[F-31] [F-41]: by the spec: an item whose not-before is in the future is not delivered
+    now, later items are; it is delivered once due unless it expires first (an expiry at or
+    before the not-before means never).  The not-before is in the record: the library reads it
+    back after a reopen."""
+    path = str(tmp_path / "q")
+    now = int(time.time() * 1000)
+    later = now + 3_600_000
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.put(b"a")
+        q.put(b"b", not_before=later / 1000)
+        q.put(b"c")
+        q.put(b"d", not_before=later / 1000, expire_at=later / 1000)
+        q.put(b"e", not_before=later / 1000, ttl=7200)
+    puts = spec.read_queue(path, "q").puts
+    assert [p[5].not_before_ms if p[5] else 0 for p in puts] == [0, later, 0, later, later]
+    assert spec.to_deliver(puts, None, now) == [1, 3]
+    assert spec.to_deliver(puts, None, later) == [1, 2, 3, 5]
+    assert spec.to_deliver(puts, None, later + 7_200_000) == [1, 2, 3]  # e expired meanwhile
+    scanned = list(JournalScanner(path, "q").records())
+    assert [r.meta.not_before_ms if isinstance(r, PutX) else 0 for r in scanned] == [
+        0,
+        later,
+        0,
+        later,
+        later,
+    ]
