@@ -156,11 +156,23 @@ class SerializationError(JournaledError, ValueError):
 class OwnerLost(JournaledError):
     """The process owning the queue closed or died while this call was in flight (a client of
     another process's queue only).  The client reconnects by itself (to the next owner, or
-    becomes the owner); calling again is safe, except that a request whose ``outcome_unknown``
-    is True reached the owner, which died before answering: a ``put``/``put_many`` may or may
-    not have been stored (retrying it can store it twice), and a ``commit``/``commit_many``/
-    ``abort``/``release``/``reject`` may or may not have landed.  A read opened before the loss
-    is not open any more (it is delivered again)."""
+    becomes the owner); calling again is safe.  A read opened before the loss is not open any
+    more (it is delivered again).
+
+    A ``put``/``put_many`` whose owner died before answering does not raise this: the client
+    makes it again, with the same producer tag, on the next owner, which stores only what was
+    not stored (exactly once).  ``outcome_unknown`` is True where such a retry is impossible:
+
+    * a ``commit``/``commit_many``/``abort``/``release``/``reject`` that reached an owner which
+      died before answering: it may or may not have landed, and the read it settled is not open
+      on the next owner (it is delivered again: at least once);
+    * a put that reached an owner which stopped answering within the reply's deadline without
+      dying (stopped, wedged): it still holds the queue, so there is no next owner to ask, and
+      it may still carry the put out;
+    * a put whose owner died and no next owner answered within 60 seconds
+      (``remote.clientqueue.PUT_RETRY``).
+
+    Calling such a put again stores it anew (a new tag): it may then be stored twice."""
 
     outcome_unknown: bool = False
 

@@ -13,9 +13,14 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
 
 * a ``get`` in flight is simply made again on the new owner (nothing was delivered);
 * a ``put``/``put_many`` refused because the owner was closing, or never sent, is made again;
-  one sent to an owner that then died raises :class:`OwnerLost` with ``outcome_unknown=True``:
-  it may or may not be stored (it is stored iff it reached the journal before the owner died,
-  and was durable iff the sync policy had synced it), so it is reported, never retried blindly;
+  one sent to an owner that then died is made again too, with the same tag, on the next owner
+  (which may be this process): every put carries its producer's tag (a random nonzero 63-bit id
+  per queue object, and a sequence per item, consecutive within a ``put_many``), and an owner
+  stores only the items whose sequences it does not hold, returning the ids of those it does,
+  so the put lands exactly once.  It raises :class:`OwnerLost` with ``outcome_unknown=True``
+  only when no next owner answers within :data:`PUT_RETRY` seconds, or when the owner did not
+  answer within the reply's deadline but did not die (stopped, wedged): it still holds the
+  directory, so there is no next owner to ask, and it may still carry the put out;
 * a read opened under a previous owner is not open any more: ``commit``/``commit_many``/
   ``abort``/``release``/``reject`` of it raise ``OwnerLost`` and are never made again (the item
   is delivered again: at least once, as after a crash); ``outcome_unknown`` is True when the
@@ -40,14 +45,16 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import os
+import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.errors import OwnerLost, QueueForked, QueueLocked, UnknownReader, UnsafeDirectory
-from journaled.item import as_payload, epoch_ms
+from journaled.format.metadata import Meta
+from journaled.item import as_payload, epoch_ms, expire_ms, put_metas
 from journaled.owner import closing
 from journaled.remote import handlers
 from journaled.remote import protocol as proto
@@ -60,6 +67,8 @@ from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
 #: owner (each connection's connect and hello must fit in what is left of it)
 CONNECT_TIMEOUT = 10.0
 _RETRY_PAUSE = 0.01  # between attempts while a new owner recovers and starts serving
+#: seconds a put whose owner died before answering is made again on the next owners
+PUT_RETRY = 60.0
 
 
 class OwnedQueue(ServedQueue, Protocol):
@@ -139,6 +148,11 @@ class RemoteQueue(closing.Closing):
         self._pid = os.getpid()
         self._closed = False
         self._readers: dict[str, RemoteReader] = {}
+        # exactly-once puts: every put is tagged (producer id, sequence); the id is this object's
+        # (random, nonzero, 63 bits: no coordination between processes, collisions negligible)
+        self._producer = secrets.randbits(63) or 1
+        self._next_sequence = 1
+        self._tags = threading.Lock()  # a leaf: guards _next_sequence
 
     # ------------------------------------------------------------------ the way to the owner
     @property
@@ -206,7 +220,10 @@ class RemoteQueue(closing.Closing):
         runs (the same reply, the same errors).  After a loss that left nothing done the
         request is made again on the next owner.  ``wait`` is how long the owner may take on
         purpose (a blocking get's timeout); ``opened``, for a request settling reads, is the
-        generation they were opened under: under another, :class:`OwnerLost` and nothing sent."""
+        generation they were opened under: under another, :class:`OwnerLost` and nothing sent.
+        A put carrying its producer's tag that reached an owner which died before answering is
+        made again, with the same tag, on the next owner, for up to :data:`PUT_RETRY` seconds."""
+        retry_until = 0.0
         while True:
             if self._closed:
                 raise closed_error(self.path)
@@ -231,6 +248,13 @@ class RemoteQueue(closing.Closing):
                 if not exc.outcome_unknown and header["op"] not in SETTLE_OPS:
                     self._reconnect(generation)
                     continue  # nothing was done: again, on the next owner
+                if is_put and "tag" in header and not isinstance(exc.__cause__, TimeoutError):
+                    # the owner died (its connection dropped): the next owner stores only what
+                    # the dead one had not (exactly once).  One that merely did not answer in
+                    # time is alive and holds the queue: no next owner can take it over.
+                    retry_until = retry_until or time.monotonic() + PUT_RETRY
+                    self._put_again(generation, retry_until, exc)
+                    continue
                 try:
                     self._reconnect(generation)
                 except OwnerLost:
@@ -243,19 +267,67 @@ class RemoteQueue(closing.Closing):
                 )
                 raise lost from exc
 
+    def _put_again(self, generation: int, retry_until: float, lost: OwnerLost) -> None:
+        """Find the next owner for a tagged put ``lost`` left unanswered, or raise ``lost`` (its
+        outcome unknown) once ``retry_until`` has passed without one."""
+        while True:
+            try:
+                self._reconnect(generation)
+                return
+            except OwnerLost as exc:
+                if time.monotonic() >= retry_until:
+                    given_up = OwnerLost(
+                        f"the owner of {self.path} went away during a put and no next owner "
+                        f"answered within {PUT_RETRY:g} s: the put may or may not be stored ({exc})"
+                    )
+                    given_up.outcome_unknown = True
+                    raise given_up from lost
+                time.sleep(_RETRY_PAUSE)
+
     # ------------------------------------------------------------------ putting
+    def _sequences(self, count: int) -> int:
+        """The first of ``count`` consecutive sequences of this object's producer id, never
+        given to another put (threads share this object: several puts may be in flight)."""
+        with self._tags:
+            first = self._next_sequence
+            self._next_sequence = first + count
+        return first
+
     def put(
         self,
         data: bytes | bytearray | memoryview,
         *,
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
+        not_before: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        key: bytes | None = None,
     ) -> int:
-        """Append one item through the owner; return its id (durable as the owner's sync says)."""
-        if expire_at is None and ttl is None and type(data) is bytes and len(data) <= proto.MAX_PAYLOAD:
-            # perf: the usual put, a request whose header is made once (protocol.PUT_REQUEST)
-            return int(self.call(proto.PUT_REQUEST, data, is_put=True)[0]["first"])
-        return self.put_many((data,), expire_at=expire_at, ttl=ttl)[0]
+        """Append one item through the owner; return its id (durable as the owner's sync says).
+        The keywords are those of :meth:`JournaledQueue.put`, checked here: bad input raises the
+        same errors and nothing is sent.  Stored exactly once even if the owner dies meanwhile
+        (module docstring)."""
+        plain = expire_at is None and ttl is None and not_before is None and delay is None
+        if (
+            plain
+            and headers is None
+            and key is None
+            and type(data) is bytes
+            and len(data) <= proto.MAX_PAYLOAD
+        ):
+            # perf: the usual put, a request whose header's bytes are made without the JSON encoder
+            header = proto.tagged_put(self._producer, self._sequences(1))
+            return int(self.call(header, data, is_put=True)[0]["first"])
+        return self.put_many(
+            (data,),
+            expire_at=expire_at,
+            ttl=ttl,
+            not_before=not_before,
+            delay=delay,
+            headers=headers,
+            keys=None if key is None else (key,),
+        )[0]
 
     def put_many(
         self,
@@ -263,21 +335,42 @@ class RemoteQueue(closing.Closing):
         *,
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
+        not_before: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        keys: Iterable[bytes | None] | None = None,
     ) -> list[int]:
-        """Append several items with one request (one write at the owner); all or nothing."""
+        """Append several items with one request (one write at the owner); all or nothing.  The
+        keywords are those of :meth:`JournaledQueue.put_many`, checked here (nothing is sent on
+        bad input); the items take consecutive sequences of this object's producer id."""
         payloads = [p if type(p) is bytes else as_payload(p, proto.MAX_PAYLOAD) for p in items]
         when = epoch_ms(expire_at) / 1000.0 if isinstance(expire_at, _dt.datetime) else expire_at
         if when is not None and not isinstance(when, (int, float)) or isinstance(when, bool):
             raise TypeError("'expire_at' must be a number of seconds or a datetime")
         if ttl is not None and (not isinstance(ttl, (int, float)) or isinstance(ttl, bool)):
             raise TypeError("'ttl' must be a number of seconds")
+        now_ms = time.time_ns() // 1_000_000
+        expire_ms(when, ttl, now_ms)  # the owner's checks, before anything is sent
         total = sum(map(len, payloads))
         if total > proto.MAX_PAYLOAD:
             raise ValueError(
                 f"a put_many of {total} bytes is more than one request carries ({proto.MAX_PAYLOAD})"
             )
-        header = {"op": "put_many", "lens": list(map(len, payloads)), "ttl": ttl, "expire_at": when}
+        header: dict[str, Any] = {
+            "op": "put_many",
+            "lens": list(map(len, payloads)),
+            "ttl": ttl,
+            "expire_at": when,
+        }
+        extras = not_before is not None or delay is not None or headers is not None or keys is not None
+        metas = put_metas(payloads, now_ms, not_before, delay, headers, keys, None) if extras else None
+        if metas is not None:
+            header.update(_meta_fields(metas))
+        if payloads:
+            header["tag"] = [self._producer, self._sequences(len(payloads))]
         reply, _, _ = self.call(header, b"".join(payloads), is_put=True)
+        if "ids" in reply:
+            return [int(i) for i in reply["ids"]]
         first, count = int(reply["first"]), int(reply["count"])
         return list(range(first, first + count))
 
@@ -398,6 +491,21 @@ def reduce_owner(queue: object) -> tuple[Any, ...]:
     cls: Callable[..., Any] = type(queue)
     opener: Callable[[], Any] = functools.partial(cls, q.path, q.config, name=q.name)
     return reopen, (opener,)
+
+
+def _meta_fields(metas: list[Meta | None]) -> dict[str, Any]:
+    """The fields of a put request carrying ``metas`` (remote/handlers.put_extras): the
+    not-before and headers every item shares, and the keys when any item has one."""
+    shared = next(m for m in metas if m is not None)
+    fields: dict[str, Any] = {}
+    if shared.not_before_ms:
+        fields["not_before"] = shared.not_before_ms
+    if shared.headers:
+        fields["headers"] = proto.headers_text(shared.headers)
+    keys = [None if m is None or m.key is None else proto.text(m.key) for m in metas]
+    if any(k is not None for k in keys):
+        fields["keys"] = keys
+    return fields
 
 
 def _config_dict(config: ReaderConfig | None) -> dict[str, Any] | None:

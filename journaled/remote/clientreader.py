@@ -29,6 +29,7 @@ import datetime as _dt
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from journaled import txn
@@ -36,7 +37,8 @@ from journaled.aio import AsyncItemIterator, AsyncTransactionContext, aprocess
 from journaled.config import Start
 from journaled.core.retry import check_delay
 from journaled.errors import Empty, OwnerLost, UnknownRead
-from journaled.item import Item, epoch_ms, new_item, read_id
+from journaled.format.metadata import NO_HEADERS, Meta
+from journaled.item import Item, epoch_ms, new_item, read_id, with_meta
 from journaled.remote import protocol as proto
 from journaled.stats import ReaderStats
 from journaled.txn import ItemIterator, TransactionContext
@@ -75,9 +77,20 @@ class Served(Protocol):
 
 
 def _item(meta: dict[str, Any], data: bytes) -> Item:
-    return new_item(
+    item = new_item(
         int(meta["id"]), data, float(meta["add_time"]), meta["expire_at"], int(meta["error_count"])
     )
+    if len(meta) > 4 and ("headers" in meta or "key" in meta or "not_before" in meta):
+        return with_meta(item, _stored(meta))
+    return item
+
+
+def _stored(meta: dict[str, Any]) -> Meta:
+    """The headers, key and not-before a reply says an item carries (remote/handlers.item_meta)."""
+    headers = MappingProxyType(proto.headers_raw(meta["headers"])) if "headers" in meta else NO_HEADERS
+    key = proto.raw(meta["key"], "a key") if "key" in meta else None
+    not_before = proto.field(meta, "not_before", int, 0)
+    return Meta(not_before, 0, 0, key, headers)
 
 
 class RemoteReader:

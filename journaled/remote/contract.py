@@ -18,7 +18,7 @@ What the owner promises, besides each member's own contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from journaled.config import ReaderConfig, Start
@@ -89,10 +89,22 @@ class ServedQueue(Protocol):
         ...
 
     def put_many(
-        self, items: Sequence[bytes], *, expire_at: float | None = None, ttl: float | None = None
+        self,
+        items: Sequence[bytes],
+        *,
+        expire_at: float | None = None,
+        ttl: float | None = None,
+        not_before: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        keys: Iterable[bytes | None] | None = None,
+        producer: tuple[int, int] | None = None,
     ) -> list[int]:
         """Append the items with one write, all or nothing; their ids.  Durable on return as the
-        sync policy says (not necessarily in the OS: see :meth:`write_out`)."""
+        sync policy says (not necessarily in the OS: see :meth:`write_out`).  The handlers pass
+        the keywords after ``ttl`` only when a request carries them (a served object without
+        them serves every request of a client that sends none).  ``producer`` is the client's
+        tag (producer id, first sequence): the items whose sequences are already stored are not
+        stored again, and their ids are returned where theirs would be."""
         ...
 
     def write_out(self) -> None:

@@ -22,6 +22,7 @@ import attrs
 
 from journaled.config import ReaderConfig
 from journaled.errors import ItemTooLarge, JournaledError, UnknownRead, UnknownReader
+from journaled.format import metadata
 from journaled.item import Item
 from journaled.remote import protocol as proto
 from journaled.remote.contract import ServedQueue, ServedReader
@@ -37,8 +38,9 @@ SETTLE_OPS: dict[str, dict[str, tuple[type, ...]]] = {
 PUT_OPS = ("put", "put_many")
 #: the requests that open reads (they may wait: remote/server.py waits in slices)
 GET_OPS = ("get", "get_many")
-#: the most items one ``get_many`` reply carries: the metadata of each takes at most
-#: ``META_BOUND`` bytes of the header, so the reply's header stays within ``MAX_HEADER``
+#: the most items one ``get_many`` reply carries: the fields of each item without headers or a key
+#: take at most ``META_BOUND`` bytes of the header (more: :func:`meta_bound`), so the reply's
+#: header stays within ``MAX_HEADER``
 MAX_REPLY_ITEMS = 5000
 #: an upper bound of one item's bytes in a ``get_many`` reply's header (its ``item_meta`` and
 #: its ``lens`` entry, the largest id, times and error count included)
@@ -95,26 +97,47 @@ def existing_reader(queue: ServedQueue, name: str) -> ServedReader:
 
 
 def item_meta(item: Item) -> dict[str, Any]:
-    """What a reply says of one delivered item besides its payload."""
-    return {
+    """What a reply says of one delivered item besides its payload: with its metadata, if it
+    has any, as ``"headers"`` (name -> base64), ``"key"`` (base64) and ``"not_before"`` (epoch
+    ms), each only when set (an older client ignores them)."""
+    out: dict[str, Any] = {
         "id": item.id,
         "add_time": item.add_time,
         "expire_at": item.expire_at,
         "error_count": item.error_count,
     }
+    meta = item.meta
+    if meta is not None:
+        if meta.headers:
+            out["headers"] = proto.headers_text(meta.headers)
+        if meta.key is not None:
+            out["key"] = proto.text(meta.key)
+        if meta.not_before_ms:
+            out["not_before"] = meta.not_before_ms
+    return out
+
+
+def meta_bound(item: Item) -> int:
+    """An upper bound of ``item``'s bytes in a ``get_many`` reply's header."""
+    meta = item.meta
+    if meta is None:
+        return META_BOUND
+    # base64 makes 4 bytes of 3, JSON adds quotes, a colon and a comma to each header
+    return META_BOUND + 2 * metadata.encoded_size(meta) + 8 * len(meta.headers)
 
 
 def fit_reply(items: list[Item]) -> tuple[list[Item], list[Item]]:
     """Split the items a ``get_many`` took into those one reply carries and the rest, which the
-    caller gives back at once: at most ``MAX_REPLY_ITEMS`` (a header within ``MAX_HEADER``) and
+    caller gives back at once: at most ``MAX_REPLY_ITEMS``, a header within ``MAX_HEADER`` and
     a payload within ``MAX_PAYLOAD``, but always the first, which may need a long frame
     (remote/protocol.py); one larger than any client accepts raises ``ItemTooLarge``."""
     if len(items[0].data) > proto.REPLY_LIMITS.payload:
         raise ItemTooLarge(len(items[0].data), proto.REPLY_LIMITS.payload)
-    total = 0
+    total = head = 0
     for n, item in enumerate(items[:MAX_REPLY_ITEMS]):
         total += len(item.data)
-        if n and total > proto.MAX_PAYLOAD:
+        head += META_BOUND if type(item) is Item else meta_bound(item)
+        if n and (total > proto.MAX_PAYLOAD or head > proto.MAX_HEADER):
             return items[:n], items[n:]
     return items[:MAX_REPLY_ITEMS], items[MAX_REPLY_ITEMS:]
 
@@ -188,20 +211,65 @@ def take_back(
 
 
 # ---------------------------------------------------------------------- every other request
-def put(queue: ServedQueue, op: str, header: dict[str, Any], payload: bytes | bytearray) -> tuple[int, int]:
-    """Carry out a ``put``/``put_many`` request: the first id stored (-1 for none) and how many.
-    It returns once the records are in the OS: acknowledged to another process means at least
-    that, so the put survives this process being killed (docs/design.md, "Many processes")."""
+def put_extras(header: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of ``put_many`` a put request carries besides ``ttl``/``expire_at`` (all
+    optional, so an older client's requests stay valid): ``"tag"`` ``[producer id, first
+    sequence]``, ``"not_before"`` (epoch ms), ``"headers"`` (name -> base64), ``"keys"`` (one
+    base64 key or null per item).  The queue checks the values as it checks its own caller's."""
+    extras: dict[str, Any] = {}
+    tag = header.get("tag")
+    if tag is not None:
+        if not (type(tag) is list and len(tag) == 2 and type(tag[0]) is int and type(tag[1]) is int):
+            raise proto.ProtocolError("'tag' must be [producer id, first sequence]")
+        extras["producer"] = (tag[0], tag[1])
+    not_before = proto.field(header, "not_before", int, 0)
+    if not_before:
+        # half a millisecond up: the queue's int(seconds * 1000) gives back exactly this ms
+        extras["not_before"] = (not_before + 0.5) / 1000.0
+    if "headers" in header:
+        extras["headers"] = proto.headers_raw(header["headers"])
+    if "keys" in header:
+        keys = proto.field(header, "keys", list)
+        extras["keys"] = [None if k is None else proto.raw(k, "a key") for k in keys]
+    return extras
+
+
+def put_ids(queue: ServedQueue, op: str, header: dict[str, Any], payload: bytes | bytearray) -> list[int]:
+    """Carry out a ``put``/``put_many`` request: the ids of its items.  They are consecutive
+    except for a retried put (same producer's tag) some of whose items the queue had stored
+    before.  It returns once the records are in the OS: acknowledged to another process means
+    at least that, so the put survives this process being killed (docs/design.md, "Many
+    processes")."""
     items = [bytes(payload)] if op == "put" else proto.split(payload, header.get("lens"))
     if isinstance(payload, bytearray):
         payload.clear()
     ttl = proto.field(header, "ttl", (int, float, type(None)), None)
     expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
-    if len(items) == 1:
-        ids = [queue.put(items[0], ttl=ttl, expire_at=expire_at)]  # perf: the usual request
+    extras = put_extras(header) if len(header) > 1 else {}
+    if len(items) == 1 and not extras:
+        ids = [queue.put(items[0], ttl=ttl, expire_at=expire_at)]  # perf: an untagged plain put
     else:
-        ids = queue.put_many(items, ttl=ttl, expire_at=expire_at)
+        ids = queue.put_many(items, ttl=ttl, expire_at=expire_at, **extras)
     queue.write_out()
+    return ids
+
+
+def consecutive(ids: list[int]) -> bool:
+    """True when ``ids`` are ``ids[0]``, ``ids[0] + 1``, ... (a put's reply then names the first)."""
+    return len(ids) < 2 or ids == list(range(ids[0], ids[0] + len(ids)))
+
+
+def put_reply(ids: list[int]) -> bytes:
+    """The JSON bytes of the reply to a put that stored (or had stored) ``ids``."""
+    first = ids[0] if ids else -1
+    return proto.put_reply(first, len(ids), None if consecutive(ids) else ids)
+
+
+def put(queue: ServedQueue, op: str, header: dict[str, Any], payload: bytes | bytearray) -> tuple[int, int]:
+    """:func:`put_ids`, as the first id (-1 for none) and how many (consecutive ids only)."""
+    ids = put_ids(queue, op, header, payload)
+    if not consecutive(ids):
+        raise ValueError("the put's ids are not consecutive: use put_ids")
     return (ids[0] if ids else -1), len(ids)
 
 
@@ -221,8 +289,11 @@ def carry_out(
     its items are cut from it, so it is freed before the queue copies them into its journal.
     """
     if op in PUT_OPS:
-        first, count = put(queue, op, header, payload)
-        return {"ok": True, "first": first, "count": count}, b""
+        ids = put_ids(queue, op, header, payload)
+        reply: dict[str, Any] = {"ok": True, "first": ids[0] if ids else -1, "count": len(ids)}
+        if not consecutive(ids):
+            reply["ids"] = ids
+        return reply, b""
     if op in SETTLE_OPS:
         name, key = proto.field(header, "reader", str), proto.field(header, "id", int)
         kwargs = {k: proto.field(header, k, kinds) for k, kinds in SETTLE_OPS[op].items() if k in header}
@@ -335,7 +406,12 @@ __all__ = [
     "fit_reply",
     "get_request",
     "hand_out",
+    "consecutive",
     "item_meta",
+    "meta_bound",
     "put",
+    "put_extras",
+    "put_ids",
+    "put_reply",
     "take_back",
 ]

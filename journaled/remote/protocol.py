@@ -17,8 +17,11 @@ bounds a long frame by its own limits (:class:`Limits`), known before any byte o
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import struct
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from journaled import errors
@@ -79,25 +82,40 @@ REPLY_LIMITS = Limits(MAX_LONG_HEADER, MAX_ITEM_SIZE)
 REQUEST_LIMITS = Limits(MAX_LONG_HEADER, MAX_PAYLOAD)
 
 
-#: the header of a client's plain ``put`` (no ``ttl``, no ``expire_at``); never changed
+#: the header of an untagged plain ``put`` (no ``ttl``, no ``expire_at``, no producer's tag: what a
+#: client before exactly-once puts sent); never changed
 PUT_REQUEST: dict[str, Any] = {"op": "put"}
 _PUT_REQUEST = b'{"op":"put"}'
 _OK_BYTES = b'{"ok":true}'
 
 
+def tagged_put(producer: int, sequence: int) -> dict[str, Any]:
+    """The header of a client's plain ``put`` carrying its producer's tag (``"tag"``: producer id,
+    sequence), whose bytes :func:`dump_header` makes without the JSON encoder."""
+    return {"op": "put", "tag": [producer, sequence]}
+
+
 def dump_header(header: dict[str, Any]) -> bytes:
     """A header's JSON bytes."""
     if header is PUT_REQUEST:
-        return _PUT_REQUEST  # perf: a client's usual request, without the JSON encoder
+        return _PUT_REQUEST  # perf: an old client's usual request, without the JSON encoder
+    if len(header) == 2 and header.get("op") == "put":
+        tag = header.get("tag")
+        if type(tag) is list and len(tag) == 2 and type(tag[0]) is int and type(tag[1]) is int:
+            return b'{"op":"put","tag":[%d,%d]}' % (tag[0], tag[1])  # perf: a client's usual request
     if len(header) == 1 and header.get("ok") is True:
         return _OK_BYTES  # perf: the reply to a commit, abort, release, reject
     return json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
 
 
-def put_reply(first: int, count: int) -> bytes:
+def put_reply(first: int, count: int, ids: list[int] | None = None) -> bytes:
     """The JSON bytes of the reply to a put: those of ``dump_header({"ok": True, "first": first,
-    "count": count})``, written without the JSON encoder (the owner's most frequent reply)."""
-    return b'{"ok":true,"first":%d,"count":%d}' % (first, count)
+    "count": count})``, written without the JSON encoder (the owner's most frequent reply).
+    ``ids``, given when the stored ids are not ``first`` .. ``first + count - 1`` (a retried put
+    some of whose items were stored before), is added as ``"ids"``."""
+    if ids is None:
+        return b'{"ok":true,"first":%d,"count":%d}' % (first, count)
+    return dump_header({"ok": True, "first": first, "count": count, "ids": ids})
 
 
 def prefix(hlen: int, plen: int) -> bytes:
@@ -175,6 +193,33 @@ def field(header: dict[str, Any], key: str, kind: type | tuple[type, ...], defau
     if not isinstance(value, kinds):
         raise ProtocolError(f"field {key!r} has the wrong type")
     return value
+
+
+def text(raw: bytes) -> str:
+    """Bytes of an item's metadata (a header's value, a key) as a JSON string (base64)."""
+    return base64.b64encode(raw).decode("ascii")
+
+
+def raw(value: object, what: str) -> bytes:
+    """The bytes a :func:`text` string carries, or :class:`ProtocolError` naming ``what``."""
+    if not isinstance(value, str):
+        raise ProtocolError(f"{what} must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError(f"{what} is not base64") from None
+
+
+def headers_text(headers: Mapping[str, bytes]) -> dict[str, str]:
+    """An item's headers as a JSON object (each value :func:`text`)."""
+    return {name: text(value) for name, value in headers.items()}
+
+
+def headers_raw(value: object) -> dict[str, bytes]:
+    """The headers a :func:`headers_text` object carries, or :class:`ProtocolError`."""
+    if not isinstance(value, dict):
+        raise ProtocolError("'headers' must be an object of names to base64 strings")
+    return {name: raw(v, f"header {name!r}") for name, v in value.items()}
 
 
 def error_reply(exc: BaseException) -> dict[str, Any]:

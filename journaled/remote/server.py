@@ -427,7 +427,7 @@ class Server:
                 return self._get(conn, session, op, header)
             reply: dict[str, Any] | bytes
             if op in handlers.PUT_OPS:  # perf: the usual request, its reply made without JSON
-                reply, out = proto.put_reply(*handlers.put(self.queue, op, header, payload)), b""
+                reply, out = handlers.put_reply(handlers.put_ids(self.queue, op, header, payload)), b""
             else:
                 reply, out = handlers.carry_out(
                     self.queue, session, self._sessions, self._lock, op, header, payload
