@@ -38,6 +38,7 @@ from journaled.cli.inspection import UsageError, escape, show_payload
 from journaled.deadletter import KINDS, DeadLetter
 from journaled.disk.spoolfiles import BatchWriter, Ledger, new_temp_path, pending_batches, publish, spool_dir
 from journaled.errors import Empty, JournaledError
+from journaled.format.metadata import Meta
 from journaled.item import Item
 from journaled.offline.scan import JournalScanner
 from journaled.offline.snapshot import lock_holder, queue_name, reader_state
@@ -209,12 +210,17 @@ def _test_pause(puts: int) -> None:
             signal.pause()
 
 
-def _spool_one(target: str, key: str, payload: bytes) -> None:
-    """Put ``payload`` into the target's spool as a batch of one keyed ``key`` (durable on return)."""
+def _spool_one(target: str, key: str, letter: DeadLetter) -> None:
+    """Put the letter's payload into the target's spool as a batch of one keyed ``key`` (durable
+    on return), with the item's headers and key: a redrive is a new put of the same item, so its
+    old expiry and not-before are over, and the spool does not de-duplicate keys."""
     tmp = new_temp_path(target)
-    writer = BatchWriter(tmp, key)
+    meta = letter.meta
+    if meta is not None:
+        meta = Meta(key=meta.key, headers=meta.headers)
+    writer = BatchWriter(tmp, key, with_meta=meta is not None and not meta.empty)
     try:
-        writer.add(payload)  # no expiry: a redrive is a new put, and the old expiry has passed
+        writer.add(letter.data, 0, meta if writer.with_meta else None)
         writer.finish()
     except BaseException:
         writer.discard()
@@ -286,7 +292,7 @@ def _redrive(
                 if adopted.adopted(key):
                     done.already_in_target += 1
                 else:
-                    _spool_one(target, key, letter.data)
+                    _spool_one(target, key, letter)
                 done.redriven += 1
                 _test_pause(done.redriven)
                 reader.commit(item)
