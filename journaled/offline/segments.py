@@ -16,6 +16,7 @@ yet", never delivered.  docs/spark.md explains the planning.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 
 import attrs
@@ -26,6 +27,7 @@ from journaled.format.record import (
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
     TYPE_PUT,
+    TYPE_PUTX,
     FileHeader,
     Put,
     decode_one,
@@ -35,6 +37,9 @@ from journaled.log.walker import LogReader, Span
 #: Bytes read per probe when looking for a record boundary.
 PROBE = 64 * 1024
 CHUNK = 1 << 20
+#: The type bytes of the records a reader delivers (PUT, and PUTX: a PUT with metadata).
+_ITEM_TYPES = re.compile(b"[" + re.escape(bytes([TYPE_PUT, TYPE_PUTX])) + b"]")
+_ITEM_TYPE_SET = frozenset((TYPE_PUT, TYPE_PUTX))
 
 
 @attrs.frozen
@@ -85,24 +90,24 @@ class Gap:
 
 
 def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
-    """The first valid PUT (id >= ``min_id``) starting at a byte in ``[pos, limit)``."""
+    """The first valid PUT or PUTX (id >= ``min_id``) starting at a byte in ``[pos, limit)``."""
     while pos < limit:
         n = min(PROBE, limit - pos) + PUT_OVERHEAD
         buf = os.pread(fd, n, pos)
         stop = min(len(buf), limit - pos)
-        # only offsets whose type byte says PUT can start a record we use
-        j = buf.find(b"\x01", RECORD_HEADER_SIZE - 1)
-        while j != -1 and j - (RECORD_HEADER_SIZE - 1) < stop:
-            rec = _candidate(fd, buf, j - (RECORD_HEADER_SIZE - 1), pos, salt)
+        # only offsets whose type byte says PUT or PUTX can start a record we use
+        found = _ITEM_TYPES.search(buf, RECORD_HEADER_SIZE - 1)
+        while found is not None and found.start() - (RECORD_HEADER_SIZE - 1) < stop:
+            rec = _candidate(fd, buf, found.start() - (RECORD_HEADER_SIZE - 1), pos, salt)
             if rec is not None and rec.id >= min_id:
                 return rec
-            j = buf.find(b"\x01", j + 1)
+            found = _ITEM_TYPES.search(buf, found.start() + 1)
         pos += stop
     return None
 
 
 def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
-    if k + RECORD_HEADER_SIZE > len(buf) or buf[k + 8] != TYPE_PUT:
+    if k + RECORD_HEADER_SIZE > len(buf) or buf[k + 8] not in _ITEM_TYPE_SET:
         return None
     length = int.from_bytes(buf[k + 4 : k + 8], "little")
     if length < 24 or length > MAX_BODY:

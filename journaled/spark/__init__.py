@@ -35,9 +35,9 @@ class JournaledDataSource(DataSource):
         return "journaled"
 
     def schema(self) -> str:
-        from journaled.spark.offsets import SCHEMA_DDL
+        from journaled.spark.offsets import schema_ddl
 
-        return SCHEMA_DDL
+        return schema_ddl(self.options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from journaled.spark.offsets import opt_bool

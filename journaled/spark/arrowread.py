@@ -3,8 +3,11 @@
 Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, or format/fallback.py's
 pure-Python reference) into five byte buffers per batch -- ids, add and expire times, payload
 offsets and payload bytes -- which become Arrow arrays with ``pyarrow.Array.from_buffers``:
-no Python object per record.  Anything the columnar walk does not decode inline (a skippable
-record type, damage, a record longer than a read) hands over, from that point, to
+no Python object per record.  ``decode_columns`` takes plain PUTs only; a PUTX (an item with a
+key, headers or a not-before time) where it stops is decoded here, in Python, its row appended
+to the same buffers and its metadata kept beside them (``ArrowColumns.metas``), and the
+columnar walk goes on after it.  Anything else it does not decode inline (a skippable record
+type, damage, a record longer than a read) hands over, from that point, to
 :func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips damage
 and notes it in ``gaps``, exactly as before.
 """
@@ -19,6 +22,15 @@ import attrs
 import pyarrow as pa
 
 from journaled.format.columns import DONE, FULL, Columns, new_columns
+from journaled.format.metadata import Meta
+from journaled.format.record import (
+    MAX_BODY,
+    PUTX_FIELDS_SIZE,
+    RECORD_HEADER_SIZE,
+    TYPE_PUTX,
+    PutX,
+    decode_one,
+)
 from journaled.format.speedups import decode_columns
 from journaled.offline.segments import Gap, Segment, open_segment, read_segment
 
@@ -31,20 +43,46 @@ _U64 = struct.Struct("<Q")
 _I32 = struct.Struct("<i")
 
 
+#: Kafka's ``headers`` column: ``array<struct<key: string, value: binary>>``.
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
 @attrs.frozen
 class ArrowColumns:
-    """One batch: ``ids``/``add_ms``/``expire_ms`` as int64, ``values`` as binary."""
+    """One batch: ``ids``/``add_ms``/``expire_ms`` as int64, ``values`` as binary, and the
+    metadata of its rows that carry some (PUTX records): ``(row, meta)`` in row order."""
 
     ids: pa.Array
     values: pa.Array
     add_ms: pa.Array
     expire_ms: pa.Array
+    metas: tuple[tuple[int, Meta], ...] = ()
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    def keys(self) -> pa.Array:
+        """The ``key`` column: each row's key, null when it has none."""
+        if not self.metas:
+            return pa.nulls(len(self), pa.binary())
+        out: list[bytes | None] = [None] * len(self)
+        for row, meta in self.metas:
+            out[row] = meta.key
+        return pa.array(out, pa.binary())
 
-def to_arrow(cols: Columns) -> ArrowColumns:
+    def headers(self) -> pa.Array:
+        """The ``headers`` column: each row's headers in the order they were put, null when it
+        has none (as Kafka's source gives them)."""
+        if not self.metas:
+            return pa.nulls(len(self), HEADERS_TYPE)
+        out: list[list[dict[str, object]] | None] = [None] * len(self)
+        for row, meta in self.metas:
+            if meta.headers:
+                out[row] = [{"key": k, "value": v} for k, v in meta.headers.items()]
+        return pa.array(out, HEADERS_TYPE)
+
+
+def to_arrow(cols: Columns, metas: list[tuple[int, Meta]] | None = None) -> ArrowColumns:
     """Wrap the buffers of :func:`journaled.format.columns.new_columns` (no copy)."""
     ids, adds, exps, offs, data = cols
     n = len(ids) // 8
@@ -54,6 +92,7 @@ def to_arrow(cols: Columns) -> ArrowColumns:
         pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)]),
         pa.Array.from_buffers(i64, n, [None, pa.py_buffer(adds)]),
         pa.Array.from_buffers(i64, n, [None, pa.py_buffer(exps)]),
+        tuple(metas or ()),
     )
 
 
@@ -67,6 +106,7 @@ def read_segment_arrays(
         return
     fd, size, pos = opened
     cols = new_columns()
+    metas: list[tuple[int, Meta]] = []
     try:
         salt, lo, hi, seg_end = seg.salt, seg.lo, seg.hi, seg.end
         last_id: int | None = None
@@ -78,10 +118,26 @@ def read_segment_arrays(
                 k, last, status = decode_columns(buf, pos, salt, k, lo, hi, seg_end, rows, max_bytes, cols)
                 if last is not None:
                     last_id = last
-                if status != FULL:
+                if status == FULL:
+                    yield to_arrow(cols, metas)
+                    cols, metas = new_columns(), []
+                    continue
+                if status == DONE:
                     break
-                yield to_arrow(cols)
-                cols = new_columns()
+                rec = _putx_at(buf, k, pos, salt)
+                if rec is None:
+                    break
+                if rec.id >= hi or rec.offset >= seg_end:
+                    status = DONE
+                    break
+                last_id = rec.id
+                if rec.id >= lo:
+                    if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
+                        yield to_arrow(cols, metas)
+                        cols, metas = new_columns(), []
+                    metas.append((len(cols[0]) // 8, rec.meta))
+                    _append(cols, rec.id, rec.add_ms, rec.expire_ms, rec.payload)
+                k += rec.size
             if status == DONE:
                 break
             if k > 0:
@@ -89,16 +145,30 @@ def read_segment_arrays(
                 continue
             # nothing decoded inline here: the general reader takes it from this point
             rest = attrs.evolve(seg, start=pos, exact=True)
-            for rec in read_segment(rest, gaps, None if last_id is None else last_id + 1):
-                _append(cols, rec.id, rec.add_ms, rec.expire_ms, rec.payload)
+            for got in read_segment(rest, gaps, None if last_id is None else last_id + 1):
+                if isinstance(got, PutX):
+                    metas.append((len(cols[0]) // 8, got.meta))
+                _append(cols, got.id, got.add_ms, got.expire_ms, got.payload)
                 if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
-                    yield to_arrow(cols)
-                    cols = new_columns()
+                    yield to_arrow(cols, metas)
+                    cols, metas = new_columns(), []
             break
         if cols[0]:
-            yield to_arrow(cols)
+            yield to_arrow(cols, metas)
     finally:
         os.close(fd)
+
+
+def _putx_at(buf: bytes, k: int, base: int, salt: int) -> PutX | None:
+    """The valid PUTX record wholly inside ``buf`` at ``k`` (None for anything else: another
+    type, damage, a record cut by the end of the read)."""
+    if k + RECORD_HEADER_SIZE > len(buf) or buf[k + RECORD_HEADER_SIZE - 1] != TYPE_PUTX:
+        return None
+    length = int.from_bytes(buf[k + 4 : k + 8], "little")
+    if length < PUTX_FIELDS_SIZE or length > MAX_BODY or k + RECORD_HEADER_SIZE + length > len(buf):
+        return None
+    rec = decode_one(buf, k, base, salt)
+    return rec if isinstance(rec, PutX) else None
 
 
 def _append(cols: Columns, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> None:

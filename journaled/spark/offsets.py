@@ -22,8 +22,10 @@ log = logging.getLogger("journaled.spark")
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
-#: The source's columns, in Spark's DDL.
-SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING"
+#: The source's columns, in Spark's DDL (``key`` is null for an item put without one).
+SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING, key BINARY"
+#: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
+HEADERS_DDL = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
 
 class DataLossError(JournaledError):
@@ -52,6 +54,14 @@ def opt_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if v.strip().lower() in ("false", "0", "no"):
         return False
     raise OptionError(f"option {name} must be true or false, not {v!r}")
+
+
+def schema_ddl(options: Mapping[str, str]) -> str:
+    """The source's schema for ``options``: :data:`SCHEMA_DDL`, plus ``headers`` when
+    ``includeHeaders`` is true."""
+    if opt_bool(options, "includeHeaders", False):
+        return f"{SCHEMA_DDL}, {HEADERS_DDL}"
+    return SCHEMA_DDL
 
 
 def opt_int(options: Mapping[str, str], name: str) -> int | None:

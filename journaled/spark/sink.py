@@ -1,7 +1,10 @@
 """The Spark sink: ``df.write.format("journaled")`` and ``df.writeStream.format("journaled")``.
 
 Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter`` and
-``DataSourceStreamArrowWriter``), so no ``Row`` is built per record.
+``DataSourceStreamArrowWriter``), so no ``Row`` is built per record.  Columns named ``key``
+(binary or string) and ``headers`` (Kafka's ``array<struct<key: string, value: binary>>``), when
+the written frame has them, become each item's key and headers; the batch is then written as a
+spool batch of version 2 (records with metadata).
 
 Exactly once across query restarts: each task stages its partition's rows as a spool batch
 file under ``spool/staging/`` (fsynced, CRC-checked) and returns its name; the driver's
@@ -22,8 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
 
+from journaled.format.metadata import Meta
+from journaled.item import put_headers, put_key
 from journaled.owner import adoption
 from journaled.spark.offsets import OptionError, opt, queue_paths
 
@@ -39,6 +44,7 @@ class StagedPart(WriterCommitMessage):
 
     path: str
     rows: int
+    with_meta: bool = False
 
 
 def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str:
@@ -47,42 +53,100 @@ def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str
     paths = list(queue_paths(options).values())
     if len(paths) != 1:
         raise OptionError("the sink writes to exactly one queue directory")
-    field = next((f for f in schema.fields if f.name == "value"), None)
-    if field is None or not isinstance(field.dataType, (BinaryType, StringType)):
+    fields = {f.name: f.dataType for f in schema.fields}
+    if not isinstance(fields.get("value"), (BinaryType, StringType)):
         raise OptionError("the sink needs a 'value' column of type binary or string")
+    if "key" in fields and not isinstance(fields["key"], (BinaryType, StringType)):
+        raise OptionError("the sink's 'key' column must be binary or string")
+    if "headers" in fields and not _is_headers_type(fields["headers"]):
+        raise OptionError("the sink's 'headers' column must be array<struct<key: string, value: binary>>")
     return paths[0]
 
 
-def payloads(batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
-    """The ``value`` column of Arrow batches as bytes (strings as their UTF-8, which is what
-    Arrow holds: viewed as binary, not encoded again)."""
+def _is_headers_type(kind: object) -> bool:
+    if not isinstance(kind, ArrayType) or not isinstance(kind.elementType, StructType):
+        return False
+    inner = {f.name: f.dataType for f in kind.elementType.fields}
+    return (
+        set(inner) == {"key", "value"}
+        and isinstance(inner["key"], StringType)
+        and isinstance(inner["value"], (BinaryType, StringType))
+    )
+
+
+def has_meta_columns(schema: StructType) -> bool:
+    """Whether rows of ``schema`` carry a key or headers for the items they become."""
+    return bool({"key", "headers"} & set(schema.fieldNames()))
+
+
+def _as_binary(col: pa.Array) -> pa.Array:
+    """Strings as their UTF-8, which is what Arrow holds: viewed as binary, not encoded again."""
     import pyarrow as pa
 
+    if pa.types.is_string(col.type):
+        return col.view(pa.binary())
+    if pa.types.is_large_string(col.type):
+        return col.view(pa.large_binary())
+    return col
+
+
+def payloads(batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
+    """The ``value`` column of Arrow batches as bytes (strings as their UTF-8)."""
     for batch in batches:
         col = batch.column("value")
         if col.null_count:
             raise OptionError("the sink's value column holds a null; filter it out first")
-        if pa.types.is_string(col.type):
-            col = col.view(pa.binary())
-        elif pa.types.is_large_string(col.type):
-            col = col.view(pa.large_binary())
-        yield from col.to_pylist()
+        yield from _as_binary(col).to_pylist()
 
 
-def stage(queue_dir: str, values: Iterable[bytes]) -> StagedPart:
-    """Executor side: write this task's payloads as a staged part (not yet visible to the queue)."""
-    tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
-    writer = adoption.BatchWriter(tmp, "part")
+def records(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, Meta | None]]:
+    """``(payload, meta)`` per row: the ``value`` column as :func:`payloads` gives it, and the
+    item's key and headers from the ``key`` and ``headers`` columns where the batch has them
+    (null: none).  A key or headers a put would refuse raise :class:`OptionError`."""
+    for batch in batches:
+        names = batch.schema.names
+        values = list(payloads([batch]))
+        keys = _as_binary(batch.column("key")).to_pylist() if "key" in names else [None] * len(values)
+        heads = batch.column("headers").to_pylist() if "headers" in names else [None] * len(values)
+        for value, key, head in zip(values, keys, heads):
+            yield value, _meta(key, head)
+
+
+def _meta(key: bytes | None, head: list[dict[str, object]] | None) -> Meta | None:
+    if key is None and not head:
+        return None
     try:
-        for value in values:
-            writer.add(value)
+        headers: dict[object, object] = {}
+        for h in head or ():
+            name, value = h["key"], h["value"]
+            if name in headers:
+                raise ValueError(f"header {name!r} given twice")
+            headers[name] = value.encode("utf-8") if isinstance(value, str) else value
+        return Meta(key=put_key(key), headers=put_headers(headers))
+    except (TypeError, ValueError) as exc:
+        raise OptionError(f"a row's key or headers cannot be stored: {exc}") from None
+
+
+def stage(
+    queue_dir: str, rows: Iterable[bytes | tuple[bytes, Meta | None]], with_meta: bool = False
+) -> StagedPart:
+    """Executor side: write this task's rows (payloads, or ``(payload, meta)`` pairs) as a
+    staged part (not yet visible to the queue); ``with_meta`` writes a version 2 batch."""
+    tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
+    writer = adoption.BatchWriter(tmp, "part", with_meta=with_meta)
+    try:
+        for row in rows:
+            if isinstance(row, tuple):
+                writer.add(row[0], 0, row[1])
+            else:
+                writer.add(row)
         writer.finish()
     except BaseException:
         writer.discard()
         raise
     final = tmp.replace(os.sep + ".", os.sep).removesuffix(".tmp") + ".part"
     os.rename(tmp, final)
-    return StagedPart(final, writer.count)
+    return StagedPart(final, writer.count, with_meta)
 
 
 def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key: str) -> bool:
@@ -94,12 +158,12 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
         discard(parts)
         return False
     tmp = adoption.new_temp_path(queue_dir)
-    writer = adoption.BatchWriter(tmp, key)
+    writer = adoption.BatchWriter(tmp, key, with_meta=any(p.with_meta for p in parts))
     try:
         for part in parts:
-            _, records = adoption.read_batch(part.path)
-            for payload, expire_ms, _ in records:
-                writer.add(payload, expire_ms)
+            _, staged = adoption.read_batch(part.path)
+            for payload, expire_ms, meta in staged:
+                writer.add(payload, expire_ms, meta)
         writer.finish()
     except BaseException:
         writer.discard()
@@ -143,8 +207,11 @@ class JournaledBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         self.queue_dir = _target(options, schema, overwrite)
         self.key = f"write:{uuid.uuid4().hex}"
+        self.with_meta = has_meta_columns(schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.with_meta:
+            return stage(self.queue_dir, records(iterator), True)
         return stage(self.queue_dir, payloads(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -162,8 +229,11 @@ class JournaledStreamWriter(DataSourceStreamArrowWriter):
         # whole result table, which we append as one snapshot (a queue cannot be truncated).
         self.queue_dir = _target(options, schema, False)
         self.sink_id = sink_id(options)
+        self.with_meta = has_meta_columns(schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.with_meta:
+            return stage(self.queue_dir, records(iterator), True)
         return stage(self.queue_dir, payloads(iterator))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -44,6 +44,7 @@ from journaled.offline.segments import Gap, Segment
 from journaled.spark.offsets import (
     SCHEMA_DDL,
     DataLossError,
+    OptionError,
     Planner,
     decode,
     encode,
@@ -57,6 +58,8 @@ from journaled.spark.offsets import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from journaled.spark.arrowread import ArrowColumns
 
 log = logging.getLogger("journaled.spark")
 
@@ -121,27 +124,43 @@ def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.
     # Imported here, in the executor's task: the Python workers Spark starts to plan a query
     # (and to drive a stream reader) never read, and pyarrow.compute alone costs ~0.1 s there.
     import pyarrow as pa
-    import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from journaled.spark.arrowread import read_segment_arrays
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     ts_type = arrow_schema.field("timestamp").type
-    key = pa.scalar(part.key, pa.string())
+    queue = pa.scalar(part.key, pa.string())
     gaps: list[Gap] = []
     for cols in (c for seg in part.segments for c in read_segment_arrays(seg, gaps, ROWS_PER_BATCH)):
         if gaps:
             _on_gaps(part, gaps)
-        added = pc.multiply(cols.add_ms, 1000).cast(ts_type)
-        expire_ms = cols.expire_ms
-        expire_at = pc.if_else(pc.equal(expire_ms, 0), None, pc.multiply(expire_ms, 1000)).cast(ts_type)
-        yield pa.RecordBatch.from_arrays(
-            [cols.ids, cols.values, added, expire_at, pa.repeat(key, len(cols))],
-            schema=arrow_schema,
-        )
+        arrays = [_build_column(name, cols, ts_type, queue) for name in arrow_schema.names]
+        yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
     if gaps:
         _on_gaps(part, gaps)
+
+
+def _build_column(name: str, cols: ArrowColumns, ts_type: pa.DataType, queue: pa.Scalar) -> pa.Array:
+    """Column ``name`` of the source schema for one decoded batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if name == "id":
+        return cols.ids
+    if name == "value":
+        return cols.values
+    if name == "timestamp":
+        return pc.multiply(cols.add_ms, 1000).cast(ts_type)
+    if name == "expire_at":
+        return pc.if_else(pc.equal(cols.expire_ms, 0), None, pc.multiply(cols.expire_ms, 1000)).cast(ts_type)
+    if name == "queue":
+        return pa.repeat(queue, len(cols))
+    if name == "key":
+        return cols.keys()
+    if name == "headers":
+        return cols.headers()
+    raise OptionError(f"the journaled source has no column {name!r}")
 
 
 def _on_gaps(part: JournaledPartition, gaps: list[Gap]) -> None:

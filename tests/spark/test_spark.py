@@ -405,3 +405,119 @@ def test_arrow_segment_reader_reads_what_the_record_reader_reads_damaged_or_not(
         want = _columns_of(read_segment_columns(seg, gaps_b, rows))
         assert got == want
         assert gaps_a == gaps_b
+
+
+# ------------------------------------------------------------------ keys and headers (PUTX items)
+def _fill_with_metadata(path):
+    with journaled.JournaledQueue(path, SMALL) as q:
+        q.put(b"plain")
+        q.put(b"keyed", key=b"k1")
+        q.put(b"headed", headers={"type": b"json", "trace": b"\x00\xff"})
+        q.put(b"both", key=b"k2", headers={"é": b""})
+        q.put_many([b"m%d" % i for i in range(30)], keys=[b"km%d" % i for i in range(30)])
+
+
+def _metadata_of(path):
+    """(payload, key, headers) of every item in a queue, after adopting what the sink spooled."""
+    from journaled.format.record import PutX
+
+    with journaled.JournaledQueue(path):
+        pass
+    out = []
+    for r in JournalScanner(path).records():
+        meta = r.meta if isinstance(r, PutX) else None
+        out.append((r.payload, meta and meta.key, dict(meta.headers) if meta else {}))
+    return out
+
+
+def test_source_gives_a_key_column_and_kafkas_headers_column_with_include_headers(spark, tmp_path):
+    q = str(tmp_path / "q")
+    _fill_with_metadata(q)
+    plain = spark.read.format("journaled").load(q)
+    assert plain.columns == ["id", "value", "timestamp", "expire_at", "queue", "key"]
+    df = spark.read.format("journaled").option("includeHeaders", "true").load(q)
+    assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    rows = sorted(df.collect(), key=lambda r: r.id)
+    assert [(r.value, r.key) for r in rows[:4]] == [
+        (b"plain", None),
+        (b"keyed", b"k1"),
+        (b"headed", None),
+        (b"both", b"k2"),
+    ]
+    assert [r.headers for r in rows[:2]] == [None, None]
+    assert [(h.key, h.value) for h in rows[2].headers] == [("type", b"json"), ("trace", b"\x00\xff")]
+    assert [(h.key, h.value) for h in rows[3].headers] == [("é", b"")]
+    assert [r.key for r in rows[4:]] == [b"km%d" % i for i in range(30)]
+
+
+def test_streaming_copy_keeps_keys_and_headers_through_source_and_sink(spark, tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    _fill_with_metadata(src)
+    query = (
+        spark.readStream.format("journaled")
+        .option("includeHeaders", "true")
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", "10")
+        .load(src)
+        .select("value", "key", "headers")
+        .writeStream.format("journaled")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    query.awaitTermination()
+    assert _metadata_of(dst) == _metadata_of(src)
+
+
+def test_sink_writes_key_and_headers_columns_of_strings_or_bytes(spark, tmp_path):
+    dst = str(tmp_path / "dst")
+    df = spark.createDataFrame(
+        [("a", "ka", [("h", b"1")]), ("b", None, None), ("c", "kc", [])],
+        "value STRING, key STRING, headers ARRAY<STRUCT<key: STRING, value: BINARY>>",
+    )
+    df.write.format("journaled").mode("append").save(dst)
+    assert sorted(_metadata_of(dst)) == [(b"a", b"ka", {"h": b"1"}), (b"b", None, {}), (b"c", b"kc", {})]
+
+
+def test_sink_refuses_a_key_or_headers_a_put_would_refuse(tmp_path):
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from journaled.spark.offsets import OptionError
+    from journaled.spark.sink import JournaledBatchWriter
+
+    dst = str(tmp_path / "dst")
+    schema = StructType([StructField("value", BinaryType()), StructField("key", BinaryType())])
+    writer = JournaledBatchWriter({"path": dst}, schema, False)
+    with pytest.raises(OptionError, match="key"):
+        writer.write(iter([pa.record_batch({"value": pa.array([b"x"]), "key": pa.array([b"k" * 1025])})]))
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    twice = pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}]], headers_type)
+    writer = JournaledBatchWriter(
+        {"path": dst},
+        StructType.fromDDL("value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"),
+        False,
+    )
+    with pytest.raises(OptionError, match="twice"):
+        writer.write(iter([pa.record_batch({"value": pa.array([b"x"]), "headers": twice})]))
+    with pytest.raises(OptionError, match="headers"):
+        JournaledBatchWriter(
+            {"path": dst}, StructType.fromDDL("value BINARY, headers MAP<STRING, BINARY>"), False
+        )
+    assert os.listdir(os.path.join(adoption.spool_dir(dst), adoption.STAGING)) == []
+
+
+def test_an_item_not_yet_due_is_read_at_once_in_its_place(spark, tmp_path):
+    """Spark reads the journal by id ranges fixed when a batch is planned: an item put with a
+    delay is read with the items around it, at once (docs/spark.md, "Items not yet due")."""
+    q = str(tmp_path / "q")
+    with journaled.JournaledQueue(q, SMALL) as jq:
+        jq.put(b"before")
+        jq.put(b"in an hour", delay=3600, key=b"later")
+        jq.put(b"after")
+    rows = sorted(spark.read.format("journaled").load(q).collect(), key=lambda r: r.id)
+    assert [(r.value, r.key) for r in rows] == [
+        (b"before", None),
+        (b"in an hour", b"later"),
+        (b"after", None),
+    ]
