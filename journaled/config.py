@@ -193,6 +193,13 @@ class QueueConfig:
             Both limits are stored with the queue (``<queue>.settings``) so every later owner
             applies them: ``None`` (default) keeps what is stored (no limit if nothing is), a
             value stores it (an explicit change, logged), ``-1`` removes a stored limit.
+        dedup_window: seconds (None, the default: off).  A put whose ``key`` was put within
+            this many seconds (by the first put's add time) returns the first put's id and
+            stores nothing (``put_many``: item by item; ``dedup=False`` on the put stores
+            regardless).  A setting of the owner that opens the queue, not stored with it: the
+            window is rebuilt at open from the journal's keyed records of the last
+            ``dedup_window`` seconds, so an owner opening with it sees the keys any earlier
+            owner stored, and an owner opening without it de-duplicates nothing.
     """
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
@@ -215,6 +222,7 @@ class QueueConfig:
     recovery: RecoveryMode = attrs.field(default="salvage", validator=attrs.validators.in_(RECOVERY_MODES))
     retention_age: float | None = attrs.field(default=None, validator=_check_retention)
     retention_bytes: int | None = attrs.field(default=None, validator=_check_retention)
+    dedup_window: float | None = attrs.field(default=None, validator=_optional_positive)
 
     @property
     def sync_interval(self) -> float | None:

@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import attrs
@@ -39,18 +39,18 @@ from journaled.config import (
     reader_settings,
     validate_name,
 )
-from journaled.core import policies, seek
+from journaled.core import seek
 from journaled.core.readercore import ReaderCore
 from journaled.disk import lifecycle
 from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
 from journaled.format.smallfiles import CheckpointData
-from journaled.item import as_payload, expire_ms, new_item, new_items, put_metas, with_meta
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.owner import closing, reopen
-from journaled.owner.adoption import Adopter, QueueAppender, Run
+from journaled.owner.adoption import Adopter, QueueAppender
 from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
+from journaled.owner.putpath import PutPath
 from journaled.owner.readerstate import ReaderFiles
 from journaled.reader import Reader
 from journaled.remote import clientqueue
@@ -60,7 +60,6 @@ from journaled.serializers import Serializer
 from journaled.stats import QueueStats, reader_stats
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
-_JUST_BYTES = {bytes}
 log = logging.getLogger("journaled")
 #: The queues this process owns, by directory: a stored destination that is one of them is used,
 #: never opened a second time (that would be ``QueueLocked``).
@@ -101,9 +100,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             )
             self._lock = threading.Lock()
             self._close_done = threading.Event()
-            self._put_count = self._put_bytes = 0
             registered, states = reopen.read_states(self.path, self.name)
             self._journal = Journal(self.path, self.name, self.config, id_floor=reopen.id_floor(states))
+            self._put = PutPath(self.path, self._lock, self._journal, self.config)
+            self._append_locked = self._put.append_locked
             self._readers: dict[str, Reader] = {}
             self._cores: list[ReaderCore] = []
             self._files = ReaderFiles(
@@ -162,6 +162,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._cores = [r.core for r in self._readers.values()]
+        self._put.readers_changed(self._cores)
         self._files.track(rname, state.head)
         return reader
 
@@ -270,6 +271,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 if reader is None:
                     raise UnknownReader(f"no reader named {name!r}")
                 self._cores = [r.core for r in self._readers.values()]
+                self._put.readers_changed(self._cores)
                 self._files.forget(name)
                 reader.core.close()
                 names = list(self._readers)
@@ -286,6 +288,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         delay: float | None = None,
         headers: Mapping[str, bytes] | None = None,
         key: bytes | None = None,
+        dedup: bool = True,
     ) -> int:
         """Append one item; return its id.  Durable on return as the sync policy says.
 
@@ -296,8 +299,9 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         it; later items are not held back behind it.  ``headers`` (str -> bytes) and ``key``
         (bytes) travel with the item (``Item.headers``, ``Item.key``); with
         ``QueueConfig(dedup_window=...)`` a key put within the window returns the first put's id
-        and stores nothing.  A negative, NaN, infinite or too large value raises ``ValueError``, a
-        non-number ``TypeError``, and nothing is written.  Limits: docs/design.md, "Item metadata".
+        and stores nothing (``dedup=False`` stores it regardless).  A negative, NaN, infinite or
+        too large value raises ``ValueError``, a non-number ``TypeError``, and nothing is
+        written.  Limits: docs/design.md, "Item metadata".
         """
         plain = expire_at is None and ttl is None and not_before is None and delay is None and key is None
         if plain and headers is None and type(data) is bytes and len(data) <= self.config.max_item_size:
@@ -316,6 +320,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             delay=delay,
             headers=headers,
             keys=keys,
+            dedup=dedup,
         )[0]
 
     def put_many(
@@ -329,88 +334,21 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         headers: Mapping[str, bytes] | None = None,
         keys: Iterable[bytes | None] | None = None,
         producer: tuple[int, int] | None = None,
+        dedup: bool = True,
     ) -> list[int]:
         """Append several items with one write (and, under ``sync="always"``, one fsync).
 
         ``ttl``/``expire_at``, ``delay``/``not_before`` and ``headers`` apply to every item, as for
         :meth:`put`; ``keys`` gives one key (or None) per item.  ``producer`` is ``(producer id,
         first sequence)``, the tag a client process puts with so that a retry on another owner is
-        stored once (item *i* gets sequence ``first + i``).  All or nothing: a bad item (wrong
-        type, too large) or a bad argument raises before anything is written.
+        stored once (item *i* gets sequence ``first + i``): a sequence stored already returns its
+        id and only the others are stored.  With ``QueueConfig(dedup_window=...)`` (unless
+        ``dedup=False``) an item whose key was put within the window, or earlier in ``items``,
+        returns that put's id and is not stored, so the ids are no longer consecutive.  All or
+        nothing: a bad item (wrong type, too large) or a bad argument raises before anything is
+        written.
         """
-        limit = self.config.max_item_size
-        payloads = cast("list[bytes]", list(items))  # checked just below
-        # perf: plain bytes within the limit (the usual case) are checked with two C-level
-        # passes; anything else goes through _as_payload item by item (same errors as before).
-        extras = not_before is not None or delay is not None or headers is not None
-        extras = extras or keys is not None or producer is not None
-        if not payloads:
-            expire_ms(expire_at, ttl, 0)  # a bad argument raises even with nothing to put
-            if extras:
-                put_metas([], 0, not_before, delay, headers, keys, producer)
-            return []
-        if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
-            payloads = [as_payload(d, limit) for d in payloads]
-        add_ms = time.time_ns() // 1_000_000
-        expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
-        metas = put_metas(payloads, add_ms, not_before, delay, headers, keys, producer) if extras else None
-        run: Run = (payloads, expire) if metas is None else (payloads, expire, metas)
-        with self._lock:
-            first_id, seq = self._append_locked((run,), len(payloads), sum(map(len, payloads)), add_ms)
-        if self.config.sync == "always":
-            self._journal.wait_durable(seq)
-        return list(range(first_id, first_id + len(payloads)))
-
-    def _append_locked(
-        self,
-        items: bytes | Sequence[Run],
-        count: int,
-        nbytes: int,
-        add_ms: int,
-        intent: Callable[[int], None] | None = None,
-    ) -> tuple[int, int]:
-        """The one place items enter the queue (``put``, ``put_many``, spool adoption): reader
-        policies, ``intent(first_id)`` (the spool's ledger line), the journal, the counters, then
-        every reader.  ``items`` is one plain payload (a single put without expiry) or a
-        sequence of runs.  Call with the queue lock held; the caller then waits for durability
-        with the returned journal sequence.  Returns ``(first id, sequence)``."""
-        if self._closed:
-            raise closing.closed_error(self.path, self._forked)
-        cores = self._cores
-        if cores:
-            # max_items/max_size: refuse (writing nothing) or discard, before appending
-            policies.make_room(cores, count, nbytes)
-        journal = self._journal
-        if intent is not None:
-            intent(journal.next_id)
-        if type(items) is bytes:  # perf: the plain single put, without building a run
-            first_id, added_ms, seq = journal.append_one(items, add_ms)
-            if cores:
-                made = [new_item(first_id, items, added_ms / 1000.0, None, 0)]
-                for core in cores:
-                    core.on_put(made, nbytes)
-        else:
-            first_id = seq = -1
-            for run in cast("Sequence[Run]", items):
-                payloads, expire_ms = run[0], run[1]
-                metas = run[2] if len(run) > 2 else None
-                if metas is None:
-                    item_id, added_ms, seq = journal.append(payloads, add_ms, expire_ms)
-                else:
-                    item_id, added_ms, seq = journal.append_meta(payloads, metas, add_ms, expire_ms)
-                if first_id < 0:
-                    first_id = item_id
-                if cores:
-                    expire = expire_ms / 1000.0 if expire_ms else None
-                    made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
-                    if metas is not None:
-                        made = [with_meta(it, m) for it, m in zip(made, metas)]
-                    run_bytes = nbytes if len(items) == 1 else sum(map(len, payloads))
-                    for core in cores:
-                        core.on_put(made, run_bytes)
-        self._put_count += count
-        self._put_bytes += nbytes
-        return first_id, seq
+        return self._put.put_many(items, expire_at, ttl, not_before, delay, headers, keys, producer, dedup)
 
     def sync(self) -> None:
         """Return once everything put so far is on stable storage (any sync policy)."""
@@ -498,8 +436,8 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 name=self.name,
                 path=self.path,
                 next_id=self._journal.next_id,
-                put=self._put_count,
-                bytes_put=self._put_bytes,
+                put=self._put.put_count,
+                bytes_put=self._put.put_bytes,
                 journal_files=files,
                 journal_bytes=nbytes,
                 readers=readers,
@@ -575,6 +513,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         with self._lock:
             first = not self._closed
             self._closed = True
+            self._put.close()
             if first:
                 closing.close_readers(self._cores, wake)
         if not first:
@@ -593,6 +532,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
     def _forget_in_child(self) -> None:  # every call raises QueueForked from now on
         self._forked = self._closed = True
         self._lock = closing.forget_in_child(self._cores, self._journal)
+        self._put.forget_in_child(self._lock)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"next_id={self._journal.next_id}"

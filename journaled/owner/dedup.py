@@ -1,0 +1,173 @@
+"""What an owner remembers of recent puts so that a put is not stored twice: the keys of the
+de-duplication window (``QueueConfig.dedup_window``) and each producer's recent tagged runs.
+
+Both are memory only, rebuilt at open from the journal's tail (:func:`rebuild`), never kept in a
+file of their own that could disagree with the journal: the records are the truth.
+
+**What they cost.**  :class:`KeyWindow` holds, per key put within the window, the key's bytes
+object, one dict entry and the id (an int), plus 8 bytes of add time in an array and a pointer in
+a deque that keep the add order: about 180 bytes per key over the key's own length (measured with
+scripts/bench_dedup.py).  Entries older than the window are dropped as puts come (the add order
+is the insertion order, since add times never decrease), so memory is bounded by the number of
+keys put within one window.  Opening reads every record of the window back (payloads included).
+
+:class:`Producers` keeps per producer at most :data:`MAX_RUNS` runs ``(first sequence, first id,
+count)`` of tagged puts; a producer silent for longer than :data:`PRODUCER_WINDOW` seconds is
+forgotten.  A client retries a put in flight for at most 60 s, so 120 s of journal tail, read at
+open, holds every put a retry can meet.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+from collections.abc import Sequence
+
+from journaled.format.record import PutX
+from journaled.log.journal import Journal
+from journaled.log.state import Cursor
+
+#: Seconds of tagged puts an owner remembers, and reads back from the journal at open.  The
+#: client gives up retrying a put 60 s after it first sent it; twice that leaves room for clocks.
+PRODUCER_WINDOW = 120.0
+#: Runs remembered per producer (a run per tagged put whose ids and sequences do not continue
+#: the last run).  A retry concerns the last puts of a producer, never one this far back.
+MAX_RUNS = 256
+
+
+class KeyWindow:
+    """The keys put within the last ``window`` seconds, each with the id of its first put."""
+
+    def __init__(self, window: float) -> None:
+        self.window_ms = int(window * 1000)
+        self.ids: dict[bytes, int] = {}
+        self._order: collections.deque[bytes] = collections.deque()
+        self._times = array.array("q")
+        self._head = 0  # the first live entry of _times (compacted when half is dead)
+        self._last_ms = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the keys first put before ``now_ms - window``."""
+        cutoff = now_ms - self.window_ms
+        times, order, ids = self._times, self._order, self.ids
+        head = self._head
+        while head < len(times) and times[head] < cutoff:
+            del ids[order.popleft()]
+            head += 1
+        if head > 1024 and head * 2 > len(times):
+            del times[:head]
+            head = 0
+        self._head = head
+
+    def find(self, key: bytes) -> int | None:
+        """The id of the first put of ``key`` within the window (call :meth:`expire` first)."""
+        return self.ids.get(key)
+
+    def add(self, key: bytes, item_id: int, add_ms: int) -> None:
+        """Remember ``key`` as put with ``item_id`` at ``add_ms``; a key already remembered keeps
+        its first id (the window runs from the first put)."""
+        if key in self.ids:
+            return
+        self._last_ms = add_ms = max(add_ms, self._last_ms)  # keeps _times sorted
+        self.ids[key] = item_id
+        self._order.append(key)
+        self._times.append(add_ms)
+
+
+class Producers:
+    """Per producer id, the recent runs of tagged puts: ``[first sequence, first id, count]``."""
+
+    def __init__(self, window: float = PRODUCER_WINDOW, max_runs: int = MAX_RUNS) -> None:
+        self.window_ms = int(window * 1000)
+        self.max_runs = max_runs
+        # producer -> (runs, end of the highest sequence stored); ordered by last use
+        self._by_id: collections.OrderedDict[int, tuple[collections.deque[list[int]], list[int]]] = (
+            collections.OrderedDict()
+        )
+        self._last_ms: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def runs(self, producer: int) -> list[tuple[int, int, int]]:
+        """The runs remembered for ``producer``, oldest first (for tests and tools)."""
+        entry = self._by_id.get(producer)
+        return [] if entry is None else [(r[0], r[1], r[2]) for r in entry[0]]
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the producers that put nothing since ``now_ms - window``."""
+        cutoff = now_ms - self.window_ms
+        while self._by_id:
+            pid = next(iter(self._by_id))
+            if self._last_ms[pid] >= cutoff:
+                break
+            del self._by_id[pid], self._last_ms[pid]
+
+    def find(self, producer: int, first: int, count: int) -> list[int | None] | None:
+        """The stored id of each of the sequences ``first .. first + count - 1`` (None for one not
+        stored), or None when none is."""
+        entry = self._by_id.get(producer)
+        if entry is None or first >= entry[1][0]:
+            return None  # the usual case: sequences beyond any stored
+        found: list[int | None] = [None] * count
+        hit = False
+        end = first + count
+        for run_seq, run_id, run_count in entry[0]:
+            lo, hi = max(first, run_seq), min(end, run_seq + run_count)
+            for seq in range(lo, hi):
+                found[seq - first] = run_id + seq - run_seq
+                hit = True
+        return found if hit else None
+
+    def add(self, producer: int, pairs: Sequence[tuple[int, int]], add_ms: int) -> None:
+        """Remember ``(sequence, id)`` pairs stored for ``producer`` at ``add_ms``."""
+        entry = self._by_id.get(producer)
+        if entry is None:
+            entry = self._by_id[producer] = (collections.deque(), [0])
+        else:
+            self._by_id.move_to_end(producer)
+        self._last_ms[producer] = max(add_ms, self._last_ms.get(producer, 0))
+        runs, top = entry
+        for seq, item_id in pairs:
+            last = runs[-1] if runs else None
+            if last is not None and seq == last[0] + last[2] and item_id == last[1] + last[2]:
+                last[2] += 1
+            else:
+                runs.append([seq, item_id, 1])
+                if len(runs) > self.max_runs:
+                    runs.popleft()
+            top[0] = max(top[0], seq + 1)
+
+
+def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers, now_ms: int) -> int:
+    """Fill ``keys`` and ``producers`` from the journal's records added within their windows of
+    ``now_ms``; returns the number of records read.  Journal files are named by their creation
+    time, so the scan starts at the last file created before the earliest cutoff."""
+    span = max(producers.window_ms, keys.window_ms if keys is not None else 0)
+    cutoff = now_ms - span
+    key_cutoff = now_ms - keys.window_ms if keys is not None else now_ms
+    producer_cutoff = now_ms - producers.window_ms
+    files = journal.files
+    start = files[0]
+    for jf in files:
+        if jf.ms <= cutoff:
+            start = jf
+    cursor = Cursor(start.ms, start.header.size, start.first_id)
+    seen = 0
+    while True:
+        recs, cursor = journal.read(cursor, max_items=4096)
+        if not recs:
+            break
+        seen += len(recs)
+        for rec in recs:
+            if type(rec) is not PutX or rec.add_ms < cutoff:
+                continue
+            meta = rec.meta
+            if meta.producer and rec.add_ms >= producer_cutoff:
+                producers.add(meta.producer, ((meta.sequence, rec.id),), rec.add_ms)
+            if meta.key is not None and keys is not None and rec.add_ms >= key_cutoff:
+                keys.add(meta.key, rec.id, rec.add_ms)
+    return seen

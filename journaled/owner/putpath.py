@@ -1,0 +1,208 @@
+"""The owner's append path: ``put_many``'s checks, the de-duplication of keys and producer tags
+(owner/dedup.py), and :meth:`PutPath.append_locked`, the one place items enter the queue.
+
+The queue (queue.py) keeps thin ``put``/``put_many`` methods and its plain single put's fast
+path; it tells this object when its readers change (``cores``) and when it closes (``closed``).
+Every call here but the constructor runs with or takes the queue lock (queue.py, "Locks").
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import cast
+
+from journaled.config import QueueConfig
+from journaled.core import policies
+from journaled.core.readercore import ReaderCore
+from journaled.format.metadata import Meta
+from journaled.item import as_payload, expire_ms, new_item, new_items, put_metas, with_meta
+from journaled.log.journal import Journal
+from journaled.owner import closing
+from journaled.owner.adoption import Run
+from journaled.owner.dedup import KeyWindow, Producers, rebuild
+
+_JUST_BYTES = {bytes}
+
+
+class PutPath:
+    """Appending to one queue: its journal, its readers' cores, its put counters and the memory
+    of recent keys and producer tags (rebuilt from the journal's tail when constructed)."""
+
+    def __init__(self, path: str, lock: threading.Lock, journal: Journal, config: QueueConfig) -> None:
+        self.path = path
+        self.lock = lock
+        self.journal = journal
+        self.config = config
+        self.cores: list[ReaderCore] = []
+        self.closed = False
+        self.forked = False
+        self.put_count = self.put_bytes = 0
+        window = config.dedup_window
+        self.keys = KeyWindow(window) if window is not None else None
+        self.producers = Producers()
+        self.rebuilt = rebuild(journal, self.keys, self.producers, time.time_ns() // 1_000_000)
+
+    def readers_changed(self, cores: list[ReaderCore]) -> None:
+        """The queue's reader cores are now ``cores`` (call with the queue lock held)."""
+        self.cores = cores
+
+    def close(self) -> None:
+        """Refuse every append from now on (call with the queue lock held)."""
+        self.closed = True
+
+    def forget_in_child(self, lock: threading.Lock) -> None:
+        """In a process forked after the open: refuse every append, saying so; ``lock`` replaces
+        the queue lock a vanished thread of the parent may hold."""
+        self.closed = self.forked = True
+        self.lock = lock
+
+    def put_many(
+        self,
+        items: Iterable[bytes | bytearray | memoryview],
+        expire_at: float | _dt.datetime | None,
+        ttl: float | None,
+        not_before: float | _dt.datetime | None,
+        delay: float | None,
+        headers: Mapping[str, bytes] | None,
+        keys: Iterable[bytes | None] | None,
+        producer: tuple[int, int] | None,
+        dedup: bool,
+    ) -> list[int]:
+        """``JournaledQueue.put_many`` (its docstring says what it does)."""
+        limit = self.config.max_item_size
+        payloads = cast("list[bytes]", list(items))  # checked just below
+        # perf: plain bytes within the limit (the usual case) are checked with two C-level
+        # passes; anything else goes through as_payload item by item (same errors as before).
+        extras = not_before is not None or delay is not None or headers is not None
+        extras = extras or keys is not None or producer is not None
+        if not payloads:
+            expire_ms(expire_at, ttl, 0)  # a bad argument raises even with nothing to put
+            if extras:
+                put_metas([], 0, not_before, delay, headers, keys, producer)
+            return []
+        if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
+            payloads = [as_payload(d, limit) for d in payloads]
+        add_ms = time.time_ns() // 1_000_000
+        expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
+        metas = put_metas(payloads, add_ms, not_before, delay, headers, keys, producer) if extras else None
+        if metas is not None and (producer is not None or (dedup and keys is not None and self.keys)):
+            return self._put_once(payloads, expire, metas, add_ms, dedup)
+        run: Run = (payloads, expire) if metas is None else (payloads, expire, metas)
+        with self.lock:
+            first_id, seq = self.append_locked((run,), len(payloads), sum(map(len, payloads)), add_ms)
+        if self.config.sync == "always":
+            self.journal.wait_durable(seq)
+        return list(range(first_id, first_id + len(payloads)))
+
+    def _put_once(
+        self, payloads: list[bytes], expire: int, metas: list[Meta | None], add_ms: int, dedup: bool
+    ) -> list[int]:
+        """A put whose items may be stored already: by their producer's tag (a client's retry)
+        or, when ``dedup``, by their key within the window.  Stores only the others, as one run."""
+        count = len(payloads)
+        ids: list[int | None] = [None] * count
+        later: dict[int, int] = {}  # item -> the earlier item of this put with its key
+        with self.lock:
+            tag = metas[0]
+            if tag is not None and tag.producer:
+                self.producers.expire(add_ms)
+                ids = self.producers.find(tag.producer, tag.sequence, count) or ids
+            keys = self.keys if dedup else None
+            if keys is not None:
+                keys.expire(add_ms)
+                first_of: dict[bytes, int] = {}
+                for i, meta in enumerate(metas):
+                    key = None if meta is None or ids[i] is not None else meta.key
+                    if key is None:
+                        continue
+                    ids[i] = keys.find(key)
+                    if ids[i] is None:
+                        if key in first_of:
+                            later[i] = first_of[key]
+                        else:
+                            first_of[key] = i
+            todo = [i for i in range(count) if ids[i] is None and i not in later]
+            seq = -1
+            if todo:
+                run = ([payloads[i] for i in todo], expire, [metas[i] for i in todo])
+                nbytes = sum(len(p) for p in run[0])
+                first_id, seq = self.append_locked((run,), len(todo), nbytes, add_ms)
+                for k, i in enumerate(todo):
+                    ids[i] = first_id + k
+            for i, j in later.items():
+                ids[i] = ids[j]
+        if self.config.sync == "always":
+            if seq < 0:
+                self.journal.sync()  # what this put returns may be another put's, not yet durable
+            else:
+                self.journal.wait_durable(seq)
+        return cast("list[int]", ids)
+
+    def _remember(self, first_id: int, metas: Sequence[Meta | None], add_ms: int) -> None:
+        """Note the keys and producer tags of a run just appended (every path: a put, the spool)."""
+        tagged: dict[int, list[tuple[int, int]]] = {}
+        keys = self.keys
+        for k, meta in enumerate(metas):
+            if meta is None:
+                continue
+            if meta.producer:
+                tagged.setdefault(meta.producer, []).append((meta.sequence, first_id + k))
+            if meta.key is not None and keys is not None:
+                keys.add(meta.key, first_id + k, add_ms)
+        for producer, pairs in tagged.items():
+            self.producers.add(producer, pairs, add_ms)
+
+    def append_locked(
+        self,
+        items: bytes | Sequence[Run],
+        count: int,
+        nbytes: int,
+        add_ms: int,
+        intent: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """The one place items enter the queue (``put``, ``put_many``, spool adoption): reader
+        policies, ``intent(first_id)`` (the spool's ledger line), the journal, the counters, then
+        every reader.  ``items`` is one plain payload (a single put without expiry) or a
+        sequence of runs.  Call with the queue lock held; the caller then waits for durability
+        with the returned journal sequence.  Returns ``(first id, sequence)``."""
+        if self.closed:
+            raise closing.closed_error(self.path, self.forked)
+        cores = self.cores
+        if cores:
+            # max_items/max_size: refuse (writing nothing) or discard, before appending
+            policies.make_room(cores, count, nbytes)
+        journal = self.journal
+        if intent is not None:
+            intent(journal.next_id)
+        if type(items) is bytes:  # perf: the plain single put, without building a run
+            first_id, added_ms, seq = journal.append_one(items, add_ms)
+            if cores:
+                made = [new_item(first_id, items, added_ms / 1000.0, None, 0)]
+                for core in cores:
+                    core.on_put(made, nbytes)
+        else:
+            first_id = seq = -1
+            for run in cast("Sequence[Run]", items):
+                payloads, run_expire = run[0], run[1]
+                metas = run[2] if len(run) > 2 else None
+                if metas is None:
+                    item_id, added_ms, seq = journal.append(payloads, add_ms, run_expire)
+                else:
+                    item_id, added_ms, seq = journal.append_meta(payloads, metas, add_ms, run_expire)
+                    self._remember(item_id, metas, added_ms)
+                if first_id < 0:
+                    first_id = item_id
+                if cores:
+                    expire = run_expire / 1000.0 if run_expire else None
+                    made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
+                    if metas is not None:
+                        made = [with_meta(it, m) for it, m in zip(made, metas)]
+                    run_bytes = nbytes if len(items) == 1 else sum(map(len, payloads))
+                    for core in cores:
+                        core.on_put(made, run_bytes)
+        self.put_count += count
+        self.put_bytes += nbytes
+        return first_id, seq
