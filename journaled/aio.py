@@ -250,6 +250,7 @@ async def aput(
     delay: float | None = None,
     headers: Mapping[str, bytes] | None = None,
     key: bytes | None = None,
+    dedup: bool = True,
 ) -> int:
     """``await q.aput(data)``: :meth:`~journaled.JournaledQueue.put` without blocking the loop."""
     keys = None if key is None else (key,)
@@ -262,6 +263,7 @@ async def aput(
         delay=delay,
         headers=headers,
         keys=keys,
+        dedup=dedup,
     )
     return many[0]
 
@@ -276,6 +278,7 @@ async def aput_many(
     delay: float | None = None,
     headers: Mapping[str, bytes] | None = None,
     keys: Iterable[bytes | None] | None = None,
+    dedup: bool = True,
 ) -> list[int]:
     """``await q.aput_many(items)``: :meth:`~journaled.JournaledQueue.put_many` off the loop.
 
@@ -293,6 +296,8 @@ async def aput_many(
         headers=headers,
         keys=None if keys is None else list(keys),
     )
+    if not dedup:  # only then: a client queue's put_many, which wrappers.py calls here, has no dedup
+        call = functools.partial(call, dedup=False)
     if queue.config.sync != "always":
         return call()
     return await asyncio.get_running_loop().run_in_executor(None, call)

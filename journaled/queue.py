@@ -372,10 +372,25 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         *,
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
+        not_before: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        key: bytes | None = None,
+        dedup: bool = True,
     ) -> int:
-        """``await q.aput(data)``: :meth:`put` without blocking the event loop (under
-        ``sync="always"`` the durable put runs in the loop's default executor)."""
-        return await _aio.aput(self, data, expire_at=expire_at, ttl=ttl)
+        """``await q.aput(data)``: :meth:`put` (the same keywords) without blocking the event
+        loop (under ``sync="always"`` the durable put runs in the loop's default executor)."""
+        return await _aio.aput(
+            self,
+            data,
+            expire_at=expire_at,
+            ttl=ttl,
+            not_before=not_before,
+            delay=delay,
+            headers=headers,
+            key=key,
+            dedup=dedup,
+        )
 
     async def aput_many(
         self,
@@ -383,9 +398,25 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         *,
         expire_at: float | _dt.datetime | None = None,
         ttl: float | None = None,
+        not_before: float | _dt.datetime | None = None,
+        delay: float | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        keys: Iterable[bytes | None] | None = None,
+        dedup: bool = True,
     ) -> list[int]:
-        """``await q.aput_many(items)``: :meth:`put_many` without blocking the event loop."""
-        return await _aio.aput_many(self, items, expire_at=expire_at, ttl=ttl)
+        """``await q.aput_many(items)``: :meth:`put_many` (the same keywords but ``producer``,
+        a client's) without blocking the event loop."""
+        return await _aio.aput_many(
+            self,
+            items,
+            expire_at=expire_at,
+            ttl=ttl,
+            not_before=not_before,
+            delay=delay,
+            headers=headers,
+            keys=keys,
+            dedup=dedup,
+        )
 
     def blocking_queue(
         self, reader: Reader | str, serializer: Serializer | None = None

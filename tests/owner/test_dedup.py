@@ -4,6 +4,7 @@ open (so it survives a close and a kill -9), and keys older than the window are 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 
@@ -188,3 +189,19 @@ def test_the_key_window_forgets_in_add_order() -> None:
     assert w.find(b"k2499") is None and w.find(b"k2500") == 2500
     w.expire(10_000)
     assert len(w) == 0
+
+
+def test_aput_and_aput_many_take_the_put_keywords(tmp_path) -> None:
+    async def main(q: JournaledQueue) -> tuple[int, int, list[int], list[int]]:
+        a = await q.aput(b"a", key=b"k", headers={"h": b"v"}, delay=0)
+        b = await q.aput(b"a", key=b"k", dedup=False)
+        many = await q.aput_many([b"x", b"y"], keys=[b"k", b"ky"], headers={"h": b"w"})
+        forced = await q.aput_many([b"z"], keys=[b"k"], dedup=False)
+        return a, b, many, forced
+
+    with JournaledQueue(tmp_path / "q", DEDUP) as q:
+        q.reader("r")
+        a, b, many, forced = asyncio.run(main(q))
+        assert (b, many, forced) == (a + 1, [a, a + 2], [a + 3])
+        item = q.reader("r").get(block=False)
+        assert (item.key, dict(item.headers)) == (b"k", {"h": b"v"})
