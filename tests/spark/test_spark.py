@@ -481,29 +481,29 @@ def test_sink_writes_key_and_headers_columns_of_strings_or_bytes(spark, tmp_path
 
 def test_sink_refuses_a_key_or_headers_a_put_would_refuse(tmp_path):
     import pyarrow as pa
-    from pyspark.sql.types import BinaryType, StructField, StructType
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructField, StructType
 
     from journaled.spark.offsets import OptionError
     from journaled.spark.sink import JournaledBatchWriter
 
     dst = str(tmp_path / "dst")
-    schema = StructType([StructField("value", BinaryType()), StructField("key", BinaryType())])
-    writer = JournaledBatchWriter({"path": dst}, schema, False)
+    value = StructField("value", BinaryType())
+    writer = JournaledBatchWriter({"path": dst}, StructType([value, StructField("key", BinaryType())]), False)
     with pytest.raises(OptionError, match="key"):
         writer.write(iter([pa.record_batch({"value": pa.array([b"x"]), "key": pa.array([b"k" * 1025])})]))
+    pair = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    headers = StructField("headers", ArrayType(pair))
+    writer = JournaledBatchWriter({"path": dst}, StructType([value, headers]), False)
     headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     twice = pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}]], headers_type)
-    writer = JournaledBatchWriter(
-        {"path": dst},
-        StructType.fromDDL("value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"),
-        False,
-    )
     with pytest.raises(OptionError, match="twice"):
         writer.write(iter([pa.record_batch({"value": pa.array([b"x"]), "headers": twice})]))
+    null_value = pa.array([[{"key": "h", "value": None}]], headers_type)
+    with pytest.raises(OptionError, match="bytes"):
+        writer.write(iter([pa.record_batch({"value": pa.array([b"x"]), "headers": null_value})]))
+    as_map = StructField("headers", MapType(StringType(), BinaryType()))
     with pytest.raises(OptionError, match="headers"):
-        JournaledBatchWriter(
-            {"path": dst}, StructType.fromDDL("value BINARY, headers MAP<STRING, BINARY>"), False
-        )
+        JournaledBatchWriter({"path": dst}, StructType([value, as_map]), False)
     assert os.listdir(os.path.join(adoption.spool_dir(dst), adoption.STAGING)) == []
 
 
