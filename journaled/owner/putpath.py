@@ -145,6 +145,8 @@ class PutPath:
         """Note the keys and producer tags of a run just appended (every path: a put, the spool)."""
         tagged: dict[int, list[tuple[int, int]]] = {}
         keys = self.keys
+        if keys is not None:
+            keys.expire(add_ms)  # the spool adds keys too: its puts must not grow the window
         for k, meta in enumerate(metas):
             if meta is None:
                 continue
