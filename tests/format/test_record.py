@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from types import MappingProxyType
 
 import attrs
 import pytest
@@ -11,19 +12,32 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled.errors import CorruptJournal, UnsupportedVersion
+from journaled.format import speedups
 from journaled.format.fallback import decode_many, encode_puts
+from journaled.format.metadata import (
+    MAX_HEADER_BYTES,
+    MAX_HEADER_NAME,
+    MAX_HEADERS,
+    MAX_KEY,
+    NO_HEADERS,
+    Meta,
+    header_bytes,
+)
 from journaled.format.record import (
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
     TYPE_PUT,
+    TYPE_PUTX,
     Damage,
     FileHeader,
     Put,
+    PutX,
     Skipped,
     decode_header,
     decode_one,
     encode_header,
     encode_put,
+    encode_putx,
     encode_record,
     find_next_record,
 )
@@ -495,3 +509,103 @@ def test_crc_text_files_round_trip_and_reject_any_flipped_byte():
         assert decode_crc_text(bad, "journaled-readers 1") is None
     assert decode_crc_text(raw[:-3], "journaled-readers 1") is None
     assert decode_crc_text(b"\xff\xfe garbage", "journaled-readers 1") is None
+
+
+# ----------------------------------------------------------------------------- PUTX (section 4.4)
+# The second test vector of docs/format.md section 11.2, pasted from there (not regenerated).
+VECTOR_PUTX_HEX = (
+    "4caec7f6570000000201000000000000000068e5cf8b01000000000000000000006052e6cf8b010000000000"
+    "0000000000000000000000000008000200120000006f726465722d3432020400000063746a736f6e01010000"
+    "00763268656c6c6f"
+)
+
+
+def _names() -> st.SearchStrategy[str]:
+    return st.text(min_size=1, max_size=80).filter(lambda n: 1 <= len(n.encode("utf-8")) <= MAX_HEADER_NAME)
+
+
+def metas() -> st.SearchStrategy[Meta]:
+    """Any metadata a put accepts (within format/metadata.py's limits), kept small for speed."""
+    headers = st.dictionaries(_names(), st.binary(max_size=100), max_size=8).map(
+        lambda d: MappingProxyType(d) if d else NO_HEADERS
+    )
+    return st.builds(
+        Meta,
+        not_before_ms=st.integers(0, 2**64 - 1),
+        producer=st.integers(0, 2**64 - 1),
+        sequence=st.integers(0, 2**64 - 1),
+        key=st.none() | st.binary(min_size=1, max_size=MAX_KEY),
+        headers=headers,
+    )
+
+
+def test_the_putx_vector_decodes_to_its_metadata_and_encodes_to_its_bytes():
+    raw = bytes.fromhex(VECTOR_PUTX_HEX)
+    meta = Meta(not_before_ms=VECTOR_MS + 60_000, key=b"order-42", headers={"ct": b"json", "v": b"2"})
+    assert encode_putx(VECTOR_SALT, 44, 1, VECTOR_MS, 0, meta, b"hello") == raw
+    got = decode_one(raw, 0, 44, VECTOR_SALT)
+    assert got == PutX(44, 96, 1, VECTOR_MS, 0, b"hello", meta)
+    assert isinstance(got, PutX) and list(got.meta.headers) == ["ct", "v"]
+    assert raw[8] == TYPE_PUTX
+    (record_crc,) = struct.unpack_from("<I", raw, 0)
+    assert record_crc == reference_crc32c(raw[4:], VECTOR_SALT ^ 44) == 0xF6C7AE4C
+
+
+@given(
+    salt=st.integers(0, 2**32 - 1),
+    offset=st.integers(0, 2**32 - 1),
+    item_id=st.integers(0, 2**64 - 1),
+    add_ms=st.integers(0, 2**64 - 1),
+    expire_ms=st.integers(0, 2**64 - 1),
+    meta=metas(),
+    payload=st.binary(max_size=300),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_putx_round_trips_at_its_offset(salt, offset, item_id, add_ms, expire_ms, meta, payload):
+    rec = encode_putx(salt, offset, item_id, add_ms, expire_ms, meta, payload)
+    headers = sum(5 + len(k.encode("utf-8")) + len(v) for k, v in meta.headers.items())
+    assert len(rec) == 65 + len(meta.key or b"") + headers + len(payload)
+    got = decode_one(rec, 0, offset, salt)
+    assert got == PutX(offset, len(rec), item_id, add_ms, expire_ms, payload, meta)
+    assert isinstance(got, PutX) and list(got.meta.headers.items()) == list(meta.headers.items())
+    # the batch decoders (Python and, when built, compiled) hand back the same record
+    for decode in (decode_many, speedups.decode_many):
+        records, end, damage = decode(rec + rec, offset, salt)
+        assert records[0] == got and end == len(rec) and damage is not None
+
+
+def test_putx_at_the_limits_round_trips():
+    meta = Meta(
+        not_before_ms=2**64 - 1,
+        producer=2**64 - 1,
+        sequence=2**64 - 1,
+        key=bytes(range(256)) * 4,
+        # 64 names of 255 bytes and values filling the block to exactly 64 KiB
+        headers={f"{i:02d}" + "\u00e9" * 126 + "x": bytes([i]) * 764 for i in range(MAX_HEADERS)},
+    )
+    assert len(meta.key or b"") == MAX_KEY and len(meta.headers) == MAX_HEADERS
+    assert header_bytes(meta.headers) == MAX_HEADER_BYTES
+    rec = encode_putx(1, 2, 3, 4, 5, meta, b"p")
+    got = decode_one(rec, 0, 2, 1)
+    assert isinstance(got, PutX) and got.meta == meta
+
+
+@given(meta=metas(), payload=st.binary(max_size=64), data=st.data())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_bit_flip_anywhere_in_a_putx_never_delivers(meta, payload, data):
+    rec = bytearray(encode_putx(VECTOR_SALT, 44, 9, VECTOR_MS, 0, meta, payload))
+    bit = data.draw(st.integers(0, 8 * len(rec) - 1))
+    rec[bit // 8] ^= 1 << (bit % 8)
+    got = decode_one(bytes(rec), 0, 44, VECTOR_SALT)
+    assert isinstance(got, Damage), got
+    assert find_next_record(bytes(rec), 0, 44, VECTOR_SALT, 0) is None
+
+
+def test_find_next_record_resumes_at_a_putx():
+    meta = Meta(key=b"k", headers={"a": b"1"})
+    head = encode_put(VECTOR_SALT, 0, 1, VECTOR_MS, 0, b"x")
+    garbage = bytes([TYPE_PUTX]) * 40
+    rec = encode_putx(VECTOR_SALT, len(head) + len(garbage), 2, VECTOR_MS, 0, meta, b"y")
+    buf = head + garbage + rec
+    assert find_next_record(buf, 1, 0, VECTOR_SALT, 2) == len(head) + len(garbage)
+    assert find_next_record(buf, 1, 0, VECTOR_SALT, 3) is None  # its id is below the one expected
