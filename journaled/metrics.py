@@ -70,6 +70,7 @@ READER_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("open_reads", "Reads handed out and not yet committed or aborted.", "open_reads"),
     ("open_bytes", "Payload bytes of the open reads.", "bytes_open"),
     ("delayed_items", "Aborted items waiting out a retry delay.", "items_delayed"),
+    ("not_due_items", "Items held back until their not_before.", "items_not_due"),
     ("waiters", "Calls blocked in get on this reader.", "waiters"),
 )
 READER_COUNTERS: tuple[tuple[str, str, str], ...] = (

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from journaled.core import policies
+from journaled.item import Item
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
@@ -64,6 +65,10 @@ class ReaderStats:
         items_waiting: items neither committed, open nor being handed to a sink (exact).
         items_delayed: of those, aborted items waiting out a delay (``abort(item, delay=...)``,
             ``retry_delay``) before they are delivered again.
+        items_not_due: of those, items put with a ``not_before`` (or ``delay``) still ahead, held
+            back until then (in memory, like delayed ones; not in ``items_delayed``).  Counted
+            once the reader has met them: at their put, or after a reopen once read back from
+            disk (until then they are among ``items_on_disk``).
         items_in_memory / bytes_in_memory: the waiting items held in memory (exact).
         items_on_disk / bytes_on_disk: the waiting items only on disk, read back later
             (items exact; bytes exact within a session, an over-estimate after reopen).
@@ -133,6 +138,7 @@ class ReaderStats:
     sinks_missing: tuple[str, ...] = attrs.field(default=(), converter=_names)
     oldest_uncommitted_age: float | None = None
     waiters: int = 0
+    items_not_due: int = 0
 
 
 @attrs.frozen
@@ -243,7 +249,11 @@ def reader_stats(
     waiting = max(0, backlog - in_flight)
     open_bytes = sum(len(it.data) for it in core.open.values())
     disposing_bytes = sum(len(it.data) for it, _sink in core.disposing.values())
-    parked_bytes = sum(len(it.data) for it in core.parked.values())
+    parked_bytes = not_due = 0
+    for it in core.parked.values():
+        parked_bytes += len(it.data)
+        if type(it) is not Item and (nb := it.not_before) is not None and nb > now:
+            not_due += 1  # an aborted item was delivered, so its not_before has passed
     mem_bytes = core.mem_bytes + parked_bytes
     waiting_bytes = max(mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
     in_mem = len(core.mem) + len(core.parked)  # parked items are in memory too
@@ -263,7 +273,7 @@ def reader_stats(
         name=core.name,
         head=core.head,
         items_waiting=waiting,
-        items_delayed=len(core.parked),
+        items_delayed=len(core.parked) - not_due,
         items_in_memory=in_mem,
         bytes_in_memory=mem_bytes,
         items_on_disk=max(0, waiting - in_mem),
@@ -290,6 +300,7 @@ def reader_stats(
         sinks_missing=sinks_missing,
         oldest_uncommitted_age=uncommitted,
         waiters=len(core.waiters),
+        items_not_due=not_due,
     )
 
 

@@ -3,17 +3,19 @@
 A reader keeps at most ``max_memory`` of its waiting items in memory; the rest stay on disk
 only and are read back, in id order, a window at a time as memory drains (read-behind).  This
 module holds the journal's side of that: the :class:`LogSource` protocol, how large one window
-may be, reading one, and the backlog's size estimated from file sizes.  It never sees a core:
+may be, reading one, the backlog's size estimated from file sizes, and two helpers over items
+held in memory (their payload bytes, taking the expired ones out).  It never sees a core:
 :class:`~journaled.core.readercore.ReaderCore` decides which of the items read it keeps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from journaled.format.record import PUT_OVERHEAD, Put
-from journaled.item import Item, items_from_puts
+from journaled.item import Item, is_expired, items_from_puts
 from journaled.log.journal import Cursor
 
 #: Most bytes (payload + ITEM_OVERHEAD each) one read-behind window brings into memory, so one
@@ -90,6 +92,23 @@ def keep_window(
             kept.append(item)
             kept_bytes += len(item.data)
     return kept, kept_bytes, gaps, expected
+
+
+def take_expired(mem: deque[Item], max_age: float | None, now: float) -> list[Item]:
+    """Remove the items of ``mem`` expired at ``now`` (in one pass, the rest kept in order) and
+    return them."""
+    dead = [it for it in mem if is_expired(it, max_age, now)]
+    if dead:
+        gone = {it.id for it in dead}
+        kept = [it for it in mem if it.id not in gone]
+        mem.clear()
+        mem.extend(kept)
+    return dead
+
+
+def payload_of(*groups: Iterable[Item]) -> int:
+    """Payload bytes of the items of every group."""
+    return sum(len(it.data) for group in groups for it in group)
 
 
 def estimate_backlog_bytes(journal: LogSource, head: int, file_ms: int, file_offset: int) -> int:

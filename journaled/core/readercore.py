@@ -12,8 +12,9 @@ memory, disk only, open, parked, bound for a sink, or settled).  Every other mod
 attributes listed on :class:`ReaderCore` and asks:
 
 * the queue: ``on_put(items, nbytes)``, items appended to the journal, in id order.
-* ``get``: ``take()``, the next deliverable item now an open read, or None (due parked items
-  come back first; expired and ``max_errors`` items met on the way go to their sink instead);
+* ``get``: ``take()``, the next deliverable item now an open read, or None (due parked items come
+  back first; items met on the way that are not due (``not_before``) are parked until they are,
+  expired and ``max_errors`` ones go to their sink instead; both checked in ``on_put`` too);
   ``take_if_first()``, unless blocked gets are in line; ``join(w)`` / ``leave(w)``, the FIFO
   line of blocked gets (:class:`Waiter`), served by hand-off as items arrive.
 * an open read ends, named as :meth:`~ReaderCore.open_read` names it (else ``UnknownRead``):
@@ -52,11 +53,13 @@ from journaled.core.readbehind import (
     LogSource,
     estimate_backlog_bytes,
     keep_window,
+    payload_of,
     read_window,
+    take_expired,
 )
 from journaled.deadletter import DeadLetter
 from journaled.errors import UnknownRead
-from journaled.format.smallfiles import CheckpointData, ReaderCounts
+from journaled.format.smallfiles import COUNT_FIELDS, CheckpointData, ReaderCounts
 from journaled.item import Item, is_expired, read_id
 from journaled.log.journal import Cursor
 
@@ -88,7 +91,8 @@ class ReaderCore:
             of delivery, in delivery order (``open_read_timeout`` only).
         waiters: blocked ``get`` calls, served first come first served by direct hand-off.
         disposing: items bound for an expiry / dead-letter sink, not yet settled.
-        parked: aborted items waiting out a delay (:class:`~journaled.core.retry.Parked`).
+        parked: aborted items waiting out a delay, and items not due yet (``not_before``)
+            (:class:`~journaled.core.retry.Parked`), in memory but not charged to ``max_memory``.
         saw_expiry: some item with an ``expire_at`` reached this reader.
         backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally;
             an estimate after a reopen until :meth:`backlog_payload` can count them.
@@ -153,6 +157,8 @@ class ReaderCore:
         if items[0].expire_at is not None and not self.saw_expiry:
             self.saw_expiry = True
             self.wake_engine()  # start the expiry sweep
+        if type(items[0]) is not Item:  # metadata: not-yet-due items are parked at once
+            nbytes = payload_of(items := [it for it in items if not self._hold(it)])
         mem = self.mem
         if self.load_id is None and (
             self.mem_bytes + nbytes + (len(mem) + len(items)) * ITEM_OVERHEAD <= self.config.max_memory
@@ -275,6 +281,8 @@ class ReaderCore:
             item = self._pop_waiting()
             if item is None:
                 return None
+            if type(item) is not Item and self._hold(item):
+                continue  # not due yet: parked (or expired before it is due)
             if (item.expire_at is not None or cfg.max_age is not None) and is_expired(
                 item, cfg.max_age, time.time()
             ):
@@ -292,6 +300,17 @@ class ReaderCore:
             if len(opened) == 1:
                 self.wake_engine()  # the background tick may be idle
         return item
+
+    def _hold(self, item: Item) -> bool:
+        """Park ``item`` until its ``not_before``, or expire it if it expires by then; True if so."""
+        due = retry.not_due(item, time.time())
+        if due is None:
+            return False
+        if is_expired(item, self.config.max_age, item.not_before or 0.0):
+            self._dispose(item, "expired")
+        elif self.parked.park(item, due):
+            self.wake_engine()
+        return True
 
     def take_if_first(self) -> Item | None:
         """:meth:`take`, unless blocked ``get`` calls are already in line (they go first)."""
@@ -377,8 +396,7 @@ class ReaderCore:
 
     def release_id(self, item_id: int) -> bool:
         """:meth:`release` by id, for hand-offs nobody received; False if not open."""
-        item = self.open.get(item_id)
-        if item is not None:
+        if (item := self.open.get(item_id)) is not None:
             self.release(item)
         return item is not None
 
@@ -467,19 +485,14 @@ class ReaderCore:
     def expire_in_memory(self, now: float) -> int:
         """Send every expired item held in memory, wherever it is, to its sink (O(items in
         memory): for a reader about to refuse a put).  Returns how many expired."""
-        cfg = self.config
+        cfg, count = self.config, 0
         if cfg.max_age is None and not self.saw_expiry:
             return 0
-        dead = [it for it in self.mem if is_expired(it, cfg.max_age, now)]
-        if dead:
-            gone = {it.id for it in dead}
-            kept = [it for it in self.mem if it.id not in gone]
-            self.mem.clear()
-            self.mem.extend(kept)
-        for it in dead:
+        for it in take_expired(self.mem, cfg.max_age, now):
             self.mem_bytes -= len(it.data)
             self._dispose(it, "expired")
-        return len(dead)
+            count += 1
+        return count
 
     def time_out_reads(self, now_mono: float) -> int:
         """Abort reads open longer than ``open_read_timeout`` at ``now_mono``.  ``opened_at`` is
@@ -545,10 +558,8 @@ class ReaderCore:
             # also corrects ids skipped as lost (journal damage), whose sizes were never known
             self.backlog_bytes, self.backlog_exact = 0, True
         elif not self.backlog_exact and self.load_id is None:
-            total = self.mem_bytes + sum(len(i.data) for i in self.open.values())
-            total += sum(len(i.data) for i, _s in self.disposing.values())
-            total += sum(len(i.data) for i in self.parked.values())
-            self.backlog_bytes, self.backlog_exact = total, True
+            held = (self.open.values(), self.parked.values(), (i for i, _s in self.disposing.values()))
+            self.backlog_bytes, self.backlog_exact = self.mem_bytes + payload_of(*held), True
         return self.backlog_bytes
 
     def checkpoint_state(self) -> CheckpointData:
@@ -559,17 +570,7 @@ class ReaderCore:
 
     def counts(self) -> ReaderCounts:
         """The counters as the checkpoint keeps them."""
-        return ReaderCounts(
-            self.put_origin,
-            self.delivered,
-            self.committed,
-            self.aborted,
-            self.timed_out,
-            self.expired,
-            self.discarded,
-            self.dead_lettered,
-            self.rejected,
-        )
+        return ReaderCounts(**{name: getattr(self, name) for name in COUNT_FIELDS})
 
     def mark_clean(self) -> None:
         """The checkpoint just taken (:meth:`checkpoint_state`) is the one to write."""

@@ -11,6 +11,14 @@ delay at once).  A parked item
 is out of the delivery order, so it never holds back the items behind it; its id stays
 uncommitted, so the head (and the checkpoint) does not pass it.  The delay lives in memory only:
 after a crash or reopen a parked item is delivered again at once, with its error count.
+
+An item put with a ``not_before`` (:attr:`~journaled.item.Item.not_before`) waits the same way
+(:func:`not_due`), but its time is in the record, so after a reopen it is parked again when read
+back.  A parked item stays in memory outside the reader's ``max_memory`` (which bounds the items
+waiting in order): its payload plus about 340 bytes for an item not yet due (the item, its
+metadata, a dict slot and a heap entry; measured on CPython 3.11), so 1M items put with a delay
+of 100-byte payloads hold about 440 MB until they are due.  They are kept whole because every
+one must be in hand when it becomes due, or the items behind it would wait for a read back.
 """
 
 from __future__ import annotations
@@ -79,6 +87,19 @@ def due_time(config: ReaderConfig, error_count: int, delay: float | None) -> flo
     return now() + wait if wait > 0 else None
 
 
+def not_due(item: Item, wall: float) -> float | None:
+    """When (on :func:`now`) ``item`` may first be delivered, if its ``not_before`` is after
+    ``wall`` (``time.time()``), else None: it is due."""
+    not_before = item.not_before
+    if not_before is None or not_before <= wall:
+        return None
+    # not_before is on the wall clock, delays on the monotonic one: the wait left is carried
+    # over as a length.  The core checks not_before on the wall clock again at delivery, so a
+    # wall clock stepped back parks the item again (never early); a step forward delays it by
+    # at most the step.
+    return now() + (not_before - wall)
+
+
 def redelivery(item: Item, error_count: int) -> Item:
     """A fresh object for an item going back to the head: a new delivery handle, so the old one
     can no longer settle the read its next consumer holds."""
@@ -126,6 +147,7 @@ __all__ = [
     "check_delay",
     "due_time",
     "floor",
+    "not_due",
     "now",
     "redelivery",
 ]
