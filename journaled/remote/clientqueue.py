@@ -152,7 +152,8 @@ class RemoteQueue(closing.Closing):
         # (random, nonzero, 63 bits: no coordination between processes, collisions negligible)
         self._producer = secrets.randbits(63) or 1
         self._next_sequence = 1
-        self._tags = threading.Lock()  # a leaf: guards _next_sequence
+        self._tags = threading.Lock()  # a leaf: guards _next_sequence and _retried
+        self._retried = 0
 
     # ------------------------------------------------------------------ the way to the owner
     @property
@@ -166,6 +167,11 @@ class RemoteQueue(closing.Closing):
         with self._state:
             link, local = self._link, self._local
         return os.getpid() if local is not None else cast(Link, link).owner_pid
+
+    @property
+    def puts_retried(self) -> int:
+        """How many puts this object made again on a next owner after theirs died unanswered."""
+        return self._retried
 
     @property
     def generation(self) -> int:
@@ -254,6 +260,8 @@ class RemoteQueue(closing.Closing):
                     # time is alive and holds the queue: no next owner can take it over.
                     retry_until = retry_until or time.monotonic() + PUT_RETRY
                     self._put_again(generation, retry_until, exc)
+                    with self._tags:
+                        self._retried += 1
                     continue
                 try:
                     self._reconnect(generation)
@@ -303,19 +311,15 @@ class RemoteQueue(closing.Closing):
         delay: float | None = None,
         headers: Mapping[str, bytes] | None = None,
         key: bytes | None = None,
+        dedup: bool = True,
     ) -> int:
         """Append one item through the owner; return its id (durable as the owner's sync says).
         The keywords are those of :meth:`JournaledQueue.put`, checked here: bad input raises the
         same errors and nothing is sent.  Stored exactly once even if the owner dies meanwhile
         (module docstring)."""
         plain = expire_at is None and ttl is None and not_before is None and delay is None
-        if (
-            plain
-            and headers is None
-            and key is None
-            and type(data) is bytes
-            and len(data) <= proto.MAX_PAYLOAD
-        ):
+        plain = plain and headers is None and key is None and dedup is True
+        if plain and type(data) is bytes and len(data) <= proto.MAX_PAYLOAD:
             # perf: the usual put, a request whose header's bytes are made without the JSON encoder
             header = proto.tagged_put(self._producer, self._sequences(1))
             return int(self.call(header, data, is_put=True)[0]["first"])
@@ -327,6 +331,7 @@ class RemoteQueue(closing.Closing):
             delay=delay,
             headers=headers,
             keys=None if key is None else (key,),
+            dedup=dedup,
         )[0]
 
     def put_many(
@@ -339,6 +344,7 @@ class RemoteQueue(closing.Closing):
         delay: float | None = None,
         headers: Mapping[str, bytes] | None = None,
         keys: Iterable[bytes | None] | None = None,
+        dedup: bool = True,
     ) -> list[int]:
         """Append several items with one request (one write at the owner); all or nothing.  The
         keywords are those of :meth:`JournaledQueue.put_many`, checked here (nothing is sent on
@@ -349,6 +355,8 @@ class RemoteQueue(closing.Closing):
             raise TypeError("'expire_at' must be a number of seconds or a datetime")
         if ttl is not None and (not isinstance(ttl, (int, float)) or isinstance(ttl, bool)):
             raise TypeError("'ttl' must be a number of seconds")
+        if type(dedup) is not bool:
+            raise TypeError("'dedup' must be True or False")
         now_ms = time.time_ns() // 1_000_000
         expire_ms(when, ttl, now_ms)  # the owner's checks, before anything is sent
         total = sum(map(len, payloads))
@@ -366,6 +374,8 @@ class RemoteQueue(closing.Closing):
         metas = put_metas(payloads, now_ms, not_before, delay, headers, keys, None) if extras else None
         if metas is not None:
             header.update(_meta_fields(metas))
+        if not dedup:
+            header["dedup"] = False  # sent only when asked: an older owner has no such keyword
         if payloads:
             header["tag"] = [self._producer, self._sequences(len(payloads))]
         reply, _, _ = self.call(header, b"".join(payloads), is_put=True)

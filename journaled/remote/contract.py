@@ -98,13 +98,15 @@ class ServedQueue(Protocol):
         headers: Mapping[str, bytes] | None = None,
         keys: Iterable[bytes | None] | None = None,
         producer: tuple[int, int] | None = None,
+        dedup: bool = True,
     ) -> list[int]:
         """Append the items with one write, all or nothing; their ids.  Durable on return as the
         sync policy says (not necessarily in the OS: see :meth:`write_out`).  The handlers pass
         the keywords after ``ttl`` only when a request carries them (a served object without
         them serves every request of a client that sends none).  ``producer`` is the client's
         tag (producer id, first sequence): the items whose sequences are already stored are not
-        stored again, and their ids are returned where theirs would be."""
+        stored again, and their ids are returned where theirs would be.  ``dedup=False`` stores
+        keyed items even if their key was put within the queue's dedup window."""
         ...
 
     def write_out(self) -> None:

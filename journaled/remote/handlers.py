@@ -215,7 +215,8 @@ def put_extras(header: dict[str, Any]) -> dict[str, Any]:
     """The keywords of ``put_many`` a put request carries besides ``ttl``/``expire_at`` (all
     optional, so an older client's requests stay valid): ``"tag"`` ``[producer id, first
     sequence]``, ``"not_before"`` (epoch ms), ``"headers"`` (name -> base64), ``"keys"`` (one
-    base64 key or null per item).  The queue checks the values as it checks its own caller's."""
+    base64 key or null per item), ``"dedup": false``.  The queue checks the values as it
+    checks its own caller's."""
     extras: dict[str, Any] = {}
     tag = header.get("tag")
     if tag is not None:
@@ -228,6 +229,8 @@ def put_extras(header: dict[str, Any]) -> dict[str, Any]:
         extras["not_before"] = (not_before + 0.5) / 1000.0
     if "headers" in header:
         extras["headers"] = proto.headers_raw(header["headers"])
+    if proto.field(header, "dedup", bool, True) is False:
+        extras["dedup"] = False
     if "keys" in header:
         keys = proto.field(header, "keys", list)
         extras["keys"] = [None if k is None else proto.raw(k, "a key") for k in keys]

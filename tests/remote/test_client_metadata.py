@@ -21,6 +21,7 @@ from journaled.format import metadata
 from journaled.remote import clientqueue, handlers
 from journaled.remote import protocol as proto
 from journaled.remote.clientqueue import RemoteQueue
+from journaled.remote.connections import Link
 from support.child import Child
 
 OWNER = """
@@ -315,3 +316,51 @@ def test_a_put_whose_owner_stopped_answering_but_lives_is_not_made_again(monkeyp
     with pytest.raises(OwnerLost) as caught:
         q.put(b"x")
     assert caught.value.outcome_unknown is True and len(log) == 1
+
+
+DEDUP_OWNER = """
+import sys
+from journaled import JournaledQueue, QueueConfig
+q = JournaledQueue(sys.argv[1], QueueConfig(dedup_window=600))
+q.reader("r")
+print("ready", flush=True)
+sys.stdin.readline()
+q.close()
+"""
+
+
+def test_a_request_made_again_with_its_tag_is_answered_with_the_ids_stored_the_first_time(tmp_path) -> None:
+    d = str(tmp_path / "q")
+    owner = Child(DEDUP_OWNER, d, merge_stderr=True)
+    try:
+        owner.wait_for_line("ready")
+        link = Link(d)
+        try:
+            many = {"op": "put_many", "lens": [1, 1], "tag": [99, 10]}
+            first = link.call(many, b"ab", is_put=True)[0]
+            again = link.call(many, b"ab", is_put=True)[0]
+            assert first == again == {"ok": True, "first": 1, "count": 2}
+            # sequences 10 and 11 are stored (ids 1, 2), 12 is not: it gets id 4, after another
+            # producer's item, and the reply lists the ids
+            assert link.call(proto.tagged_put(5, 1), b"c", is_put=True)[0]["first"] == 3
+            wider = {"op": "put_many", "lens": [1, 1, 1], "tag": [99, 10]}
+            reply = link.call(wider, b"abd", is_put=True)[0]
+            assert reply == {"ok": True, "first": 1, "count": 3, "ids": [1, 2, 4]}
+            single = proto.tagged_put(99, 13)
+            assert link.call(single, b"e", is_put=True)[0]["first"] == 5
+            assert link.call(single, b"e", is_put=True)[0]["first"] == 5
+        finally:
+            link.kill()
+        with JournaledQueue(d) as client:
+            assert client.put(b"f", key=b"k") == client.put(b"f again", key=b"k") == 6
+            assert client.put(b"g", key=b"k", dedup=False) == 7
+            assert client.put_many([b"h", b"i"], keys=[b"k", b"k2"]) == [6, 8]
+            with pytest.raises(TypeError):
+                client.put(b"x", dedup=None)  # type: ignore[arg-type]
+            r = client.reader("r")
+            got = [it.data for it in r.get_many(100, timeout=60)]
+            assert got == [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"i"]
+        owner.send("")
+        owner.finish()
+    finally:
+        owner.stop()
