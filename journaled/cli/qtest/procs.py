@@ -8,11 +8,13 @@ closed the queue, the parent drains what is left and checks the merged ledgers w
 :meth:`~journaled.cli.qtest.run.Ledger.validate`: every acknowledged put delivered exactly once,
 intact, in per-producer order.
 
-With ``--kill-owner`` the parent kills the owner with SIGKILL once a random 25-75 % of the puts
-are acknowledged; the workers take the queue over by themselves (remote/clientqueue.py's failover).  Then a
-put in flight may have an unknown outcome (OwnerLost): counted, and allowed to be missing; a
-read the dead owner had handed out, open or committed but not yet checkpointed, is delivered
-once more: counted as redelivered.  Every other acknowledged put must still be delivered once.
+With ``--kill-owner`` the parent kills the owner with SIGKILL once a random 25-75 % (chosen by
+``--seed``) of the puts are acknowledged; the workers take the queue over by themselves
+(remote/clientqueue.py's failover), and a put in flight is made again with its producer tag on
+the next owner: it must be stored exactly once, and a put that still raises ``OwnerLost`` with
+``outcome_unknown`` is an error of the run.  A read the dead owner had handed out, open or
+committed but not yet checkpointed, is delivered once more: counted as redelivered (same id).
+One put stored under two ids (``stored_twice``) is always an error.
 """
 
 from __future__ import annotations
@@ -264,12 +266,13 @@ class Conductor:
         first owner at least once, and the workers' other figures."""
         ledger = self.run.ledger
         pre: set[tuple[int, int]] = set()
-        figures: dict[str, Any] = {"commits_refused": 0, "owner_after": None}
+        figures: dict[str, Any] = {"commits_refused": 0, "owner_after": None, "puts_retried": 0}
         for k in range(self.n):
             with open(os.path.join(self.ledgers, f"ledger-{k}.json")) as f:
                 data = json.load(f)
             pre.update((p, s) for _i, p, s, _e, first in ledger.absorb(READER, data) if first)
             figures["commits_refused"] += data["commits_refused"]
+            figures["puts_retried"] += data.get("puts_retried", 0)
             if data["is_owner"]:
                 figures["owner_after"] = {"worker": k, "pid": data["pid"]}
         return pre, figures
@@ -311,6 +314,11 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
             )
             if c.killed is None and (ledger.unknown or figures["commits_refused"]):
                 errors.append("a put with an unknown outcome, or a refused commit, though no owner died")
+            if c.killed is not None and ledger.unknown:
+                errors.append(
+                    "a put raised OwnerLost(outcome_unknown) though a client makes a put whose "
+                    "owner died again on the next owner"
+                )
             if c.killed is not None and figures["owner_after"] is None:
                 errors.append("the owner was killed but no worker took the queue over")
             extra.update(figures)
@@ -329,6 +337,7 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
             "owner_pid": c.children[OWNER].pid if OWNER in c.children else None,
             "owner_killed": c.killed,
             "lost_acknowledged": ledger.missing,
+            "stored_twice": ledger.stored_twice,
             "outcome_unknown": unknown,
             "outcome_unknown_delivered": ledger.unknown_delivered,
             "redelivered": ledger.redelivered,
@@ -352,9 +361,11 @@ def process_lines(r: dict[str, Any]) -> list[str]:
             f"in); {heir}"
         )
         lines.append(
-            f"  lost acknowledged puts {r['lost_acknowledged']:,}; outcome unknown (OwnerLost) "
+            f"  lost acknowledged puts {r['lost_acknowledged']:,}; stored twice "
+            f"{r['stored_twice']:,}; outcome unknown (OwnerLost) "
             f"{r['outcome_unknown']:,}, of which delivered {r['outcome_unknown_delivered']:,}; "
             f"redelivered after the kill (allowed) {r['redelivered']:,}; commits refused "
-            f"{r.get('commits_refused', 0):,}"
+            f"{r.get('commits_refused', 0):,}; puts made again on the next owner "
+            f"{r.get('puts_retried', 0):,}"
         )
     return lines

@@ -57,7 +57,7 @@ class Worker:
         self.go, self.done, self.leave = threading.Event(), threading.Event(), threading.Event()
         self.out_lock = threading.Lock()
         self.log: list[tuple[int, int, int, int, int]] = []  # id, producer, seq, errors, pre-kill
-        self.gets = self.timeouts = self.leftovers = self.commits_refused = 0
+        self.gets = self.timeouts = self.leftovers = self.commits_refused = self.puts_retried = 0
 
     def emit(self, line: str) -> None:
         with self.out_lock:
@@ -141,6 +141,7 @@ class Worker:
         join_all(producers)
         self.emit("P")
         consumer.join()
+        self.puts_retried = int(getattr(q, "puts_retried", 0))  # 0 once this process owns it
         self.write_ledger(bool(q.is_owner))
         self.emit(f"E {int(bool(q.is_owner))}")
         self.leave.wait()
@@ -164,6 +165,7 @@ class Worker:
             "commits_refused": self.commits_refused,
             "is_owner": is_owner,
             "pid": os.getpid(),
+            "puts_retried": self.puts_retried,
         }
         path = os.path.join(self.plan["ledgers"], f"ledger-{self.index}.json")
         with open(path + ".tmp", "w") as f:

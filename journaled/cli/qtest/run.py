@@ -128,8 +128,9 @@ class Ledger:
         self.first_id = 1
         self.leftovers = 0
         # figures of the last validate(): acknowledged puts never delivered, tolerated
-        # redeliveries, outcome-unknown puts delivered (and of those, lost with the owner)
-        self.missing = self.redelivered = self.unknown_delivered = 0
+        # redeliveries, outcome-unknown puts delivered (and of those, lost with the owner),
+        # puts stored more than once (one (producer, seq) under several item ids)
+        self.missing = self.redelivered = self.unknown_delivered = self.stored_twice = 0
 
     def new_log(self, reader: str) -> list[tuple[int, int, int, int]]:
         log: list[tuple[int, int, int, int]] = []
@@ -219,7 +220,7 @@ class Ledger:
         errors = list(self.bad_payloads) + self.failures
         maybe = {(p, s) for p, seqs in self.unknown.items() for s in seqs}
         acked = sum(self.produced.values()) - len(maybe)
-        self.missing = self.redelivered = self.unknown_delivered = 0
+        self.missing = self.redelivered = self.unknown_delivered = self.stored_twice = 0
         for name, logs in sorted(self.logs.items()):
             entries = [e for log in logs for e in log]
             counts = Counter((p, s) for _i, p, s, _e in entries)
@@ -244,6 +245,15 @@ class Ledger:
                 by_id.setdefault(i, set()).add((p, s))
             if any(len(keys) > 1 for keys in by_id.values()):
                 errors.append(f"reader {name}: one item id delivered with two payloads")
+            # a redelivery comes back under its id; a put stored twice under a second one, and
+            # no owner's death excuses that
+            ids_of: dict[tuple[int, int], set[int]] = {}
+            for i, p, s, _e in entries:
+                ids_of.setdefault((p, s), set()).add(i)
+            twice = sum(len(ids) - 1 for ids in ids_of.values())
+            if twice:
+                self.stored_twice = max(self.stored_twice, twice)
+                errors.append(f"reader {name}: {twice} puts stored more than once (under several ids)")
             last: dict[int, int] = {}
             for i, (p, s) in sorted((i, k) for i, keys in by_id.items() for k in keys):
                 if s <= last.get(p, -1):
@@ -348,7 +358,9 @@ class Run:
                     with ledger._lock:
                         ledger.failures.append(f"producer {p}: {exc}")
                     break
-                unknown.update(range(seq, seq + n))  # stored or not: never retried (twice?)
+                # the client retried it on the next owners and gave up (PUT_RETRY), or the owner
+                # stopped answering without dying: stored or not, never retried here (twice?)
+                unknown.update(range(seq, seq + n))
                 seq += n
                 counter[p] = seq
                 continue
