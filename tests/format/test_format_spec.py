@@ -1135,10 +1135,10 @@ def _holds(path: str, rec: tuple) -> bool:
 
 
 def test_a_putx_not_yet_due_is_not_delivered_and_holds_nothing_back(tmp_path) -> None:
-    """[F-31] [F-41]: by the spec: an item whose not-before is in the future is not delivered
-    now, later items are; it is delivered once due unless it expires first (an expiry at or
-    before the not-before means never).  The not-before is in the record: the library reads it
-    back after a reopen."""
+    """[F-31] [F-41]: an item whose not-before is in the future is not delivered now, later items
+    are; by the spec it is delivered once due unless it expires first (an expiry at or before the
+    not-before means never).  The not-before is in the record: the scanner reads it back, and the
+    owner, reopened, delivers what the spec reader says."""
     path = str(tmp_path / "q")
     now = int(time.time() * 1000)
     later = now + 3_600_000
@@ -1161,3 +1161,5 @@ def test_a_putx_not_yet_due_is_not_delivered_and_holds_nothing_back(tmp_path) ->
         later,
         later,
     ]
+    delivered, _ = owner_items(path, "q")  # after a reopen, from the records alone
+    assert [it[0] for it in delivered] == spec.to_deliver(puts, None, int(time.time() * 1000)) == [1, 3]
