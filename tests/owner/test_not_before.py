@@ -169,3 +169,36 @@ def test_stats_count_items_not_yet_due_and_max_items_counts_them(tmp_path) -> No
             q.put(b"one too many")
         r.commit(r.get(block=False))
         q.put(b"room again")
+
+
+CLIENT_GET = """
+import sys, time
+from journaled import JournaledQueue
+q = JournaledQueue(sys.argv[1])  # the test's process owns it: this one is a client
+r = q.reader("r")
+print("waiting", flush=True)
+item = r.get(timeout=60)
+print("got", item.data.decode(), repr(time.time()), flush=True)
+r.commit(item)
+q.close()
+"""
+
+
+def test_another_process_blocked_in_get_is_given_the_item_only_once_it_is_due(tmp_path) -> None:
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, FAST) as q:
+        r = q.reader("r")
+        q.put(b"far", delay=LONG)
+        child = Child(CLIENT_GET, path)
+        try:
+            child.wait_for_line("waiting")
+            wait_for(lambda: r.stats().waiters == 1, "the client's get to block")
+            not_before = time.time() + SHORT
+            q.put(b"soon", not_before=not_before)
+            lines = child.finish()
+        finally:
+            child.stop()
+        got = [ln.split() for ln in lines if ln.startswith("got ")]
+        # the record keeps milliseconds: the item's not_before is the one given, truncated
+        assert [g[1] for g in got] == ["soon"] and float(got[0][2]) >= int(not_before * 1000) / 1000
+        assert r.stats().items_not_due == 1 and r.stats().committed == 1
