@@ -70,6 +70,15 @@ class ArrowColumns:
             out[row] = meta.key
         return pa.array(out, pa.binary())
 
+    def not_before_ms(self) -> pa.Array:
+        """Each row's not-before time in epoch ms (int64), null when it has none."""
+        if not self.metas:
+            return pa.nulls(len(self), pa.int64())
+        out: list[int | None] = [None] * len(self)
+        for row, meta in self.metas:
+            out[row] = meta.not_before_ms or None
+        return pa.array(out, pa.int64())
+
     def headers(self) -> pa.Array:
         """The ``headers`` column: each row's headers in the order they were put, null when it
         has none (as Kafka's source gives them)."""

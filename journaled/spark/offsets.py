@@ -22,8 +22,12 @@ log = logging.getLogger("journaled.spark")
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
-#: The source's columns, in Spark's DDL (``key`` is null for an item put without one).
-SCHEMA_DDL = "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING, key BINARY"
+#: The source's columns, in Spark's DDL (``key`` and ``not_before`` are null for an item put
+#: without one).
+SCHEMA_DDL = (
+    "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING, key BINARY, "
+    "not_before TIMESTAMP"
+)
 #: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
 HEADERS_DDL = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 

@@ -2,8 +2,9 @@
 
 Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter`` and
 ``DataSourceStreamArrowWriter``), so no ``Row`` is built per record.  Columns named ``key``
-(binary or string) and ``headers`` (Kafka's ``array<struct<key: string, value: binary>>``), when
-the written frame has them, become each item's key and headers; the batch is then written as a
+(binary or string), ``headers`` (Kafka's ``array<struct<key: string, value: binary>>``) and
+``not_before`` (timestamp), when the written frame has them, become each item's key, headers and
+not-before time; the batch is then written as a
 spool batch of version 2 (records with metadata).
 
 Exactly once across query restarts: each task stages its partition's rows as a spool batch
@@ -19,13 +20,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType, TimestampType
 
 from journaled.format.metadata import Meta
 from journaled.item import put_headers, put_key
@@ -58,6 +60,8 @@ def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str
         raise OptionError("the sink needs a 'value' column of type binary or string")
     if "key" in fields and not isinstance(fields["key"], (BinaryType, StringType)):
         raise OptionError("the sink's 'key' column must be binary or string")
+    if "not_before" in fields and not isinstance(fields["not_before"], TimestampType):
+        raise OptionError("the sink's 'not_before' column must be a timestamp")
     if "headers" in fields and not _is_headers_type(fields["headers"]):
         raise OptionError("the sink's 'headers' column must be array<struct<key: string, value: binary>>")
     return paths[0]
@@ -75,8 +79,8 @@ def _is_headers_type(kind: object) -> bool:
 
 
 def has_meta_columns(schema: StructType) -> bool:
-    """Whether rows of ``schema`` carry a key or headers for the items they become."""
-    return bool({"key", "headers"} & set(schema.fieldNames()))
+    """Whether rows of ``schema`` carry a key, headers or a not-before time for their items."""
+    return bool({"key", "headers", "not_before"} & set(schema.fieldNames()))
 
 
 def _as_binary(col: pa.Array) -> pa.Array:
@@ -101,19 +105,37 @@ def payloads(batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
 
 def records(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, Meta | None]]:
     """``(payload, meta)`` per row: the ``value`` column as :func:`payloads` gives it, and the
-    item's key and headers from the ``key`` and ``headers`` columns where the batch has them
-    (null: none).  A key or headers a put would refuse raise :class:`OptionError`."""
+    item's key, headers and not-before time from the ``key``, ``headers`` and ``not_before``
+    columns where the batch has them (null: none; a not-before time not after now: none, as for a
+    put).  A key or headers a put would refuse raise :class:`OptionError`."""
     for batch in batches:
         names = batch.schema.names
         values = list(payloads([batch]))
-        keys = _as_binary(batch.column("key")).to_pylist() if "key" in names else [None] * len(values)
-        heads = batch.column("headers").to_pylist() if "headers" in names else [None] * len(values)
-        for value, key, head in zip(values, keys, heads):
-            yield value, _meta(key, head)
+        none = [None] * len(values)
+        keys = _as_binary(batch.column("key")).to_pylist() if "key" in names else none
+        heads = batch.column("headers").to_pylist() if "headers" in names else none
+        dues = _epoch_ms(batch.column("not_before")) if "not_before" in names else none
+        now_ms = time.time_ns() // 1_000_000
+        for value, key, head, due in zip(values, keys, heads, dues):
+            yield value, _meta(key, head, due if due is not None and due > now_ms else 0)
 
 
-def _meta(key: bytes | None, head: list[dict[str, object]] | None) -> Meta | None:
-    if key is None and not head:
+_PER_MS = {"s": 0, "ms": 1, "us": 1000, "ns": 1_000_000}
+
+
+def _epoch_ms(col: pa.Array) -> list[int | None]:
+    """A timestamp column as epoch milliseconds (floored), nulls kept."""
+    import pyarrow as pa
+
+    per_ms = _PER_MS[col.type.unit]
+    raw = col.cast(pa.int64()).to_pylist()
+    if per_ms == 0:
+        return [None if v is None else v * 1000 for v in raw]
+    return [None if v is None else v // per_ms for v in raw]
+
+
+def _meta(key: bytes | None, head: list[dict[str, object]] | None, not_before_ms: int) -> Meta | None:
+    if key is None and not head and not not_before_ms:
         return None
     try:
         headers: dict[object, object] = {}
@@ -122,7 +144,7 @@ def _meta(key: bytes | None, head: list[dict[str, object]] | None) -> Meta | Non
             if name in headers:
                 raise ValueError(f"header {name!r} given twice")
             headers[name] = value.encode("utf-8") if isinstance(value, str) else value
-        return Meta(key=put_key(key), headers=put_headers(headers))
+        return Meta(not_before_ms=not_before_ms, key=put_key(key), headers=put_headers(headers))
     except (TypeError, ValueError) as exc:
         raise OptionError(f"a row's key or headers cannot be stored: {exc}") from None
 

@@ -158,6 +158,8 @@ def _build_column(name: str, cols: ArrowColumns, ts_type: pa.DataType, queue: pa
         return pa.repeat(queue, len(cols))
     if name == "key":
         return cols.keys()
+    if name == "not_before":
+        return pc.multiply(cols.not_before_ms(), 1000).cast(ts_type)
     if name == "headers":
         return cols.headers()
     raise OptionError(f"the journaled source has no column {name!r}")

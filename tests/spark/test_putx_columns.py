@@ -44,23 +44,25 @@ def test_decode_columns_stops_at_a_putx_and_reads_nothing_of_it(decode_columns):
 
 
 def _queue(path: str, n: int, rnd: random.Random, config: QueueConfig = BIG) -> None:
-    """``n`` items of mixed kinds: plain PUTs, keyed PUTXs, PUTXs with headers."""
+    """``n`` items of mixed kinds: plain PUTs, PUTXs with keys, with headers, not yet due."""
     with journaled.JournaledQueue(path, config) as q:
         i = 1
         while i <= n:
             k = min(n - i + 1, rnd.randint(1, 9))
             payloads = [rnd.randbytes(rnd.choice([0, 3, 90, 700])) for _ in range(k)]
-            kind = rnd.choice(["plain", "keys", "headers"])
+            kind = rnd.choice(["plain", "keys", "headers", "later"])
             if kind == "plain":
                 q.put_many(payloads)
             elif kind == "keys":
                 q.put_many(payloads, keys=[b"key-%d" % (i + j) if j % 2 == 0 else None for j in range(k)])
-            else:
+            elif kind == "headers":
                 q.put_many(payloads, headers={"type": b"t%d" % i, "é": b"\x00"}, expire_at=4_000_000_000)
+            else:
+                q.put_many(payloads, not_before=4_000_000_000 + i)
             i += k
 
 
-def _truth(path: str) -> dict[int, tuple[bytes, bytes | None, list[tuple[str, bytes]] | None]]:
+def _truth(path: str) -> dict[int, tuple[bytes, bytes | None, list[tuple[str, bytes]] | None, int | None]]:
     from journaled.offline.scan import JournalScanner
 
     out = {}
@@ -68,7 +70,7 @@ def _truth(path: str) -> dict[int, tuple[bytes, bytes | None, list[tuple[str, by
         meta = r.meta if isinstance(r, PutX) else None
         key = meta.key if meta else None
         headers = list(meta.headers.items()) if meta and meta.headers else None
-        out[r.id] = (r.payload, key, headers)
+        out[r.id] = (r.payload, key, headers, meta.not_before_ms if meta and meta.not_before_ms else None)
     return out
 
 
@@ -102,10 +104,11 @@ def test_arrow_reader_gives_putx_rows_with_their_key_and_headers(tmp_path, seed)
         for cols in read_segment_arrays(seg, None, rows, nbytes):
             assert len(cols) <= rows
             keys, headers = cols.keys().to_pylist(), cols.headers().to_pylist()
+            due = cols.not_before_ms().to_pylist()
             for i, (item_id, value) in enumerate(zip(cols.ids.to_pylist(), cols.values.to_pylist())):
                 assert item_id not in got
                 hdrs = None if headers[i] is None else [(h["key"], h["value"]) for h in headers[i]]
-                got[item_id] = (value, keys[i], hdrs)
+                got[item_id] = (value, keys[i], hdrs, due[i])
     assert got == {i: truth[i] for i in range(lo, n + 1)}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import json
 import os
 import shutil
@@ -415,6 +416,7 @@ def _fill_with_metadata(path):
         q.put(b"headed", headers={"type": b"json", "trace": b"\x00\xff"})
         q.put(b"both", key=b"k2", headers={"é": b""})
         q.put_many([b"m%d" % i for i in range(30)], keys=[b"km%d" % i for i in range(30)])
+        q.put(b"due in a day", not_before=4_000_000_000, headers={"n": b"1"})
 
 
 def _metadata_of(path):
@@ -426,7 +428,9 @@ def _metadata_of(path):
     out = []
     for r in JournalScanner(path).records():
         meta = r.meta if isinstance(r, PutX) else None
-        out.append((r.payload, meta and meta.key, dict(meta.headers) if meta else {}))
+        out.append(
+            (r.payload, meta and meta.key, dict(meta.headers) if meta else {}, meta and meta.not_before_ms)
+        )
     return out
 
 
@@ -434,7 +438,7 @@ def test_source_gives_a_key_column_and_kafkas_headers_column_with_include_header
     q = str(tmp_path / "q")
     _fill_with_metadata(q)
     plain = spark.read.format("journaled").load(q)
-    assert plain.columns == ["id", "value", "timestamp", "expire_at", "queue", "key"]
+    assert plain.columns == ["id", "value", "timestamp", "expire_at", "queue", "key", "not_before"]
     df = spark.read.format("journaled").option("includeHeaders", "true").load(q)
     assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
     rows = sorted(df.collect(), key=lambda r: r.id)
@@ -447,7 +451,9 @@ def test_source_gives_a_key_column_and_kafkas_headers_column_with_include_header
     assert [r.headers for r in rows[:2]] == [None, None]
     assert [(h.key, h.value) for h in rows[2].headers] == [("type", b"json"), ("trace", b"\x00\xff")]
     assert [(h.key, h.value) for h in rows[3].headers] == [("é", b"")]
-    assert [r.key for r in rows[4:]] == [b"km%d" % i for i in range(30)]
+    assert [r.key for r in rows[4:34]] == [b"km%d" % i for i in range(30)]
+    assert [r.not_before for r in rows[:34]] == [None] * 34
+    assert rows[34].not_before == dt.datetime.fromtimestamp(4_000_000_000)
 
 
 def test_streaming_copy_keeps_keys_and_headers_through_source_and_sink(spark, tmp_path):
@@ -459,7 +465,7 @@ def test_streaming_copy_keeps_keys_and_headers_through_source_and_sink(spark, tm
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", "10")
         .load(src)
-        .select("value", "key", "headers")
+        .select("value", "key", "headers", "not_before")
         .writeStream.format("journaled")
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)
@@ -476,7 +482,29 @@ def test_sink_writes_key_and_headers_columns_of_strings_or_bytes(spark, tmp_path
         "value STRING, key STRING, headers ARRAY<STRUCT<key: STRING, value: BINARY>>",
     )
     df.write.format("journaled").mode("append").save(dst)
-    assert sorted(_metadata_of(dst)) == [(b"a", b"ka", {"h": b"1"}), (b"b", None, {}), (b"c", b"kc", {})]
+    assert sorted(_metadata_of(dst)) == [
+        (b"a", b"ka", {"h": b"1"}, 0),
+        (b"b", None, {}, None),
+        (b"c", b"kc", {}, 0),
+    ]
+
+
+def test_sink_writes_a_not_before_column_and_a_time_already_past_as_none(spark, tmp_path):
+    dst = str(tmp_path / "dst")
+    df = spark.createDataFrame(
+        [
+            ("later", dt.datetime.fromtimestamp(4_000_000_000.5)),
+            ("past", dt.datetime(2001, 1, 1)),
+            ("none", None),
+        ],
+        "value STRING, not_before TIMESTAMP",
+    )
+    df.coalesce(1).write.format("journaled").mode("append").save(dst)
+    assert _metadata_of(dst) == [
+        (b"later", None, {}, 4_000_000_000_500),
+        (b"past", None, {}, None),
+        (b"none", None, {}, None),
+    ]
 
 
 def test_sink_refuses_a_key_or_headers_a_put_would_refuse(tmp_path):
