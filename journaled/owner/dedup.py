@@ -1,8 +1,11 @@
 """What an owner remembers of recent puts so that a put is not stored twice: the keys of the
 de-duplication window (``QueueConfig.dedup_window``) and each producer's recent tagged runs.
 
-Both are memory only, rebuilt at open from the journal's tail (:func:`rebuild`), never kept in a
-file of their own that could disagree with the journal: the records are the truth.
+Both are memory only, rebuilt from the journal's tail (:func:`rebuild`), never kept in a file of
+their own that could disagree with the journal: the records are the truth.  The keys are read back
+at open (only by an owner opening with a window); the producers' runs at the first tagged put
+after the open, under the queue lock, so an owner that never gets one (no client tags its puts)
+reads nothing more than before at open: opening still reads only the newest journal file.
 
 **What they cost.**  :class:`KeyWindow` holds, per key put within the window, the key's bytes
 object, one dict entry and the id (an int), plus 8 bytes of add time in an array and a pointer in
@@ -16,8 +19,9 @@ PUTX records are decoded by the Python reference).
 
 :class:`Producers` keeps per producer at most :data:`MAX_RUNS` runs ``(first sequence, first id,
 count)`` of tagged puts; a producer silent for longer than :data:`PRODUCER_WINDOW` seconds is
-forgotten.  A client retries a put in flight for at most 60 s, so 120 s of journal tail, read at
-open, holds every put a retry can meet.
+forgotten.  A client retries a put in flight for at most 60 s, so 120 s of journal tail holds
+every put a retry can meet (reading it back: about 0.3 s per million plain records, measured with
+1M puts of 100 B, more for PUTX records, which the Python reference decodes).
 """
 
 from __future__ import annotations
@@ -145,14 +149,13 @@ class Producers:
             top[0] = max(top[0], seq + 1)
 
 
-def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers, now_ms: int) -> int:
-    """Fill ``keys`` and ``producers`` from the journal's records added within their windows of
-    ``now_ms``; returns the number of records read.  Journal files are named by their creation
-    time, so the scan starts at the last file created before the earliest cutoff."""
-    span = max(producers.window_ms, keys.window_ms if keys is not None else 0)
-    cutoff = now_ms - span
-    key_cutoff = now_ms - keys.window_ms if keys is not None else now_ms
-    producer_cutoff = now_ms - producers.window_ms
+def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers | None, now_ms: int) -> int:
+    """Fill ``keys`` and ``producers`` (either may be None) from the journal's records added within
+    their windows of ``now_ms``; returns the number of records read.  Journal files are named by
+    their creation time, so the scan starts at the last file created before the earliest cutoff."""
+    key_cutoff = now_ms - keys.window_ms if keys is not None else now_ms + 1
+    producer_cutoff = now_ms - producers.window_ms if producers is not None else now_ms + 1
+    cutoff = min(key_cutoff, producer_cutoff)
     files = journal.files
     start = files[0]
     for jf in files:
@@ -163,14 +166,13 @@ def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers, now_
     while True:
         recs, cursor = journal.read(cursor, max_items=4096)
         if not recs:
-            break
+            return seen
         seen += len(recs)
         for rec in recs:
             if type(rec) is not PutX or rec.add_ms < cutoff:
                 continue
             meta = rec.meta
-            if meta.producer and rec.add_ms >= producer_cutoff:
+            if meta.producer and producers is not None and rec.add_ms >= producer_cutoff:
                 producers.add(meta.producer, ((meta.sequence, rec.id),), rec.add_ms)
             if meta.key is not None and keys is not None and rec.add_ms >= key_cutoff:
                 keys.add(meta.key, rec.id, rec.add_ms)
-    return seen

@@ -43,7 +43,9 @@ class PutPath:
         window = config.dedup_window
         self.keys = KeyWindow(window) if window is not None else None
         self.producers = Producers()
-        self.rebuilt = rebuild(journal, self.keys, self.producers, time.time_ns() // 1_000_000)
+        self.producers_read = False  # read back at the first tagged put (owner/dedup.py)
+        if self.keys is not None:
+            rebuild(journal, self.keys, None, time.time_ns() // 1_000_000)
 
     def readers_changed(self, cores: list[ReaderCore]) -> None:
         """The queue's reader cores are now ``cores`` (call with the queue lock held)."""
@@ -108,6 +110,9 @@ class PutPath:
         with self.lock:
             tag = metas[0]
             if tag is not None and tag.producer:
+                if not self.producers_read:
+                    rebuild(self.journal, None, self.producers, add_ms)
+                    self.producers_read = True
                 self.producers.expire(add_ms)
                 ids = self.producers.find(tag.producer, tag.sequence, count) or ids
             keys = self.keys if dedup else None
@@ -150,7 +155,7 @@ class PutPath:
         for k, meta in enumerate(metas):
             if meta is None:
                 continue
-            if meta.producer:
+            if meta.producer and self.producers_read:  # else the first tagged put reads it back
                 tagged.setdefault(meta.producer, []).append((meta.sequence, first_id + k))
             if meta.key is not None and keys is not None:
                 keys.add(meta.key, first_id + k, add_ms)

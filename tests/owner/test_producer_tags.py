@@ -113,7 +113,8 @@ def test_producers_idle_longer_than_the_window_are_forgotten(tmp_path, monkeypat
         assert q._put.producers.runs(PID) == []  # noqa: SLF001 (the memory bound is what is tested)
         assert len(q._put.producers) == 1  # noqa: SLF001
     clock.advance(1)
-    with JournaledQueue(path) as q:  # the rebuild reads back only the window too
+    with JournaledQueue(path) as q:  # the first tagged put reads back only the window too
+        q.put_many(payloads(1), producer=(PID + 2, 0))
         assert q._put.producers.runs(PID) == []  # noqa: SLF001
         assert q._put.producers.runs(PID + 1) != []  # noqa: SLF001
 
