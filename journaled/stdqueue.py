@@ -29,7 +29,7 @@ from journaled.config import QueueConfig, ReaderConfig
 from journaled.core import retry
 from journaled.disk import lifecycle
 from journaled.errors import Full, QueueClosed, SerializationError, UnknownRead
-from journaled.item import Item
+from journaled.item import Item, not_before_ms
 from journaled.owner.closing import Closing, closed_error
 from journaled.queue import JournaledQueue
 from journaled.reader import Reader
@@ -129,15 +129,25 @@ class Queue(Closing, Generic[T]):
             return self._count + len(self._open)
 
     # ------------------------------------------------------------------ put
-    def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
+    def put(
+        self, item: T, block: bool = True, timeout: float | None = None, *, delay: float | None = None
+    ) -> None:
         """Put ``item`` into the queue, exactly as :meth:`queue.Queue.put`.
 
         With a ``maxsize``, blocks while full (``block=False`` or a ``timeout`` raise
         :class:`~journaled.Full`, a ``queue.Full``; a negative timeout raises ``ValueError``).
         Returns once the item is as durable as the sync policy says.  An item the serializer
         rejects raises :class:`~journaled.errors.SerializationError` and is not put.
+
+        ``delay`` (seconds, an extension): no ``get`` returns the item before then, and items
+        put after it are not held back behind it; it counts in ``qsize`` from the put on (it is
+        in the queue, just not due).  The delay is stored with the item, so it survives a
+        restart.  Headers and keys are not offered here: ``get`` returns the object, not an
+        :class:`~journaled.Item` (use :attr:`journal` for them).
         """
         payload = ser.dumps(self.serializer, item)
+        if delay is not None:
+            not_before_ms(None, delay, 0)  # a bad delay raises before the slot is taken
         with self.not_full:
             self._check_open()
             if self._maxsize > 0:
@@ -160,7 +170,10 @@ class Queue(Closing, Generic[T]):
                         self._check_open()
             self._count += 1  # reserve the slot before the (possibly fsyncing) append
         try:
-            self.journal.put(payload)
+            if delay is None:
+                self.journal.put(payload)
+            else:
+                self.journal.put(payload, delay=delay)
         except BaseException:
             with self.not_full:
                 self._count -= 1

@@ -366,3 +366,21 @@ def test_redrives_killed_at_random_moments_then_run_again_lose_and_duplicate_not
     out = cli("redrive", dead, "--to", target, "--reason", "timeout")
     assert out.returncode == 0, (seed, out.stderr)
     check_exactly_once(dead, target, selected, [i for i in range(60) if i % 3 == 0])
+
+
+def test_a_redriven_item_keeps_its_headers_and_key_and_is_never_refused_as_a_duplicate(tmp_path):
+    from journaled.format.metadata import Meta
+    from journaled.item import put_headers
+
+    meta = Meta(not_before_ms=1_700_000_000_000, key=b"job-1", headers=put_headers({"ct": b"json"}))
+    sent = DeadLetter(1, b"body", 1_700_000_000.0, None, 5, "max_errors", "boom", "work", meta).encode()
+    dead = make_queue(str(tmp_path / "dead"), "dead", [sent])
+    target = str(tmp_path / "target")
+    with JournaledQueue(target, QueueConfig(dedup_window=3600.0), name="target") as q:
+        q.put(b"the original", key=b"job-1")  # the key is in the target's window already
+    assert main(["redrive", dead, "--to", target]) == 0
+    with JournaledQueue(target, QueueConfig(dedup_window=3600.0), name="target") as q:
+        r = q.reader("fresh", ReaderConfig(start="earliest"))
+        got = [r.get(timeout=5) for _ in range(2)]
+    assert [g.data for g in got] == [b"the original", b"body"]
+    assert (got[1].key, dict(got[1].headers), got[1].not_before) == (b"job-1", {"ct": b"json"}, None)
