@@ -77,8 +77,8 @@ def _when(ms: int) -> str:
 
 def show_meta(rec: Put) -> str:
     """What a PUTX carries besides its payload, as ``key=... headers={name: value, ...}
-    not_before=<UTC time>`` (each part only when present; ``""`` for a plain PUT).  Keys and
-    values go through :func:`show_bytes`, names through :func:`escape`."""
+    not_before=<UTC time> producer=<id>:<sequence>`` (each part only when present; ``""`` for a
+    plain PUT).  Keys and values go through :func:`show_bytes`, names through :func:`escape`."""
     if not isinstance(rec, PutX):
         return ""
     meta, parts = rec.meta, []

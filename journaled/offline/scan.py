@@ -72,7 +72,8 @@ class JournalScanner:
         return out
 
     def records(self, start_id: int = 0) -> Iterator[Put]:
-        """Every valid record with ``id >= start_id``, oldest first, as of now."""
+        """Every valid record with ``id >= start_id``, oldest first, as of now (a
+        :class:`~journaled.format.record.PutX`, with its ``meta``, for an item put with metadata)."""
         files = self.files()
         for k, sf in enumerate(files):
             newest = k == len(files) - 1
