@@ -135,3 +135,17 @@ def test_repair_keeps_the_key_headers_and_not_before_of_the_records_it_rewrites(
     assert six.meta.not_before_ms == NOT_BEFORE * 1000
     with JournaledQueue(mixed, QueueConfig(recovery="strict"), name="q") as q:
         assert q.put(b"next") == 7
+
+
+def test_dump_names_the_producer_tag_of_tagged_puts(tmp_path, capsys):
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.put_many([b"a", b"b"], producer=(7, 100))
+        q.put(b"c")
+    assert main(["dump", path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "producer=7:100  a" in lines[0] and "producer=7:101  b" in lines[1]
+    assert "producer=" not in lines[2]
+    assert main(["dump", path, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["producer"], r["sequence"]) for r in rows] == [(7, 100), (7, 101), (None, None)]
