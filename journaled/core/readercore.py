@@ -14,7 +14,8 @@ attributes listed on :class:`ReaderCore` and asks:
 * the queue: ``on_put(items, nbytes)``, items appended to the journal, in id order.
 * ``get``: ``take()``, the next deliverable item now an open read, or None (due parked items come
   back first; items met on the way that are not due (``not_before``) are parked until they are,
-  expired and ``max_errors`` ones go to their sink instead; both checked in ``on_put`` too);
+  expired and ``max_errors`` ones go to their sink instead; not-due ones are also parked as
+  they arrive, from ``on_put`` or read back from disk);
   ``take_if_first()``, unless blocked gets are in line; ``join(w)`` / ``leave(w)``, the FIFO
   line of blocked gets (:class:`Waiter`), served by hand-off as items arrive.
 * an open read ends, named as :meth:`~ReaderCore.open_read` names it (else ``UnknownRead``):
@@ -219,6 +220,8 @@ class ReaderCore:
         clean = expected >= self.head and not (self.done or self.disposing or self.parked)
         clean = clean and all(i < expected for i in self.open)
         kept, kept_bytes, gaps, expected = keep_window(items, payload, expected, None if clean else self._has)
+        if kept and (type(kept[0]) is not Item or len(set(map(type, kept))) > 1):  # some with metadata
+            kept_bytes = payload_of(kept := [it for it in kept if not self._hold(it)])
         for first, last in gaps:
             self._lost(first, last)
         self.mem.extend(kept)
@@ -377,8 +380,7 @@ class ReaderCore:
         due = retry.due_time(cfg, failed.error_count, delay)
         if due is None:
             self._requeue(failed)
-            return
-        if self.parked.park(failed, due):
+        elif self.parked.park(failed, due):
             self.wake_engine()  # its tick sleeps until the earliest due time
 
     def reject(self, item: Item | int, reason: str = "") -> None:
@@ -511,9 +513,7 @@ class ReaderCore:
             del opened[item_id]
             if item is None:
                 continue
-            log.warning(
-                "reader %s: read of item %d open for more than %ss; aborted", self.name, item_id, timeout
-            )
+            log.warning("reader %s: read of item %d open over %ss; aborted", self.name, item_id, timeout)
             self.timed_out += 1
             self.abort(item)
             count += 1

@@ -185,3 +185,23 @@ def test_not_yet_due_items_count_toward_max_items_and_a_full_reader_does_not_dro
         assert r.stats().discarded == 0
         clock.advance(10)
         assert sorted(drain(r)) == [b"a", b"b"]
+
+
+def test_an_item_read_back_after_a_reopen_is_parked_as_it_arrives_and_never_discarded(tmp_path, clock):
+    path = str(tmp_path / "q")
+    cfg = ReaderConfig(max_items=3, discard_old_when_full=True)
+    with JournaledQueue(path, FAST) as q:
+        q.reader("r", cfg)
+        q.put(b"a")
+        q.put(b"later", not_before=clock.wall + 10)
+        q.put(b"b")
+    with JournaledQueue(path, FAST) as q:
+        r = q.reader("r", cfg)
+        first = r.get(block=False)  # reads the rest back too
+        assert first.data == b"a" and r.stats().items_not_due == 1
+        q.put(b"c")  # full: the oldest waiting item makes room, never the one not yet due
+        assert r.stats().discarded == 1
+        r.commit(first)
+        assert drain(r) == [b"c"]
+        clock.advance(10)
+        assert drain(r) == [b"later"]
