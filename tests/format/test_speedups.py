@@ -31,7 +31,7 @@ from support.paths import ROOT
 py_encode_puts = fallback.encode_puts
 py_decode_many = fallback.decode_many
 py_decode_columns = fallback.decode_columns
-py_new_item, py_new_items, py_items_from_puts = fallback.item_references(item.Item)
+py_new_item, py_new_items, py_items_from_puts = fallback.item_references(item.Item, item.MetaItem)
 
 try:
     from journaled.format import _speedups as native
@@ -705,3 +705,16 @@ def test_each_c_section_names_its_reference_and_each_reference_its_section():
     }
     for name, section in twins.items():
         assert name in sections[section], (name, section)
+
+
+def test_items_read_back_keep_their_metadata_after_the_twins_are_configured_again(tmp_path):
+    """Configuring the compiled item twins (as this module does at import) must keep PUTX items'
+    headers and key: every test module collected in one run shares the configured extension."""
+    from journaled import JournaledQueue, ReaderConfig
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path) as q:
+        q.put(b"x", key=b"k", headers={"h": b"v"})
+    with JournaledQueue(path) as q:
+        got = q.reader("late", ReaderConfig(start="earliest")).get(timeout=5)
+    assert (got.key, dict(got.headers)) == (b"k", {"h": b"v"})

@@ -33,7 +33,7 @@ except ImportError:  # not built: nothing compiled to check
     native = None  # type: ignore[assignment]
 else:  # configure it even when JOURNALED_PURE_PYTHON=1 left it unconfigured (idempotent)
     assert speedups.adopt(native) is None
-    _new_item, _new_items, _items_from_puts = fallback.item_references(item.Item)
+    _new_item, _new_items, _items_from_puts = fallback.item_references(item.Item, item.MetaItem)
     native.configure_items(
         item_type=item.Item,
         item_fields=fallback.ITEM_FIELDS,
@@ -44,7 +44,7 @@ else:  # configure it even when JOURNALED_PURE_PYTHON=1 left it unconfigured (id
 
 pytestmark = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
 
-py_new_item, py_new_items, py_items_from_puts = fallback.item_references(item.Item)
+py_new_item, py_new_items, py_items_from_puts = fallback.item_references(item.Item, item.MetaItem)
 
 
 def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
