@@ -90,7 +90,9 @@ class PutPath:
         add_ms = time.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         metas = put_metas(payloads, add_ms, not_before, delay, headers, keys, producer) if extras else None
-        if metas is not None and (producer is not None or (dedup and keys is not None and self.keys)):
+        if metas is not None and (
+            producer is not None or (dedup and keys is not None and self.keys is not None)
+        ):
             return self._put_once(payloads, expire, metas, add_ms, dedup)
         run: Run = (payloads, expire) if metas is None else (payloads, expire, metas)
         with self.lock:

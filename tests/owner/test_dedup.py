@@ -87,6 +87,12 @@ def test_put_many_returns_one_id_per_item_and_stores_each_key_once(tmp_path) -> 
         assert q.stats().put == 4
 
 
+def test_a_key_repeated_in_the_first_put_many_of_a_new_queue_is_stored_once(tmp_path) -> None:
+    with JournaledQueue(tmp_path / "q", DEDUP) as q:
+        assert q.put_many([b"a", b"b", b"c"], keys=[b"k", b"k", b"j"]) == [1, 1, 2]
+        assert q.stats().put == 2
+
+
 def test_dedup_false_stores_a_duplicate_and_the_window_keeps_the_first_id(tmp_path) -> None:
     with JournaledQueue(tmp_path / "q", DEDUP) as q:
         q.reader("r")
