@@ -109,6 +109,12 @@ class Link:
             if pid == os.getpid():  # the owner is this process (a lock file without its pid)
                 raise PermissionError("the queue is owned by this very process")
             locker = _lock_pid(fd)
+            if locker is None:
+                # an owner taking the directory over empties the lock file, then writes its pid,
+                # while the one leaving may still answer: changing hands, not a planted socket
+                raise ConnectionRefusedError(
+                    errno.ECONNREFUSED, f"the lock file names no owner yet (pid {pid} answers)"
+                )
             if locker != pid:  # a socket reached through a name swapped in: another queue's
                 raise UnsafeDirectory(
                     errno.EPERM,

@@ -13,7 +13,10 @@ import sys
 
 import pytest
 
+from journaled import JournaledQueue
 from journaled.cli.qtest.run import Ledger
+from journaled.remote import connections
+from support.child import Child
 from support.paths import ROOT
 
 ENV = dict(os.environ, PYTHONPATH=ROOT)
@@ -75,3 +78,38 @@ def test_a_put_stored_under_two_ids_is_an_error_even_if_the_killed_owner_handed_
     redelivery.new_log("r").extend([(1, 0, 0, 0), (2, 0, 1, 0), (1, 0, 0, 0)])
     assert redelivery.validate(ordered_logs=False, may_redeliver=lambda key: key == (0, 0)) == []
     assert redelivery.stored_twice == 0 and redelivery.redelivered == 1
+
+
+OWNER = """
+import sys
+from journaled import JournaledQueue
+q = JournaledQueue(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+q.close()
+"""
+
+
+def test_a_lock_file_naming_no_owner_yet_is_a_takeover_in_progress_not_a_planted_socket(
+    tmp_path, monkeypatch
+) -> None:
+    d = str(tmp_path / "q")
+    owner = Child(OWNER, d, merge_stderr=True)
+    try:
+        owner.wait_for_line("ready")
+        real = connections._lock_pid
+        reads: list[int | None] = []
+
+        def being_written(dir_fd: int) -> int | None:
+            # the first reads land between the new owner's ftruncate and its pid's write
+            reads.append(None if len(reads) < 3 else real(dir_fd))
+            return reads[-1]
+
+        monkeypatch.setattr(connections, "_lock_pid", being_written)
+        with JournaledQueue(d) as q:
+            assert q.put(b"x") == 1
+        assert reads[:3] == [None, None, None] and reads[3] == q.owner_pid
+        owner.send("")
+        owner.finish()
+    finally:
+        owner.stop()
