@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 
 import pytest
@@ -211,3 +212,25 @@ def test_aput_and_aput_many_take_the_put_keywords(tmp_path) -> None:
         assert (b, many, forced) == (a + 1, [a, a + 2], [a + 3])
         item = q.reader("r").get(block=False)
         assert (item.key, dict(item.headers)) == (b"k", {"h": b"v"})
+
+
+def test_threads_putting_the_same_keys_store_each_once_and_get_the_same_ids(tmp_path) -> None:
+    keys = [b"k%d" % i for i in range(300)]
+    results: list[list[int]] = []
+
+    def worker(q: JournaledQueue) -> None:
+        ids = []
+        for i in range(0, len(keys), 7):  # batches that cut the keys differently than put() does
+            ids += q.put_many([b"x"] * len(keys[i : i + 7]), keys=keys[i : i + 7])
+        results.append(ids)
+
+    with JournaledQueue(tmp_path / "q", DEDUP) as q:
+        threads = [threading.Thread(target=worker, args=(q,)) for _ in range(3)]
+        threads.append(threading.Thread(target=lambda: results.append([q.put(b"y", key=k) for k in keys])))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert q.stats().put == len(keys)
+        assert len(results) == 4 and all(r == results[0] for r in results)
+        assert sorted(results[0]) == list(range(1, len(keys) + 1))
