@@ -199,7 +199,9 @@ class QueueConfig:
             regardless).  A setting of the owner that opens the queue, not stored with it: the
             window is rebuilt at open from the journal's keyed records of the last
             ``dedup_window`` seconds, so an owner opening with it sees the keys any earlier
-            owner stored, and an owner opening without it de-duplicates nothing.
+            owner stored, and an owner opening without it de-duplicates nothing.  Costs: memory
+            for each key put within the window (about 140 bytes per 16-byte key, keys older than
+            the window are dropped), and opening reads that part of the journal back.
     """
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
