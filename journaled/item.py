@@ -127,13 +127,14 @@ def as_payload(data: object, limit: int) -> bytes:
     return payload
 
 
-def epoch_ms(when: float | _dt.datetime) -> int:
-    """Epoch milliseconds of a datetime (naive = local time) or of epoch seconds."""
+def epoch_ms(when: float | _dt.datetime, up: bool = False) -> int:
+    """Epoch milliseconds of a datetime (naive = local time) or of epoch seconds, truncated (or
+    rounded ``up``: a not-before is never earlier than asked)."""
     if isinstance(when, _dt.datetime):
         if when.tzinfo is None:
             when = when.astimezone()
-        return int(when.timestamp() * 1000)
-    return int(when * 1000)
+        when = when.timestamp()
+    return math.ceil(when * 1000) if up else int(when * 1000)
 
 
 #: The latest expiry a put accepts, in epoch ms: the last millisecond of year 9999 UTC (the end
@@ -253,21 +254,22 @@ def put_key(key: object) -> bytes | None:
 
 def not_before_ms(not_before: float | _dt.datetime | None, delay: float | None, now_ms: int) -> int:
     """The not-before field of a put: ``0`` (deliverable at once) when neither is given or the
-    time is not after ``now_ms``, else epoch ms.  ``delay`` is seconds from now; ``not_before``
-    epoch seconds or a datetime (naive = local time).  Raises as :func:`expire_ms` does."""
+    time is not after ``now_ms``, else epoch ms rounded up (never earlier than asked).  ``delay``
+    is seconds from now; ``not_before`` epoch seconds or a datetime (naive = local time).  Raises
+    as :func:`expire_ms` does."""
     if delay is not None:
         if not_before is not None:
             raise ValueError("give not_before or delay, not both")
-        ms = now_ms + int(_seconds("delay", delay) * 1000)
+        ms = now_ms + math.ceil(_seconds("delay", delay) * 1000)
     elif not_before is None:
         return 0
     elif isinstance(not_before, _dt.datetime):
         try:
-            ms = epoch_ms(not_before)
+            ms = epoch_ms(not_before, up=True)
         except (OverflowError, ValueError, OSError) as exc:
             raise ValueError(f"not_before {not_before!r} is out of range ({exc})") from None
     else:
-        ms = int(_seconds("not_before", not_before) * 1000)
+        ms = math.ceil(_seconds("not_before", not_before) * 1000)
     if ms > MAX_EXPIRE_MS:
         what = "delay" if delay is not None else "not_before"
         raise ValueError(f"{what} is too far ahead: after the year 9999 ({ms} ms since the epoch)")
