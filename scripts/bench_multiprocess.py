@@ -7,9 +7,9 @@ Measures, with 1 KiB items and the default sync policy (0.05 s):
   run, with the sides alternating over ``--rtt-rounds`` rounds, (a) a raw Python round trip
   between two processes over a Unix socket (1 KiB out, a 2-byte reply; the server a plain
   blocking ``recv``/``send`` loop in a child process), (a') the same exchange as journaled's
-  frames (a put request and its reply through remote/transport.py, no queue behind it), (b) a
-  client's single ``put`` of 1 KiB to a queue owned by another process (default sync, and
-  ``sync="never"``), (c) a client's ``get`` + ``commit``; p50/p99 of each (median over the
+  frames (a put request, tagged as a client's is, and its reply through remote/transport.py,
+  no queue behind it), (b) a client's single ``put`` of 1 KiB to a queue owned by another
+  process (default sync, and ``sync="never"``), (c) a client's ``get`` + ``commit``; p50/p99 of each (median over the
   rounds), their ratio to (a), and the CPU time the server's process used per call
   (``/proc/<pid>/task/*/schedstat``): a spinning owner uses more than it works;
 * a client's ``put_many`` of 1,000 items (items/s, median of ``--rounds`` batches);
@@ -204,6 +204,8 @@ def roundtrip(tmp: str, rounds: int, n: int) -> None:
     from journaled.remote.transport import FrameReader, send_frame
 
     put_request = getattr(proto, "PUT_REQUEST", {"op": "put"})  # (a checkout before it: --baseline)
+    if hasattr(proto, "tagged_put"):  # a client's put carries its producer tag (issue 25)
+        put_request = proto.tagged_put(0x5EED_0000_0000_0001, 1)
     fpath = os.path.join(tmp, "frames.sock")
     fserver = child(FRAME_SERVER, fpath)
     assert fserver.stdout is not None and fserver.stdout.readline().strip() == "ready"
