@@ -6,6 +6,7 @@ made again with the same tag instead of raising ``OwnerLost(outcome_unknown=True
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import json
 import math
@@ -364,3 +365,20 @@ def test_a_request_made_again_with_its_tag_is_answered_with_the_ids_stored_the_f
         owner.finish()
     finally:
         owner.stop()
+
+
+def test_a_clients_aput_and_aput_many_take_the_same_keywords(client) -> None:
+    async def put_both() -> tuple[int, list[int]]:
+        return (
+            await client.aput(b"a", headers={"h": b"1"}, key=b"ka"),
+            await client.aput_many([b"b"], keys=[b"kb"], delay=0.01),
+        )
+
+    first, more = asyncio.run(put_both())
+    assert more == [first + 1]
+    r = client.reader("r")
+    a, b = r.get(timeout=60), r.get(timeout=60)
+    assert (a.data, dict(a.headers), a.key) == (b"a", {"h": b"1"}, b"ka")
+    assert (b.data, b.key) == (b"b", b"kb") and b.not_before is not None
+    with pytest.raises(ValueError):
+        asyncio.run(client.aput(b"x", key=b""))
