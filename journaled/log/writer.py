@@ -107,8 +107,23 @@ class Writer:
 
     # ----------------------------------------------------------------------------- files
     def continue_file(self, jf: JournalFile) -> None:
-        """Append to an existing (recovered) file from now on.  Called before any append."""
+        """Append to an existing (recovered) file from now on.  Called before any append.
+
+        Under ``sync="always"`` the file is synced first: a previous owner killed before its
+        fsync left records only in the page cache, and this owner answers for them (a client's
+        retried put is told its ids from them; a reader delivers them), so they must be as
+        durable as anything it acknowledges.  Older files were synced when they were rotated."""
         self.out = SharedFd(fileio.ops.open(jf.path, os.O_WRONLY | os.O_APPEND, self.state.config.file_mode))
+        if self.state.config.sync == "always":
+            try:
+                fileio.ops.fdatasync(self.out.fd)
+            except OSError as exc:
+                raise JournalIOError(
+                    exc.errno,
+                    f"could not sync the newest journal file at open ({exc.strerror or exc}); the "
+                    "queue was not opened and nothing in it changed",
+                    jf.path,
+                ) from exc
 
     def create_file_locked(self, ms: int) -> None:
         """Start a new journal file whose first record will get id ``state.next_id``."""
