@@ -7,12 +7,15 @@ Spark hands each task its rows as Arrow record batches (``DataSourceArrowWriter`
 not-before time; the batch is then written as a
 spool batch of version 2 (records with metadata).
 
-Exactly once across query restarts: each task stages its partition's rows as a spool batch
-file under ``spool/staging/`` (fsynced, CRC-checked) and returns its name; the driver's
-``commit`` joins the parts into one spool batch keyed by the sink and the batch id, published by
-one atomic rename (owner/adoption.py).  The owner adopts a key once, so a micro-batch that Spark replays
-after a crash is dropped instead of delivered twice.  A failed or aborted batch only leaves
-staged parts, which ``abort`` deletes.
+Exactly once across query restarts: each task frames its partition's ``value`` column into a
+spool batch file under ``spool/staging/`` (fsynced, CRC-checked) keyed ``<sinkId>:<batchId>:<partition>``
+(the batch id is the local property Spark's micro-batch execution gives its tasks) and returns
+its name; the driver's ``commit`` records one intent naming the parts, renames each into the
+spool as written (a part keyed otherwise is copied under its key first) and clears the intent.
+The owner adopts a key once (owner/adoption.py); a replayed micro-batch finds ``<key>:0``
+adopted or spooled and is dropped, or finds the intent of a commit cut short, which it finishes
+instead of publishing its own parts.  A failed batch's staged parts are deleted by ``abort``,
+which first finishes a publication its ``commit`` began.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 import os
 import time
 import uuid
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType, TimestampType
 
+from journaled.disk import spoolfiles
 from journaled.format.metadata import Meta
 from journaled.item import put_headers, put_key
 from journaled.owner import adoption
@@ -47,6 +52,7 @@ class StagedPart(WriterCommitMessage):
     path: str
     rows: int
     with_meta: bool = False
+    key: str = ""  # the batch key in the part's header
 
 
 def _target(options: dict[str, str], schema: StructType, overwrite: bool) -> str:
@@ -150,12 +156,17 @@ def _meta(key: bytes | None, head: list[dict[str, object]] | None, not_before_ms
 
 
 def stage(
-    queue_dir: str, rows: Iterable[bytes | tuple[bytes, Meta | None]], with_meta: bool = False
+    queue_dir: str,
+    rows: Iterable[bytes | tuple[bytes, Meta | None]],
+    with_meta: bool = False,
+    key: str = "",
 ) -> StagedPart:
     """Executor side: write this task's rows (payloads, or ``(payload, meta)`` pairs) as a
-    staged part (not yet visible to the queue); ``with_meta`` writes a version 2 batch."""
+    staged part (not yet visible to the queue) under batch key ``key`` (a placeholder when
+    empty); ``with_meta`` writes a version 2 batch."""
+    key = key or _placeholder_key()
     tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
-    writer = adoption.BatchWriter(tmp, "part", with_meta=with_meta)
+    writer = adoption.BatchWriter(tmp, key, with_meta=with_meta)
     try:
         for row in rows:
             if isinstance(row, tuple):
@@ -166,46 +177,163 @@ def stage(
     except BaseException:
         writer.discard()
         raise
-    final = tmp.replace(os.sep + ".", os.sep).removesuffix(".tmp") + ".part"
-    os.rename(tmp, final)
-    return StagedPart(final, writer.count, with_meta)
+    return StagedPart(_staged_name(tmp), writer.count, with_meta, key)
 
 
-def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key: str) -> bool:
-    """Driver side: deliver every staged part as one spool batch named ``key`` (atomically);
-    a key already adopted is not delivered again.  Returns whether it was published."""
-    parts = [m for m in messages if isinstance(m, StagedPart)]
-    if adoption.Ledger(adoption.spool_dir(queue_dir)).adopted(key) or _spooled(queue_dir, key):
-        log.info("batch %r was published before; dropping its replay", key)
-        discard(parts)
-        return False
-    tmp = adoption.new_temp_path(queue_dir)
-    writer = adoption.BatchWriter(tmp, key, with_meta=any(p.with_meta for p in parts))
+def stage_columns(queue_dir: str, batches: Iterable[pa.RecordBatch], key: str = "") -> StagedPart:
+    """Executor side, rows without metadata: :func:`stage` for the ``value`` column of Arrow
+    batches, framed a batch at a time by Arrow's kernels (record heads from the lengths column,
+    joined to the payloads in one call) so that no Python object is built per row."""
+    key = key or _placeholder_key()
+    tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
+    writer = adoption.BatchWriter(tmp, key)
     try:
-        for part in parts:
-            _, staged = adoption.read_batch(part.path)
-            for payload, expire_ms, meta in staged:
-                writer.add(payload, expire_ms, meta)
+        for batch in batches:
+            framed, count = _framed(batch)
+            writer.add_framed(framed, count)
         writer.finish()
     except BaseException:
         writer.discard()
         raise
-    adoption.publish(tmp, queue_dir)
-    discard(parts)
+    return StagedPart(_staged_name(tmp), writer.count, False, key)
+
+
+def _framed(batch: pa.RecordBatch) -> tuple[memoryview, int]:
+    """The ``value`` column of ``batch`` as version 1 spool records, one buffer."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = batch.column("value")
+    if col.null_count:
+        raise OptionError("the sink's value column holds a null; filter it out first")
+    col = _as_binary(col)
+    if pa.types.is_large_binary(col.type):
+        try:
+            col = col.cast(pa.binary())
+        except pa.ArrowInvalid:
+            raise OptionError("a batch of the sink's value column holds over 2 GiB") from None
+    n = len(col)
+    if n == 0:
+        return memoryview(b""), 0
+    lengths = array("i")
+    lengths.frombytes(_int32s(pc.binary_length(col), n))
+    heads = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(12), n, [None, pa.py_buffer(spoolfiles.record_heads(lengths))]
+    )
+    joined = pc.binary_join_element_wise(heads.cast(pa.binary()), col, pa.scalar(b"", pa.binary()))
+    bounds = array("i")
+    bounds.frombytes(_int32s(joined, n + 1, buffer=1))
+    return memoryview(joined.buffers()[2])[bounds[0] : bounds[-1]], n
+
+
+def _int32s(col: pa.Array, n: int, buffer: int = 1) -> memoryview:
+    """``n`` int32 values of one of ``col``'s buffers (its values, or a binary column's offsets),
+    from the column's own offset."""
+    raw = col.buffers()[buffer]
+    return memoryview(raw)[col.offset * 4 : (col.offset + n) * 4]
+
+
+def _placeholder_key() -> str:
+    # outside a Spark task (or without the batch id) the driver gives the part its key on commit
+    return f"part:{uuid.uuid4().hex}"
+
+
+def _staged_name(tmp: str) -> str:
+    final = tmp.replace(os.sep + ".", os.sep).removesuffix(".tmp") + ".part"
+    os.rename(tmp, final)
+    return final
+
+
+def task_key(base: str | None) -> str:
+    """The key a task gives its part: ``<base>:<partition id>``, which the driver publishes as it
+    is; a placeholder outside a Spark task or without ``base``."""
+    if base is None:
+        return ""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return f"{base}:{ctx.partitionId()}" if ctx is not None else ""
+
+
+def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key: str) -> bool:
+    """Driver side: deliver the staged parts as spool batches ``<key>:0``, ``<key>:1``, ...,
+    each renamed into the spool as the task wrote it, all under one intent.  The batch is
+    published once: a key already adopted or spooled is dropped, and a publication cut short
+    (a crash between the renames) is finished by the replay, whose own parts are dropped.
+    Returns whether this call published the batch."""
+    parts = [m for m in messages if isinstance(m, StagedPart)]
+    if _finish(queue_dir, key):
+        log.info("batch %r was being published; finished it and dropped its replay", key)
+        discard(parts)
+        return False
+    if parts and _published(queue_dir, key):
+        log.info("batch %r was published before; dropping its replay", key)
+        discard(parts)
+        return False
+    try:
+        keyed = [_keyed(queue_dir, part, f"{key}:{i}") for i, part in enumerate(parts)]
+    except BaseException:
+        discard(parts)
+        raise
+    # part 0 always goes (it is what marks the batch published); empty others need not
+    keyed = [p for i, p in enumerate(keyed) if i == 0 or p.rows or discard([p])]
+    spoolfiles.write_intent(queue_dir, key, [p.path for p in keyed])
+    for part in keyed:
+        adoption.publish(part.path, queue_dir)
+    spoolfiles.clear_intent(queue_dir, key)
     return True
 
 
-def _spooled(queue_dir: str, key: str) -> bool:
-    return any(adoption.read_batch_key(p) == key for p in adoption.pending_batches(queue_dir))
+def _finish(queue_dir: str, key: str) -> bool:
+    """Rename into the spool what an unfinished publication of ``key`` left staged; whether
+    there was one.  Its parts are then the batch, whatever a replay of it holds."""
+    unfinished = spoolfiles.read_intent(queue_dir, key)
+    if unfinished is None:
+        return False
+    for path in unfinished:
+        adoption.publish(path, queue_dir)
+    spoolfiles.clear_intent(queue_dir, key)
+    return True
 
 
-def discard(parts: Sequence[WriterCommitMessage | None]) -> None:
+def abandon(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key: str) -> None:
+    """Driver side, after a failed batch: delete its staged parts, except that a publication
+    ``commit`` began is completed first (some of its parts may already be adopted: the batch is
+    then delivered whole rather than in part)."""
+    begun = set(spoolfiles.read_intent(queue_dir, key) or ())
+    discard([m for m in messages if not (isinstance(m, StagedPart) and m.path in begun)])
+    _finish(queue_dir, key)
+
+
+def _published(queue_dir: str, key: str) -> bool:
+    # ``key`` alone is how batches were keyed when the driver joined the parts into one
+    keys = {key, f"{key}:0"}
+    ledger = adoption.Ledger(adoption.spool_dir(queue_dir))
+    if any(ledger.adopted(k) for k in keys):
+        return True
+    return any(adoption.read_batch_key(p) in keys for p in adoption.pending_batches(queue_dir))
+
+
+def _keyed(queue_dir: str, part: StagedPart, key: str) -> StagedPart:
+    """``part`` under batch key ``key``: as it is when the task wrote that key, else copied."""
+    if part.key == key:
+        return part
+    _, records = adoption.read_batch(part.path)
+    rows = [(payload, meta) for payload, _, meta in records]
+    copy = stage(queue_dir, rows, part.with_meta, key)
+    discard([part])
+    return copy
+
+
+def discard(parts: Sequence[WriterCommitMessage | None]) -> bool:
+    """Delete the staged files of ``parts`` (those already gone are skipped); returns False."""
     for m in parts:
         if isinstance(m, StagedPart):
             try:
                 os.unlink(m.path)
             except FileNotFoundError:
                 pass
+    return False
 
 
 def sink_id(options: dict[str, str]) -> str:
@@ -223,6 +351,16 @@ def sink_id(options: dict[str, str]) -> str:
     )
 
 
+def _batch_key(sink: str) -> str | None:
+    """``<sinkId>:<batchId>`` of the micro-batch this task writes, from the batch id Spark's
+    micro-batch execution sets as a local property of its jobs (None where it is not set)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    return f"{sink}:{batch}" if batch is not None else None
+
+
 class JournaledBatchWriter(DataSourceArrowWriter):
     """``df.write``: all rows of the job become visible at once, or none."""
 
@@ -232,15 +370,16 @@ class JournaledBatchWriter(DataSourceArrowWriter):
         self.with_meta = has_meta_columns(schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        key = task_key(self.key)
         if self.with_meta:
-            return stage(self.queue_dir, records(iterator), True)
-        return stage(self.queue_dir, payloads(iterator))
+            return stage(self.queue_dir, records(iterator), True, key)
+        return stage_columns(self.queue_dir, iterator, key)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         publish(self.queue_dir, messages, self.key)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        discard(messages)
+        abandon(self.queue_dir, messages, self.key)
 
 
 class JournaledStreamWriter(DataSourceStreamArrowWriter):
@@ -254,12 +393,13 @@ class JournaledStreamWriter(DataSourceStreamArrowWriter):
         self.with_meta = has_meta_columns(schema)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        key = task_key(_batch_key(self.sink_id))
         if self.with_meta:
-            return stage(self.queue_dir, records(iterator), True)
-        return stage(self.queue_dir, payloads(iterator))
+            return stage(self.queue_dir, records(iterator), True, key)
+        return stage_columns(self.queue_dir, iterator, key)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         publish(self.queue_dir, messages, f"{self.sink_id}:{batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        discard(messages)
+        abandon(self.queue_dir, messages, f"{self.sink_id}:{batchId}")

@@ -183,6 +183,23 @@ def test_sink_drops_a_replayed_micro_batch(spark, tmp_path):
     assert [p for _, p in delivered(dst)] == [b"m%d" % i for i in range(20)]
 
 
+def test_tasks_stage_their_parts_under_the_batch_key_so_commit_renames_them_as_written(spark, tmp_path):
+    import re
+
+    src, dst, cp = str(tmp_path / "src"), str(tmp_path / "dst"), str(tmp_path / "cp")
+    fill(src, [b"t%d" % i for i in range(30)])
+    stream_copy(spark, src, dst, cp, startingOffsets="earliest", maxRecordsPerTrigger=10)
+    keys = [adoption.read_batch_key(p) for p in adoption.pending_batches(dst)]
+    assert keys and all(re.fullmatch(r"cp-[0-9a-f]{16}:[0-9]+:[0-9]+", k) for k in keys), keys
+    spark.range(20).selectExpr("cast(id as string) as value").repartition(2).write.format("journaled").mode(
+        "append"
+    ).save(dst)
+    keys = [adoption.read_batch_key(p) for p in adoption.pending_batches(dst)][len(keys) :]
+    assert sorted(k.rsplit(":", 1)[1] for k in keys) == ["0", "1"] and keys[0].startswith("write:")
+    assert [p for _, p in delivered(dst)][:30] == [b"t%d" % i for i in range(30)]
+    assert len(delivered(dst)) == 50
+
+
 def test_stream_writer_commit_of_the_same_batch_twice_publishes_once(tmp_path):
     import pyarrow as pa
     from pyspark.sql.types import BinaryType, StructField, StructType
