@@ -225,8 +225,8 @@ def put_extras(header: dict[str, Any]) -> dict[str, Any]:
         extras["producer"] = (tag[0], tag[1])
     not_before = proto.field(header, "not_before", int, 0)
     if not_before:
-        # half a millisecond up: the queue's int(seconds * 1000) gives back exactly this ms
-        extras["not_before"] = (not_before + 0.5) / 1000.0
+        # half a millisecond early: the queue rounds seconds up to the ms, giving back this one
+        extras["not_before"] = (not_before - 0.5) / 1000.0
     if "headers" in header:
         extras["headers"] = proto.headers_raw(header["headers"])
     if proto.field(header, "dedup", bool, True) is False:

@@ -19,6 +19,7 @@ import pytest
 from journaled import JournaledQueue
 from journaled.errors import OwnerLost
 from journaled.format import metadata
+from journaled.item import not_before_ms
 from journaled.remote import clientqueue, handlers
 from journaled.remote import protocol as proto
 from journaled.remote.clientqueue import RemoteQueue
@@ -69,7 +70,7 @@ def test_a_client_put_carries_headers_key_and_not_before_both_ways(client) -> No
     by_data = {it.data: it for it in got}
     a, b, c, d = (by_data[x] for x in (b"a", b"b", b"c", b"d"))
     assert dict(a.headers) == {"type": b"json", "trace": b"\x00\xff"} and a.key == b"k-1"
-    assert a.not_before == pytest.approx(math.floor(due * 1000) / 1000, abs=0.0011)
+    assert a.not_before == math.ceil(due * 1000) / 1000  # the ms the client asked for, rounded up
     assert dict(b.headers) == {"v": b"2"} and b.key == b"k-2" and b.not_before is None
     assert dict(c.headers) == {"v": b"2"} and c.key is None
     assert dict(d.headers) == {} and d.key is None and d.not_before is None
@@ -193,7 +194,7 @@ def test_a_put_request_passes_its_tag_and_metadata_to_the_queue() -> None:
     ((op, kwargs),) = q.calls
     assert op == "put_many" and kwargs["producer"] == (7, 40) and kwargs["keys"] == [b"k", None]
     assert kwargs["headers"] == {"h": b"\x00v"}
-    assert int(kwargs["not_before"] * 1000) == 1_764_100_000_123  # exactly the client's ms
+    assert math.ceil(kwargs["not_before"] * 1000) == 1_764_100_000_123  # exactly the client's ms
 
 
 def test_a_retried_put_whose_items_were_stored_before_answers_their_ids() -> None:
@@ -382,3 +383,17 @@ def test_a_clients_aput_and_aput_many_take_the_same_keywords(client) -> None:
     assert (b.data, b.key) == (b"b", b"kb") and b.not_before is not None
     with pytest.raises(ValueError):
         asyncio.run(client.aput(b"x", key=b""))
+
+
+def test_the_owner_stores_exactly_the_not_before_millisecond_a_client_sends() -> None:
+    for ms in [
+        1,
+        999,
+        1_000,
+        1_764_100_000_123,
+        1_764_100_000_999,
+        253_402_300_799_000,
+        *range(10**12, 10**12 + 2000),
+    ]:
+        sent = handlers.put_extras({"op": "put", "not_before": ms})["not_before"]
+        assert not_before_ms(sent, None, 0) == ms
