@@ -69,6 +69,8 @@ class ReaderSnapshot:
         done_out_of_order / checkpoint_age / checkpoint_ok: from the checkpoint file.
         open_reads: reads handed out and not committed or aborted (every process's).
         items_delayed: aborted items waiting out a retry delay.
+        items_not_due: items put with a not-before still ahead (held back; None from an owner
+            too old to count them).
         dead_lettered / expired: items removed by those policies (as ``stats()`` counts them:
             kept in the checkpoint, so known without a live owner too).
     """
@@ -84,6 +86,7 @@ class ReaderSnapshot:
     checkpoint_ok: bool
     open_reads: int | None = None
     items_delayed: int | None = None
+    items_not_due: int | None = None
     dead_lettered: int | None = None
     expired: int | None = None
 
@@ -177,6 +180,7 @@ def _reader(name: str, disk: DiskReader | None, live: dict[str, Any] | None) -> 
         checkpoint_ok=disk.checkpoint_ok if disk else False,
         open_reads=live["open_reads"],
         items_delayed=live["items_delayed"],
+        items_not_due=live.get("items_not_due"),
         dead_lettered=live["dead_lettered"],
         expired=live["expired"],
     )

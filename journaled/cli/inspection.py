@@ -194,6 +194,7 @@ def collect_stat(path: str, name: str | None = None) -> dict[str, Any]:
                 "checkpoint_ok": r.checkpoint_ok,
                 "open_reads": r.open_reads,
                 "items_delayed": r.items_delayed,
+                "items_not_due": r.items_not_due,
                 "dead_lettered": r.dead_lettered,
                 "expired": r.expired,
             }
@@ -237,6 +238,7 @@ def cmd_stat(args: argparse.Namespace) -> int:
         if r["open_reads"] is not None:
             print(
                 f"    open reads {r['open_reads']}, delayed {r['items_delayed']}, "
+                f"not yet due {r['items_not_due']}, "
                 f"dead-lettered {r['dead_lettered']}, expired {r['expired']}"
             )
     for r in st["external_readers"]:

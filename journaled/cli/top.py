@@ -38,6 +38,11 @@ SLOW_FACTOR = 4.0
 _ENTER, _LEAVE, _HOME_CLEAR = "\x1b[?1049h\x1b[?25l", "\x1b[?25h\x1b[?1049l", "\x1b[H\x1b[2J"
 
 
+def _held(delayed: int | None, not_due: int | None) -> int | None:
+    """The "delayed" column: items held back, aborted with a delay or not yet due."""
+    return None if delayed is None else delayed + (not_due or 0)
+
+
 @attrs.frozen
 class ReaderRow:
     """One reader at one moment (None: not known without a live owner)."""
@@ -47,7 +52,7 @@ class ReaderRow:
     backlog_bytes: int
     oldest_age: float | None
     open_reads: int | None
-    delayed: int | None
+    delayed: int | None  # held back: aborted with a delay, or put with a not-before still ahead
     dead_lettered: int | None
     committed: int | None
     settled: int  # next_id - backlog: ids this reader is done with, whatever settled them
@@ -84,7 +89,7 @@ def sample(path: str, name: str | None = None) -> Sample:
                 backlog_bytes=r["backlog_bytes"],
                 oldest_age=r["oldest_age"],
                 open_reads=r["open_reads"],
-                delayed=r["items_delayed"],
+                delayed=_held(r["items_delayed"], r.get("items_not_due")),
                 dead_lettered=r["dead_lettered"],
                 committed=r["committed"],
                 settled=next_id - r["backlog_items"],
@@ -117,7 +122,7 @@ def sample(path: str, name: str | None = None) -> Sample:
             backlog_bytes=r.backlog_bytes,
             oldest_age=r.oldest_age,
             open_reads=r.open_reads,
-            delayed=r.items_delayed,
+            delayed=_held(r.items_delayed, r.items_not_due),
             dead_lettered=r.dead_lettered,
             committed=None,
             settled=snap.next_id - r.backlog_items,

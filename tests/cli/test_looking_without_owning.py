@@ -106,6 +106,7 @@ q = JournaledQueue(sys.argv[1], QueueConfig(sync="always", checkpoint_interval=0
 a = q.reader("a")
 held = [a.get(block=False), a.get(block=False)]   # two open reads
 a.abort(a.get(block=False), delay=600)            # one delayed item
+q.put(b"later", delay=600)                        # one item not yet due
 print("ready", flush=True)
 sys.stdin.read()
 q.close()
@@ -161,13 +162,15 @@ def test_stat_beside_a_live_owner_in_another_process(qpath, no_flock):
     assert st["owner"]["clients"] == []  # the stat process does not list itself
     a = {r["name"]: r for r in st["readers"]}["a"]
     assert a["live"] is True and a["open_reads"] == 2 and a["items_delayed"] == 1
-    assert a["backlog_items"] == 6 and a["dead_lettered"] == 0 and a["expired"] == 0
+    assert a["items_not_due"] == 1
+    assert a["backlog_items"] == 7 and a["dead_lettered"] == 0 and a["expired"] == 0
     assert snap.owner_pid == owner.pid and snap.owner is not None and snap.owner.error is None
     ra = {r.name: r for r in snap.readers}["a"]
-    assert (ra.open_reads, ra.items_delayed, ra.backlog_bytes) == (2, 1, sum(range(5, 11)))
+    assert (ra.open_reads, ra.items_delayed, ra.backlog_bytes) == (2, 1, sum(range(5, 11)) + 5)
+    assert ra.items_not_due == 1
     assert (
         f"open by pid {owner.pid}" in text
-        and "open reads 2, delayed 1" in text
+        and "open reads 2, delayed 1, not yet due 1" in text
         and "figures from the live owner" in text
     )
 
