@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import hashlib
 import logging
 import os
 import stat
@@ -38,7 +37,6 @@ LEDGER = "ledger"
 REJECTED = "rejected"
 STAGING = "staging"
 BATCH_SUFFIX = ".batch"
-INTENT_SUFFIX = ".intent"
 
 _MAGIC = b"\x89JSPL\r\n\x1a"
 #: Version 1 records carry a payload and its expiry; version 2 records also carry an item's
@@ -345,47 +343,6 @@ def spool_put(
         raise
     publish(tmp, qdir)
     return True
-
-
-def _intent_path(queue_dir: str | os.PathLike[str], key: str) -> str:
-    # the key comes from users (a sinkId): only its hash names a file, so it never escapes staging/
-    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
-    return os.path.join(spool_dir(queue_dir), STAGING, digest + INTENT_SUFFIX)
-
-
-def write_intent(queue_dir: str | os.PathLike[str], key: str, staged: Sequence[str]) -> None:
-    """Durably record that the staged batch files ``staged`` (in ``spool/staging/``, in this
-    order) are about to be published as the batch ``key``: a publisher that dies between their
-    renames is finished by the next one holding the same key (:func:`read_intent`)."""
-    names = [os.path.basename(p) for p in staged]
-    fileio.write_atomic(_intent_path(queue_dir, key), "".join(n + "\n" for n in names).encode("utf-8"))
-
-
-def read_intent(queue_dir: str | os.PathLike[str], key: str) -> list[str] | None:
-    """The staged files an unfinished publication of ``key`` still has to rename into the spool
-    (those already renamed are gone from staging and left out); None when there is no intent.
-    Only plain staged names are taken: nothing outside ``staging/``, no dot name, no link."""
-    path = _intent_path(queue_dir, key)
-    try:
-        raw = fileio.read_nofollow(path)
-    except FileNotFoundError:
-        return None
-    staging = os.path.dirname(path)
-    out = []
-    for name in raw.decode("utf-8", "replace").splitlines():
-        if not name.endswith(".part") or name.startswith(".") or os.sep in name or "\0" in name:
-            continue
-        full = os.path.join(staging, name)
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISREG(os.lstat(full).st_mode):
-                out.append(full)
-    return out
-
-
-def clear_intent(queue_dir: str | os.PathLike[str], key: str) -> None:
-    """Forget the intent to publish ``key`` (every one of its files is in the spool)."""
-    with contextlib.suppress(FileNotFoundError):
-        fileio.ops.unlink(_intent_path(queue_dir, key))
 
 
 def pending_batches(queue_dir: str | os.PathLike[str]) -> list[str]:

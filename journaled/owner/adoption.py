@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from journaled.config import QueueConfig
-from journaled.disk import fileio
+from journaled.disk import fileio, intents
 from journaled.disk.spoolfiles import (
     BATCH_SUFFIX,
     LEDGER,
@@ -206,7 +206,23 @@ class Adopter:
     def has_work(self) -> bool:
         if self.broken:
             return False
-        return bool(self._batches()) or (self.ledger is not None and bool(self.ledger.pending))
+        if self._batches() or (self.ledger is not None and self.ledger.pending):
+            return True
+        return bool(intents.orphaned_intents(self.queue_dir, intents.ORPHAN_AGE))
+
+    def _finish_orphans(self) -> None:
+        """Finish the publications whose publisher died between its renames (their intent is
+        still on disk after :data:`intents.ORPHAN_AGE`): the intent was the commit point, so
+        the batch is delivered whole, never in part."""
+        for intent in intents.orphaned_intents(self.queue_dir, intents.ORPHAN_AGE):
+            try:
+                n = intents.finish_intent(intent, self.queue_dir)
+            except OSError as exc:
+                log.warning("spool: could not finish the publication %s: %s", intent, exc)
+                continue
+            log.warning(
+                "spool: finished a publication its publisher left half done (%s, %d file(s))", intent, n
+            )
 
     def adopt(self, host: SpoolHost) -> int:
         """Finish interrupted adoptions, then adopt every waiting batch; return items added."""
@@ -221,6 +237,7 @@ class Adopter:
                 log.error("spool adoption off until reopen: ledger unreadable (%s)", exc)
                 self.broken = True
                 return 0
+            self._finish_orphans()
             added = self._adopt_all(host, ledger)
             self._compact(ledger)
             return added

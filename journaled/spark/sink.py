@@ -20,6 +20,7 @@ which first finishes a publication its ``commit`` began.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType, TimestampType
 
-from journaled.disk import spoolfiles
+from journaled.disk import intents, spoolfiles
 from journaled.format.metadata import Meta
 from journaled.item import put_headers, put_key
 from journaled.owner import adoption
@@ -277,22 +278,24 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
         raise
     # part 0 always goes (it is what marks the batch published); empty others need not
     keyed = [p for i, p in enumerate(keyed) if i == 0 or p.rows or discard([p])]
-    spoolfiles.write_intent(queue_dir, key, [p.path for p in keyed])
+    intents.write_intent(queue_dir, key, [p.path for p in keyed])
     for part in keyed:
-        adoption.publish(part.path, queue_dir)
-    spoolfiles.clear_intent(queue_dir, key)
+        with contextlib.suppress(FileNotFoundError):  # the owner finished a stale intent of ours
+            adoption.publish(part.path, queue_dir)
+    intents.clear_intent(queue_dir, key)
     return True
 
 
 def _finish(queue_dir: str, key: str) -> bool:
     """Rename into the spool what an unfinished publication of ``key`` left staged; whether
     there was one.  Its parts are then the batch, whatever a replay of it holds."""
-    unfinished = spoolfiles.read_intent(queue_dir, key)
+    unfinished = intents.read_intent(queue_dir, key)
     if unfinished is None:
         return False
     for path in unfinished:
-        adoption.publish(path, queue_dir)
-    spoolfiles.clear_intent(queue_dir, key)
+        with contextlib.suppress(FileNotFoundError):  # renamed by the owner meanwhile
+            adoption.publish(path, queue_dir)
+    intents.clear_intent(queue_dir, key)
     return True
 
 
@@ -300,7 +303,7 @@ def abandon(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
     """Driver side, after a failed batch: delete its staged parts, except that a publication
     ``commit`` began is completed first (some of its parts may already be adopted: the batch is
     then delivered whole rather than in part)."""
-    begun = set(spoolfiles.read_intent(queue_dir, key) or ())
+    begun = set(intents.read_intent(queue_dir, key) or ())
     discard([m for m in messages if not (isinstance(m, StagedPart) and m.path in begun)])
     _finish(queue_dir, key)
 

@@ -7,7 +7,7 @@ from array import array
 
 import pytest
 
-from journaled.disk import spoolfiles
+from journaled.disk import intents, spoolfiles
 from journaled.disk.spoolfiles import BatchWriter, read_batch
 
 
@@ -58,13 +58,13 @@ def test_an_intent_names_only_staged_files_that_are_still_there(tmp_path):
     kept, gone = os.path.join(staging, "1-a.part"), os.path.join(staging, "2-b.part")
     open(kept, "wb").close()
     os.symlink(kept, os.path.join(staging, "3-link.part"))
-    assert spoolfiles.read_intent(q, "s:1") is None
-    spoolfiles.write_intent(q, "s:1", [kept, gone, os.path.join(staging, "3-link.part")])
-    (intent,) = [n for n in os.listdir(staging) if n.endswith(spoolfiles.INTENT_SUFFIX)]
+    assert intents.read_intent(q, "s:1") is None
+    intents.write_intent(q, "s:1", [kept, gone, os.path.join(staging, "3-link.part")])
+    (intent,) = [n for n in os.listdir(staging) if n.endswith(intents.INTENT_SUFFIX)]
     with open(os.path.join(staging, intent), "ab") as f:  # lines no publisher writes
         f.write(b"../../escape.part\n.hidden.part\n")
-    assert spoolfiles.read_intent(q, "s:1") == [kept]
-    assert spoolfiles.read_intent(q, "../s:1") is None  # another key, another file
+    assert intents.read_intent(q, "s:1") == [kept]
+    assert intents.read_intent(q, "../s:1") is None  # another key, another file
     assert all(n.endswith((".part", ".intent")) for n in os.listdir(staging))
-    spoolfiles.clear_intent(q, "s:1")
-    assert spoolfiles.read_intent(q, "s:1") is None
+    intents.clear_intent(q, "s:1")
+    assert intents.read_intent(q, "s:1") is None

@@ -1163,3 +1163,37 @@ def test_a_putx_not_yet_due_is_not_delivered_and_holds_nothing_back(tmp_path) ->
     ]
     delivered, _ = owner_items(path, "q")  # after a reopen, from the records alone
     assert [it[0] for it in delivered] == spec.to_deliver(puts, None, int(time.time() * 1000)) == [1, 3]
+
+
+def test_an_intent_left_on_disk_is_finished_whole_by_the_owner(tmp_path) -> None:
+    """[F-42] an intent older than its publisher's lifetime is finished: every staged file it
+    names goes into spool/ (the batch arrives whole); a name that is no staged part is ignored."""
+    import time as _time
+
+    from journaled import ReaderConfig
+    from journaled.disk import intents
+    from journaled.disk.spoolfiles import STAGING, BatchWriter, new_temp_path, spool_dir
+
+    qdir = str(tmp_path / "q")
+    JournaledQueue(qdir).close()
+    staging = os.path.join(spool_dir(qdir), STAGING)
+    parts = []
+    for i in range(2):
+        tmp = new_temp_path(qdir, STAGING)
+        writer = BatchWriter(tmp, f"s:1:{i}")
+        writer.add(b"part-%d" % i)
+        writer.finish()
+        final = os.path.join(staging, os.path.basename(tmp)[1:].removesuffix(".tmp") + ".part")
+        os.rename(tmp, final)
+        parts.append(final)
+    outside = str(tmp_path / "elsewhere.part")
+    open(outside, "wb").write(b"not ours")
+    intents.write_intent(qdir, "s:1", [*parts, "../../elsewhere.part"])
+    (intent,) = [os.path.join(staging, n) for n in os.listdir(staging) if n.endswith(intents.INTENT_SUFFIX)]
+    old = _time.time() - intents.ORPHAN_AGE - 1
+    os.utime(intent, (old, old))
+    with JournaledQueue(qdir) as q:
+        r = q.reader("r", ReaderConfig(start="earliest"))
+        got = sorted(r.get(timeout=5).data for _ in range(2))
+    assert got == [b"part-0", b"part-1"]
+    assert not os.path.exists(intent) and open(outside, "rb").read() == b"not ours"
