@@ -311,17 +311,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             if self.config.sync == "always":
                 self._journal.wait_durable(seq)
             return first_id
-        keys = None if key is None else (key,)
-        return self.put_many(
-            (data,),
-            expire_at=expire_at,
-            ttl=ttl,
-            not_before=not_before,
-            delay=delay,
-            headers=headers,
-            keys=keys,
-            dedup=dedup,
-        )[0]
+        return self._put.put_one(data, expire_at, ttl, not_before, delay, headers, key, None, dedup)
 
     def put_many(
         self,

@@ -39,8 +39,17 @@ from journaled.disk import fileio
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import journal_path
 from journaled.errors import JournalIOError, QueueDirectoryGone
-from journaled.format.metadata import Meta, encoded_size
-from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header, encode_putx, header_size
+from journaled.format.metadata import Meta
+from journaled.format.metadata import encode as encode_meta
+from journaled.format.record import (
+    PUT_FIELDS_STRUCT,
+    PUT_OVERHEAD,
+    TYPE_PUTX,
+    FileHeader,
+    encode_header,
+    encode_record,
+    header_size,
+)
 from journaled.format.speedups import encode_puts
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
@@ -283,10 +292,19 @@ class Writer:
             return first_id, add_ms, self.appended
 
     def append_meta(
-        self, payloads: Sequence[bytes], metas: Sequence[Meta | None], add_ms: int, expire_ms: int
+        self,
+        payloads: Sequence[bytes],
+        metas: Sequence[Meta | None],
+        add_ms: int,
+        expire_ms: int,
+        encoded: Sequence[bytes] | None = None,
     ) -> tuple[int, int, int]:
         """:meth:`append` for items of which some carry metadata (``metas[i]``, None for a plain
-        PUT): a PUTX record each, encoded one by one (the plain batch path stays as it is)."""
+        PUT): a PUTX record each, encoded one by one (the plain batch path stays as it is).
+        ``encoded[i]``, when given, is ``metadata.encode(metas[i])`` (anything for a None), which
+        the caller may have made already to check the record's size: it is not made twice."""
+        if encoded is None:
+            encoded = [b"" if m is None else encode_meta(m) for m in metas]
         st = self.state
         with st.lock:
             st.check_writable()
@@ -294,12 +312,13 @@ class Writer:
             first_id = st.next_id
             # a PUTX is a PUT whose payload is longer by its metadata, for the room it takes
             sizes = [
-                len(p) + (0 if m is None else encoded_size(m)) for p, m in zip(payloads, metas, strict=True)
+                len(p) + (0 if m is None else len(e))
+                for p, m, e in zip(payloads, metas, encoded, strict=True)
             ]
             jf = st.files[-1]
             if jf.size + len(self.buf) + len(sizes) * PUT_OVERHEAD + sum(sizes) > self.limit:
                 self.reserve_locked(sizes)  # may raise: nothing encoded yet
-            for payload, meta, size in zip(payloads, metas, sizes):
+            for payload, meta, enc, size in zip(payloads, metas, encoded, sizes):
                 jf = st.files[-1]
                 pos = jf.size + len(self.buf)
                 if pos + PUT_OVERHEAD + size > self.limit and pos > jf.header.size:
@@ -310,7 +329,8 @@ class Writer:
                 if meta is None:
                     encode_puts(jf.header.salt, pos, item_id, add_ms, expire_ms, (payload,), self.buf)
                 else:
-                    self.buf += encode_putx(jf.header.salt, pos, item_id, add_ms, expire_ms, meta, payload)
+                    body = PUT_FIELDS_STRUCT.pack(item_id, add_ms, expire_ms) + enc + payload
+                    self.buf += encode_record(jf.header.salt, pos, TYPE_PUTX, body)
                 if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
                     jf.note(item_id, pos)
                 self.appended += PUT_OVERHEAD + size

@@ -1,5 +1,6 @@
 """The owner's append path: ``put_many``'s checks, the de-duplication of keys and producer tags
-(owner/dedup.py), and :meth:`PutPath.append_locked`, the one place items enter the queue.
+(owner/dedup.py), and :meth:`PutPath.append_locked`, the one place items enter the queue (a
+single put with metadata takes its one-item twin, ``_append_meta_locked``: same steps, no runs).
 
 The queue (queue.py) keeps thin ``put``/``put_many`` methods and its plain single put's fast
 path; it tells this object when its readers change (``cores``) and when it closes (``closed``).
@@ -17,8 +18,22 @@ from typing import cast
 from journaled.config import QueueConfig
 from journaled.core import policies
 from journaled.core.readercore import ReaderCore
-from journaled.format.metadata import Meta
-from journaled.item import as_payload, expire_ms, new_item, new_items, put_metas, with_meta
+from journaled.errors import ItemTooLarge
+from journaled.format.metadata import MAX_PAYLOAD_WITH_META, NO_HEADERS, Meta
+from journaled.format.metadata import encode as encode_meta
+from journaled.item import (
+    MetaItem,
+    as_payload,
+    expire_ms,
+    new_item,
+    new_items,
+    not_before_ms,
+    producer_tag,
+    put_headers,
+    put_key,
+    put_metas,
+    with_meta,
+)
 from journaled.log.journal import Journal
 from journaled.owner import closing
 from journaled.owner.adoption import Run
@@ -74,6 +89,15 @@ class PutPath:
         dedup: bool,
     ) -> list[int]:
         """``JournaledQueue.put_many`` (its docstring says what it does)."""
+        if (
+            type(items) is list
+            and len(items) == 1
+            and (keys is None or type(keys) is list and len(keys) == 1)
+        ):
+            # perf: a client's put is a tagged put_many of one item (remote/handlers.py)
+            key = None if keys is None else keys[0]
+            item = items[0]
+            return [self.put_one(item, expire_at, ttl, not_before, delay, headers, key, producer, dedup)]
         limit = self.config.max_item_size
         payloads = cast("list[bytes]", list(items))  # checked just below
         # perf: plain bytes within the limit (the usual case) are checked with two C-level
@@ -100,6 +124,69 @@ class PutPath:
         if self.config.sync == "always":
             self.journal.wait_durable(seq)
         return list(range(first_id, first_id + len(payloads)))
+
+    def put_one(
+        self,
+        data: bytes | bytearray | memoryview,
+        expire_at: float | _dt.datetime | None,
+        ttl: float | None,
+        not_before: float | _dt.datetime | None,
+        delay: float | None,
+        headers: Mapping[str, bytes] | None,
+        key: bytes | None,
+        producer: tuple[int, int] | None,
+        dedup: bool,
+    ) -> int:
+        """``put_many`` of one item (``key`` its key) without the batch machinery: the same
+        checks in the same order, the same errors, the same records and ids."""
+        limit = self.config.max_item_size
+        payload = data if type(data) is bytes and len(data) <= limit else as_payload(data, limit)
+        add_ms = time.time_ns() // 1_000_000
+        expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
+        nb = not_before_ms(not_before, delay, add_ms) if not_before is not None or delay is not None else 0
+        hdrs = NO_HEADERS if headers is None else put_headers(headers)
+        key = None if key is None else put_key(key)
+        pid = sequence = 0
+        if producer is not None:
+            pid, sequence = producer_tag(producer, 1)
+        if not (nb or hdrs or pid or key is not None):
+            with self.lock:
+                run: Run = ((payload,), expire)
+                first_id, seq = self.append_locked((run,) if expire else payload, 1, len(payload), add_ms)
+        else:
+            meta = Meta(nb, pid, sequence, key, hdrs)
+            encoded = encode_meta(meta)  # made once: for the size check and for the record
+            if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
+                raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
+            with self.lock:
+                found = self._stored_locked(meta, add_ms, dedup)
+                if found is None:
+                    first_id, seq = self._append_meta_locked(payload, expire, meta, encoded, add_ms)
+                else:
+                    first_id, seq = found, -1
+        if self.config.sync == "always":
+            if seq < 0:
+                self.journal.sync()  # the id returned may be another put's, not yet durable
+            else:
+                self.journal.wait_durable(seq)
+        return first_id
+
+    def _stored_locked(self, meta: Meta, add_ms: int, dedup: bool) -> int | None:
+        """The id under which a single put with ``meta`` is stored already: its producer's tag
+        (a client's retry) or, when ``dedup``, its key within the window; None for none."""
+        if meta.producer:
+            if not self.producers_read:
+                rebuild(self.journal, None, self.producers, add_ms)
+                self.producers_read = True
+            self.producers.expire(add_ms)
+            found = self.producers.find(meta.producer, meta.sequence, 1)
+            if found is not None:
+                return found[0]
+        keys = self.keys
+        if dedup and keys is not None and meta.key is not None:
+            keys.expire(add_ms)
+            return keys.find(meta.key)
+        return None
 
     def _put_once(
         self, payloads: list[bytes], expire: int, metas: list[Meta | None], add_ms: int, dedup: bool
@@ -177,12 +264,7 @@ class PutPath:
         every reader.  ``items`` is one plain payload (a single put without expiry) or a
         sequence of runs.  Call with the queue lock held; the caller then waits for durability
         with the returned journal sequence.  Returns ``(first id, sequence)``."""
-        if self.closed:
-            raise closing.closed_error(self.path, self.forked)
-        cores = self.cores
-        if cores:
-            # max_items/max_size: refuse (writing nothing) or discard, before appending
-            policies.make_room(cores, count, nbytes)
+        cores = self._admit_locked(count, nbytes)
         journal = self.journal
         if intent is not None:
             intent(journal.next_id)
@@ -208,10 +290,53 @@ class PutPath:
                     expire = run_expire / 1000.0 if run_expire else None
                     made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
                     if metas is not None:
-                        made = [with_meta(it, m) for it, m in zip(made, metas)]
+                        made = [with_meta(it, shown(m)) for it, m in zip(made, metas)]
                     run_bytes = nbytes if len(items) == 1 else sum(map(len, payloads))
                     for core in cores:
                         core.on_put(made, run_bytes)
         self.put_count += count
         self.put_bytes += nbytes
         return first_id, seq
+
+    def _admit_locked(self, count: int, nbytes: int) -> list[ReaderCore]:
+        """Before anything is appended: refuse on a closed queue, then make room for the items
+        by the readers' max_items/max_size (refusing, writing nothing, or discarding)."""
+        if self.closed:
+            raise closing.closed_error(self.path, self.forked)
+        cores = self.cores
+        if cores:
+            policies.make_room(cores, count, nbytes)
+        return cores
+
+    def _append_meta_locked(
+        self, payload: bytes, expire: int, meta: Meta, encoded: bytes, add_ms: int
+    ) -> tuple[int, int]:
+        """:meth:`append_locked` of one item with ``meta`` (``encoded`` its encoding)."""
+        nbytes = len(payload)
+        cores = self._admit_locked(1, nbytes)
+        item_id, added_ms, seq = self.journal.append_meta((payload,), (meta,), add_ms, expire, (encoded,))
+        if meta.producer and self.producers_read:
+            self.producers.add(meta.producer, ((meta.sequence, item_id),), added_ms)
+        keys = self.keys
+        if meta.key is not None and keys is not None:
+            keys.expire(added_ms)
+            keys.add(meta.key, item_id, added_ms)
+        if cores:
+            expire_at = expire / 1000.0 if expire else None
+            if shown(meta) is None:
+                made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
+            else:
+                made = [MetaItem(item_id, payload, added_ms / 1000.0, expire_at, 0, meta)]
+            for core in cores:
+                core.on_put(made, nbytes)
+        self.put_count += 1
+        self.put_bytes += nbytes
+        return item_id, seq
+
+
+def shown(meta: Meta | None) -> Meta | None:
+    """What readers see of a fresh put's ``meta``: None when it holds only a producer's tag, which
+    is the owner's business (the item is then a plain ``Item``, as one read back from disk)."""
+    if meta is None or (meta.key is None and not meta.headers and not meta.not_before_ms):
+        return None
+    return meta

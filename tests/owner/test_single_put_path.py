@@ -1,0 +1,141 @@
+"""A single put with metadata (a client's tagged put, a put with headers or a key) takes the
+owner's single-item path: the same records, ids, errors and de-duplication as ``put_many``'s
+batch path, its metadata encoded once, and readers given a plain ``Item`` for a put that
+carries only a producer's tag (the tag is the owner's business, as read back from disk)."""
+
+from __future__ import annotations
+
+import pytest
+
+from journaled import JournaledQueue, QueueConfig
+from journaled.errors import QueueClosed
+from journaled.format import metadata
+from journaled.format.metadata import Meta
+from journaled.format.record import Put, PutX
+from journaled.item import Item, MetaItem
+from journaled.log.state import Cursor
+from journaled.owner.putpath import PutPath
+
+PID = 0xBEEF
+
+
+def records(q: JournaledQueue) -> list[object]:
+    jf = q.journal.files[0]
+    recs, _ = q.journal.read(Cursor(jf.ms, jf.header.size, jf.first_id), max_items=1000)
+    return list(recs)
+
+
+def no_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a single put went through the batch path")
+
+    monkeypatch.setattr(PutPath, "_put_once", refuse)
+
+
+def test_a_tagged_single_put_retried_returns_the_same_id_and_stores_once(tmp_path, monkeypatch) -> None:
+    no_batch_path(monkeypatch)
+    with JournaledQueue(tmp_path / "q") as q:
+        r = q.reader("r")
+        first = q.put_many([b"a"], producer=(PID, 7))
+        assert q.put_many([b"a"], producer=(PID, 7)) == first
+        assert q.put_many([b"b"], producer=(PID, 8)) == [first[0] + 1]
+        assert q.put_many([b"b"], producer=(PID, 8)) == [first[0] + 1]
+        assert q.stats().put == 2
+        assert [it.data for it in r.get_many(10, timeout=0)] == [b"a", b"b"]
+    with JournaledQueue(tmp_path / "q") as q:  # rebuilt from the journal at the first tagged put
+        assert q.put_many([b"b"], producer=(PID, 8)) == [first[0] + 1]
+        assert q.journal.next_id == first[0] + 2
+
+
+def test_a_batch_retry_finds_the_items_of_single_tagged_puts(tmp_path) -> None:
+    with JournaledQueue(tmp_path / "q") as q:
+        ids = [q.put_many([b"p%d" % i], producer=(PID, i))[0] for i in range(3)]
+        assert q.put_many([b"p0", b"p1", b"p2", b"p3"], producer=(PID, 0)) == [*ids, ids[-1] + 1]
+        assert q.stats().put == 4
+
+
+def test_readers_get_a_plain_item_for_a_put_with_only_a_producer_tag(tmp_path) -> None:
+    with JournaledQueue(tmp_path / "q") as q:
+        r = q.reader("r")
+        q.put_many([b"tag only"], producer=(PID, 1))
+        q.put_many([b"two"], producer=(PID, 2), headers={"ct": b"json"})
+        q.put_many([b"x", b"y"], producer=(PID, 3))
+        items = r.get_many(10, timeout=0)
+    assert [type(it) for it in items] == [Item, MetaItem, Item, Item]
+    assert items[0].meta is None and items[2].meta is None
+    assert items[1].meta == Meta(producer=PID, sequence=2, headers={"ct": b"json"})
+    assert dict(items[1].headers) == {"ct": b"json"}
+
+
+def test_the_single_path_stores_the_records_the_batch_path_stores(tmp_path) -> None:
+    kw = {"headers": {"ct": b"json", "é": b""}, "not_before": 4_000_000_000.0}
+    with JournaledQueue(tmp_path / "one") as one, JournaledQueue(tmp_path / "two") as two:
+        one.put(b"a", key=b"k1", ttl=60, **kw)
+        one.put_many([b"b"], keys=[b"k2"], producer=(PID, 5), **kw)
+        one.put_many([b"c"], keys=[None])
+        # batches of two whose first items are the puts above
+        two.put_many([b"a", b"-"], keys=[b"k1", None], ttl=60, **kw)
+        two.put_many([b"b", b"-"], keys=[b"k2", None], producer=(PID, 5), **kw)
+        two.put_many([b"c", b"-"], keys=[None, None])
+        got, want = records(one), records(two)[::2]
+    assert [type(rec) for rec in got] == [PutX, PutX, Put] == [type(rec) for rec in want]
+    assert [(rec.payload, rec.size) for rec in got] == [(rec.payload, rec.size) for rec in want]
+    assert [rec.meta for rec in got[:2]] == [rec.meta for rec in want[:2]]
+    assert got[0].expire_ms > 0 and got[1].expire_ms == 0
+    assert (got[1].meta.producer, got[1].meta.sequence) == (PID, 5)
+
+
+def test_a_single_put_with_headers_measures_its_header_block_once(tmp_path, monkeypatch) -> None:
+    calls = []
+    measure = metadata.header_bytes
+
+    def counted(headers: object) -> int:
+        calls.append(headers)
+        return measure(headers)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metadata, "header_bytes", counted)
+    with JournaledQueue(tmp_path / "q") as q:
+        q.reader("r")
+        q.put(b"x" * 100, headers={"ct": b"json"}, key=b"k")
+        assert len(calls) == 1  # checking the limit; the record's size comes from its encoding
+        assert dict(q.reader("r").get(timeout=0).headers) == {"ct": b"json"}
+
+
+def test_a_single_keyed_put_in_the_window_returns_the_first_id_and_stores_nothing(
+    tmp_path, monkeypatch
+) -> None:
+    no_batch_path(monkeypatch)
+    with JournaledQueue(tmp_path / "q", QueueConfig(dedup_window=60, sync="always")) as q:
+        first = q.put(b"a", key=b"k")
+        assert q.put(b"again", key=b"k") == first
+        assert q.put_many([b"again"], keys=[b"k"]) == [first]
+        assert q.put(b"stored", key=b"k", dedup=False) == first + 1
+        assert q.stats().put == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"keys": [b""]}, ValueError),
+        ({"keys": ["text"]}, TypeError),
+        ({"producer": (0, 1)}, ValueError),
+        ({"producer": [PID, 1]}, TypeError),
+        ({"headers": {"h": "text"}}, TypeError),
+        ({"delay": -1}, ValueError),
+        ({"ttl": float("nan"), "producer": (PID, 1)}, ValueError),
+    ],
+)
+def test_a_bad_single_put_raises_as_a_batch_does_and_stores_nothing(tmp_path, kwargs, error) -> None:
+    with JournaledQueue(tmp_path / "q") as q:
+        with pytest.raises(error):
+            q.put_many([b"x"], **kwargs)
+        with pytest.raises(error):
+            q.put_many([b"x", b"y"], **{k: v * 2 if k == "keys" else v for k, v in kwargs.items()})
+        assert q.journal.next_id == 1 and q.stats().put == 0
+
+
+def test_a_tagged_single_put_on_a_closed_queue_raises_queue_closed(tmp_path) -> None:
+    q = JournaledQueue(tmp_path / "q")
+    q.close()
+    with pytest.raises(QueueClosed):
+        q.put_many([b"x"], producer=(PID, 1))
