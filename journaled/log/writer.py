@@ -303,9 +303,31 @@ class Writer:
         PUT): a PUTX record each, encoded one by one (the plain batch path stays as it is).
         ``encoded[i]``, when given, is ``metadata.encode(metas[i])`` (anything for a None), which
         the caller may have made already to check the record's size: it is not made twice."""
+        st = self.state
+        if encoded is not None and len(payloads) == 1 and metas[0] is not None and len(encoded) == 1:
+            # perf: a single put with metadata (every client put is tagged), as append_one does;
+            # anything unusual (no room in this file, closed, poisoned) takes the path below
+            with st.lock:
+                jf = st.files[-1]
+                buf = self.buf
+                pos = jf.size + len(buf)
+                payload, enc = payloads[0], encoded[0]
+                size = PUT_OVERHEAD + len(payload) + len(enc)
+                if pos + size <= self.limit and st.poisoned is None and not st.closed:
+                    if add_ms < st.last_add_ms:
+                        add_ms = st.last_add_ms
+                    item_id = st.next_id
+                    body = PUT_FIELDS_STRUCT.pack(item_id, add_ms, expire_ms) + enc + payload
+                    buf += encode_record(jf.header.salt, pos, TYPE_PUTX, body)
+                    if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                        jf.note(item_id, pos)
+                    st.appended(item_id + 1, add_ms)
+                    self.appended += size
+                    if self.write_through or len(buf) >= WRITE_OUT_AT:
+                        self.write_out_locked()
+                    return item_id, add_ms, self.appended
         if encoded is None:
             encoded = [b"" if m is None else encode_meta(m) for m in metas]
-        st = self.state
         with st.lock:
             st.check_writable()
             add_ms = max(add_ms, st.last_add_ms)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from journaled import JournaledQueue, QueueConfig
+from journaled import JournaledQueue, QueueConfig, ReaderConfig
 from journaled.errors import QueueClosed
 from journaled.format import metadata
 from journaled.format.metadata import Meta
@@ -139,3 +139,19 @@ def test_a_tagged_single_put_on_a_closed_queue_raises_queue_closed(tmp_path) -> 
     q.close()
     with pytest.raises(QueueClosed):
         q.put_many([b"x"], producer=(PID, 1))
+
+
+def test_single_puts_with_metadata_rotate_files_and_read_back_in_order(tmp_path) -> None:
+    config = QueueConfig(journal_size=4096)
+    with JournaledQueue(tmp_path / "q", config) as q:
+        ids = [q.put(b"p%03d" % i * 40, headers={"n": b"%d" % i}) for i in range(100)]
+        ids += [q.put_many([b"t%03d" % i * 40], producer=(PID, i))[0] for i in range(100)]
+        assert len(q.journal.files) > 3
+    assert ids == list(range(1, 201))
+    with JournaledQueue(tmp_path / "q", config) as q:
+        items = q.reader("r", ReaderConfig(start="earliest")).get_many(1000, timeout=0)
+        assert [it.data for it in items] == [b"p%03d" % i * 40 for i in range(100)] + [
+            b"t%03d" % i * 40 for i in range(100)
+        ]
+        assert [dict(it.headers) for it in items[:100]] == [{"n": b"%d" % i} for i in range(100)]
+        assert q.put_many([b"t099" * 40], producer=(PID, 99)) == [200]
