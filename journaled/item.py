@@ -327,9 +327,11 @@ def put_metas(
 def producer_tag(producer: object, count: int) -> tuple[int, int]:
     """``(producer id, first sequence)`` checked: the id 1..2**64-1, the sequences of ``count``
     items within 0..2**64-1."""
-    if not (isinstance(producer, tuple) and len(producer) == 2 and all(type(v) is int for v in producer)):
+    if not (isinstance(producer, tuple) and len(producer) == 2):
         raise TypeError("producer must be a tuple (producer id, first sequence) of two ints")
     pid, first = producer
+    if type(pid) is not int or type(first) is not int:
+        raise TypeError("producer must be a tuple (producer id, first sequence) of two ints")
     if not 0 < pid < 1 << 64 or not 0 <= first <= (1 << 64) - max(count, 1):
         raise ValueError(f"producer {producer!r} is out of range (id 1..2**64-1, sequences 0..2**64-1)")
     return pid, first

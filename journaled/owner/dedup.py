@@ -129,6 +129,22 @@ class Producers:
                 hit = True
         return found if hit else None
 
+    def add_one(self, producer: int, sequence: int, item_id: int, add_ms: int) -> None:
+        """:meth:`add` of one pair; a put that continues its producer's last run (the usual
+        case: a client's next put) only lengthens that run."""
+        entry = self._by_id.get(producer)
+        if entry is not None:
+            runs, top = entry
+            last = runs[-1] if runs else None
+            if last is not None and sequence == last[0] + last[2] and item_id == last[1] + last[2]:
+                last[2] += 1
+                top[0] = max(top[0], sequence + 1)
+                self._by_id.move_to_end(producer)
+                if add_ms > self._last_ms[producer]:
+                    self._last_ms[producer] = add_ms
+                return
+        self.add(producer, ((sequence, item_id),), add_ms)
+
     def add(self, producer: int, pairs: Sequence[tuple[int, int]], add_ms: int) -> None:
         """Remember ``(sequence, id)`` pairs stored for ``producer`` at ``add_ms``."""
         entry = self._by_id.get(producer)

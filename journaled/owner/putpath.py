@@ -19,7 +19,7 @@ from journaled.config import QueueConfig
 from journaled.core import policies
 from journaled.core.readercore import ReaderCore
 from journaled.errors import ItemTooLarge
-from journaled.format.metadata import MAX_PAYLOAD_WITH_META, NO_HEADERS, Meta
+from journaled.format.metadata import MAX_PAYLOAD_WITH_META, META_FIXED, NO_HEADERS, Meta
 from journaled.format.metadata import encode as encode_meta
 from journaled.item import (
     MetaItem,
@@ -155,7 +155,10 @@ class PutPath:
                 first_id, seq = self.append_locked((run,) if expire else payload, 1, len(payload), add_ms)
         else:
             meta = Meta(nb, pid, sequence, key, hdrs)
-            encoded = encode_meta(meta)  # made once: for the size check and for the record
+            # made once: for the size check and for the record
+            encoded = (
+                META_FIXED.pack(nb, pid, sequence, 0, 0, 0) if key is None and not hdrs else encode_meta(meta)
+            )
             if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
                 raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
             with self.lock:
@@ -316,7 +319,7 @@ class PutPath:
         cores = self._admit_locked(1, nbytes)
         item_id, added_ms, seq = self.journal.append_meta((payload,), (meta,), add_ms, expire, (encoded,))
         if meta.producer and self.producers_read:
-            self.producers.add(meta.producer, ((meta.sequence, item_id),), added_ms)
+            self.producers.add_one(meta.producer, meta.sequence, item_id, added_ms)
         keys = self.keys
         if meta.key is not None and keys is not None:
             keys.expire(added_ms)

@@ -14,6 +14,7 @@ from journaled.format.metadata import Meta
 from journaled.format.record import Put, PutX
 from journaled.item import Item, MetaItem
 from journaled.log.state import Cursor
+from journaled.owner.dedup import Producers
 from journaled.owner.putpath import PutPath
 
 PID = 0xBEEF
@@ -155,3 +156,20 @@ def test_single_puts_with_metadata_rotate_files_and_read_back_in_order(tmp_path)
         ]
         assert [dict(it.headers) for it in items[:100]] == [{"n": b"%d" % i} for i in range(100)]
         assert q.put_many([b"t099" * 40], producer=(PID, 99)) == [200]
+
+
+def test_producers_remember_pairs_added_one_by_one_as_added_together() -> None:
+    pairs = {1: [(0, 10), (1, 11), (2, 12), (4, 13), (5, 20), (3, 21)], 2: [(7, 14), (8, 15), (0, 16)]}
+    one, many = Producers(max_runs=3), Producers(max_runs=3)
+    for pid, got in pairs.items():
+        for t, (seq, item_id) in enumerate(got):
+            one.add_one(pid, seq, item_id, 1000 + t)
+        many.add(pid, got, 1000 + len(got) - 1)
+    for pid in pairs:
+        assert one.runs(pid) == many.runs(pid)
+        assert one.find(pid, 0, 9) == many.find(pid, 0, 9)
+    one.add_one(1, 4, 22, 1010)  # producer 1 is now the most recently used of both
+    many.add(1, [(4, 22)], 1010)
+    one.expire(1005 + one.window_ms)
+    many.expire(1005 + many.window_ms)
+    assert len(one) == len(many) == 1 and one.runs(1) == many.runs(1)
