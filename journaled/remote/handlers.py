@@ -246,6 +246,12 @@ def put_ids(queue: ServedQueue, op: str, header: dict[str, Any], payload: bytes 
     items = [bytes(payload)] if op == "put" else proto.split(payload, header.get("lens"))
     if isinstance(payload, bytearray):
         payload.clear()
+    tag = header.get("tag") if len(header) == 2 else None
+    if type(tag) is list and len(tag) == 2 and type(tag[0]) is int and type(tag[1]) is int and op == "put":
+        # perf: a client's usual request, {"op": "put", "tag": [producer, sequence]}
+        ids = queue.put_many(items, producer=(tag[0], tag[1]))
+        queue.write_out()
+        return ids
     ttl = proto.field(header, "ttl", (int, float, type(None)), None)
     expire_at = proto.field(header, "expire_at", (int, float, type(None)), None)
     extras = put_extras(header) if len(header) > 1 else {}

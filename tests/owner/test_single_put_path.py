@@ -16,6 +16,8 @@ from journaled.item import Item, MetaItem
 from journaled.log.state import Cursor
 from journaled.owner.dedup import Producers
 from journaled.owner.putpath import PutPath
+from journaled.remote import handlers
+from journaled.remote import protocol as proto
 
 PID = 0xBEEF
 
@@ -173,3 +175,21 @@ def test_producers_remember_pairs_added_one_by_one_as_added_together() -> None:
     one.expire(1005 + one.window_ms)
     many.expire(1005 + many.window_ms)
     assert len(one) == len(many) == 1 and one.runs(1) == many.runs(1)
+
+
+def test_a_clients_tagged_put_request_retried_is_answered_with_the_same_id(tmp_path) -> None:
+    with JournaledQueue(tmp_path / "q") as q:
+        request = {"op": "put", "tag": [PID, 3]}
+        first = handlers.put_ids(q, "put", request, bytearray(b"payload"))
+        assert handlers.put_ids(q, "put", dict(request), b"payload") == first
+        assert handlers.put_ids(q, "put", {"op": "put", "tag": [PID, 4]}, b"next") == [first[0] + 1]
+        for bad in ([PID, "4"], [PID, 4, 5], [True, 4], {"id": PID}):
+            with pytest.raises(proto.ProtocolError):
+                handlers.put_ids(q, "put", {"op": "put", "tag": bad}, b"bad")
+        with pytest.raises(ValueError):
+            handlers.put_ids(q, "put", {"op": "put", "tag": [0, 5]}, b"bad")
+        assert q.stats().put == 2
+        assert [it.data for it in q.reader("r", ReaderConfig(start="earliest")).get_many(9, timeout=0)] == [
+            b"payload",
+            b"next",
+        ]
