@@ -213,8 +213,13 @@ def put_headers(headers: object) -> Mapping[str, bytes]:
     """``headers`` as stored: a read-only mapping of names (non-empty ``str``, at most
     :data:`metadata.MAX_HEADER_NAME` bytes of UTF-8) to bytes, at most :data:`metadata.MAX_HEADERS`
     of them and :data:`metadata.MAX_HEADER_BYTES` encoded.  ``TypeError``/``ValueError`` otherwise."""
+    return _sized_headers(headers)[0]
+
+
+def _sized_headers(headers: object) -> tuple[Mapping[str, bytes], int]:
+    """:func:`put_headers` and the size of their encoded block (measured once, for the limit)."""
     if headers is None:
-        return NO_HEADERS
+        return NO_HEADERS, 0
     if not isinstance(headers, Mapping):
         raise TypeError(f"headers must be a mapping of str to bytes, not {type(headers).__name__}")
     if len(headers) > metadata.MAX_HEADERS:
@@ -232,11 +237,11 @@ def put_headers(headers: object) -> Mapping[str, bytes]:
             raise ValueError(f"header name {name!r} is not valid Unicode text") from None
         out[name] = _header_value(name, value)
     if not out:
-        return NO_HEADERS
+        return NO_HEADERS, 0
     size = metadata.header_bytes(out)
     if size > metadata.MAX_HEADER_BYTES:
         raise ValueError(f"headers take {size} bytes, more than the {metadata.MAX_HEADER_BYTES} allowed")
-    return MappingProxyType(out)
+    return MappingProxyType(out), size
 
 
 def put_key(key: object) -> bytes | None:
@@ -298,7 +303,7 @@ def put_metas(
     item, ``producer`` is ``(producer id, first sequence)``: item *i* is tagged ``first + i``.
     Raises ``TypeError``/``ValueError``/``ItemTooLarge`` before anything is stored."""
     nb = not_before_ms(not_before, delay, now_ms)
-    hdrs = put_headers(headers)
+    hdrs, header_size = _sized_headers(headers)
     count = len(payloads)
     if keys is None:
         key_list: list[bytes | None] = [None] * count
@@ -314,12 +319,15 @@ def put_metas(
     if not (nb or hdrs or pid or keys is not None):
         return None
     metas: list[Meta | None] = []
+    fixed = metadata.META_FIXED_SIZE + header_size
     for i, (payload, key) in enumerate(zip(payloads, key_list)):
         meta = Meta(nb, pid, first + i if pid else 0, key, hdrs)
         if meta.empty:
             metas.append(None)
             continue
-        check_record_size(payload, meta)
+        extra = fixed + (0 if key is None else len(key))  # metadata.encoded_size(meta)
+        if len(payload) + extra > metadata.MAX_PAYLOAD_WITH_META:
+            raise ItemTooLarge(len(payload), metadata.MAX_PAYLOAD_WITH_META - extra)
         metas.append(meta)
     return metas
 

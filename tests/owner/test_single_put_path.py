@@ -104,6 +104,25 @@ def test_a_single_put_with_headers_measures_its_header_block_once(tmp_path, monk
         assert dict(q.reader("r").get(timeout=0).headers) == {"ct": b"json"}
 
 
+def test_a_put_many_with_headers_measures_its_header_block_once(tmp_path, monkeypatch) -> None:
+    calls = []
+    measure = metadata.header_bytes
+
+    def counted(headers: object) -> int:
+        calls.append(headers)
+        return measure(headers)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metadata, "header_bytes", counted)
+    with JournaledQueue(tmp_path / "q") as q:
+        r = q.reader("r")
+        q.put_many(
+            [b"x%d" % i for i in range(50)], headers={"ct": b"json"}, keys=[b"k%d" % i for i in range(50)]
+        )
+        assert len(calls) == 1
+        items = r.get_many(100, timeout=0)
+    assert [(dict(it.headers), it.key) for it in items] == [({"ct": b"json"}, b"k%d" % i) for i in range(50)]
+
+
 def test_a_single_keyed_put_in_the_window_returns_the_first_id_and_stores_nothing(
     tmp_path, monkeypatch
 ) -> None:
