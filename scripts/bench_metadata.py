@@ -6,11 +6,13 @@ per item, next to the formula of docs/format.md (a PUT is 33 + payload bytes; a 
 headers (5 + name + value each) + payload).  Kinds: a plain put, one header, one key, a
 not-before, all three.
 
-Part two measures ``q.put(100 B)`` against ``q.put(100 B, headers={"ct": b"json"})`` and
-``q.put(100 B, key=...)`` (a distinct 16-byte key per put, no dedup window) in one process, on
-one queue each, interleaved round by round (best of ``--rounds`` rounds of ``--ops`` puts) so
-that the shared machine's drift hits every kind alike.  ``sync="never"``: the figure is the
-put path's own cost, not the disk's.
+Part two measures ``q.put(100 B)`` against ``q.put(100 B, headers={"ct": b"json"})``,
+``q.put(100 B, key=...)`` (a distinct 16-byte key per put, no dedup window) and
+``q.put_many([100 B], producer=(id, sequence))`` (what the owner does for every client's put:
+tagged with the client's next sequence) in one process, on one queue each with one reader,
+interleaved round by round (best of ``--rounds`` rounds of ``--ops`` puts) so that the shared
+machine's drift hits every kind alike.  ``sync="never"``: the figure is the put path's own
+cost, not the disk's.
 
     python scripts/bench_metadata.py
     python scripts/bench_metadata.py --ops 50000 --rounds 7 --dir /fast/tmp
@@ -73,10 +75,12 @@ def bytes_per_item(root: str, items: int) -> None:
 
 
 def put_rates(root: str, ops: int, rounds: int) -> None:
-    kinds = ["plain", "headers", "key"]
+    kinds = ["plain", "headers", "key", "tagged"]
     queues = {
         k: JournaledQueue(os.path.join(root, "rate-" + k), QueueConfig(sync="never"), name="q") for k in kinds
     }
+    for q in queues.values():
+        q.reader("r")  # readers get every item put: a queue in use has one
     best = dict.fromkeys(kinds, 0.0)
     serial = 0
     try:
@@ -88,6 +92,12 @@ def put_rates(root: str, ops: int, rounds: int) -> None:
                     t = time.perf_counter()
                     for _ in range(ops):
                         put(PAYLOAD)
+                elif kind == "tagged":
+                    put_many = q.put_many
+                    t = time.perf_counter()
+                    for sequence in range(serial, serial + ops):
+                        put_many([PAYLOAD], producer=(1, sequence))
+                    serial += ops
                 elif kind == "headers":
                     hdrs = {"ct": b"json"}
                     t = time.perf_counter()
@@ -105,10 +115,16 @@ def put_rates(root: str, ops: int, rounds: int) -> None:
             q.close()
     print(f"single puts of {len(PAYLOAD)} B, sync='never' (best of {rounds} rounds of {ops}):")
     for kind in kinds:
-        label = {"plain": "q.put(data)", "headers": "q.put(data, headers={'ct': b'json'})"}.get(
-            kind, "q.put(data, key=<16 B>)"
+        label = {
+            "plain": "q.put(data)",
+            "headers": "q.put(data, headers={'ct': b'json'})",
+            "key": "q.put(data, key=<16 B>)",
+            "tagged": "q.put_many([data], producer=(1, seq))",
+        }[kind]
+        print(
+            f"  {label:<40} {best[kind]:>10,.0f} puts/s  {1e6 / best[kind]:6.2f} µs"
+            f"   {best[kind] / best['plain']:5.2f}x plain"
         )
-        print(f"  {label:<40} {best[kind]:>10,.0f} puts/s   {best[kind] / best['plain']:5.2f}x plain")
 
 
 def main(argv: list[str] | None = None) -> int:
