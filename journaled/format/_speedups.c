@@ -2,9 +2,10 @@
  *
  * format/fallback.py holds the pure-Python reference of every function here, and each section below
  * names its reference.  Anything unusual -- an argument of an unexpected type, a number out of the
- * fast path's range, a record that is not a well-formed PUT -- is handed to that reference (given to
- * configure()), so both implementations return the same values and raise the same errors by
- * construction; tests/format/test_speedups.py checks it with hypothesis.
+ * fast path's range, a record that is neither a well-formed PUT nor a PUTX carrying only a
+ * producer's tag -- is handed to that reference (given to configure()), so both implementations
+ * return the same values and raise the same errors by construction; tests/format/test_speedups.py
+ * checks it with hypothesis.
  *
  * format/speedups.py is the only importer: it checks ABI_VERSION, then calls configure() once with
  * record.py's layout constants (checked against the ones below), the classes the twins build and the
@@ -43,9 +44,10 @@
 /* What format/speedups.py expects (its ABI_VERSION): raise it whenever configure()'s or
  * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
  * run (3: the twins hold their references across Python code; 4: walk_puts; 5: items_from_puts hands
- * PUTX records to the reference), so a stale build is refused (the
+ * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
+ * configure() takes PutX, Meta and NO_HEADERS), so a stale build is refused (the
  * switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -60,6 +62,15 @@
 #define PUT_FIELDS_SIZE 24    /* id, add_ms, expire_ms: the least body a PUT has */
 #define PUT_OVERHEAD 33       /* bytes a PUT adds around its payload: where the payload starts */
 #define TYPE_PUT 1
+#define TYPE_PUTX 2                 /* a PUT with metadata (metadata.py): META_FIXED after the PUT fields */
+#define PUTX_FIELDS_SIZE 56         /* the PUT fields and META_FIXED: the least body a PUTX has */
+#define PUTX_NOT_BEFORE_AT 33       /* u64, 0 = none */
+#define PUTX_PRODUCER_AT 41         /* u64, 0 = none */
+#define PUTX_SEQUENCE_AT 49         /* u64 */
+#define PUTX_KEY_LEN_AT 57          /* u16, 0 = no key */
+#define PUTX_HEADER_COUNT_AT 59     /* u16 */
+#define PUTX_HEADERS_LEN_AT 61      /* u32 */
+#define PUTX_OVERHEAD 65            /* where the payload of a PUTX without key or headers starts */
 #define MAX_BODY ((1LL << 30) + 24)    /* largest body a record may declare */
 #define MAX_BATCH_BYTES (1LL << 30)    /* columns.py: largest max_bytes of decode_columns */
 
@@ -77,6 +88,15 @@ static const struct {
     {"PUT_FIELDS_SIZE", PUT_FIELDS_SIZE},
     {"PUT_OVERHEAD", PUT_OVERHEAD},
     {"TYPE_PUT", TYPE_PUT},
+    {"TYPE_PUTX", TYPE_PUTX},
+    {"PUTX_FIELDS_SIZE", PUTX_FIELDS_SIZE},
+    {"PUTX_NOT_BEFORE_AT", PUTX_NOT_BEFORE_AT},
+    {"PUTX_PRODUCER_AT", PUTX_PRODUCER_AT},
+    {"PUTX_SEQUENCE_AT", PUTX_SEQUENCE_AT},
+    {"PUTX_KEY_LEN_AT", PUTX_KEY_LEN_AT},
+    {"PUTX_HEADER_COUNT_AT", PUTX_HEADER_COUNT_AT},
+    {"PUTX_HEADERS_LEN_AT", PUTX_HEADERS_LEN_AT},
+    {"PUTX_OVERHEAD", PUTX_OVERHEAD},
     {"MAX_BODY", MAX_BODY},
     {"MAX_BATCH_BYTES", MAX_BATCH_BYTES},
 };
@@ -91,6 +111,12 @@ static const struct {
 /* The fields of record.Put and of journaled.item.Item, in the order configure() checks. */
 enum { PUT_OFFSET, PUT_SIZE, PUT_ID, PUT_ADD_MS, PUT_EXPIRE_MS, PUT_PAYLOAD, PUT_NFIELDS };
 static const char *const put_field_names[PUT_NFIELDS] = {"offset", "size", "id", "add_ms", "expire_ms", "payload"};
+/* record.PutX: Put's fields, then its Meta; metadata.Meta's fields. */
+enum { PUTX_META = PUT_NFIELDS, PUTX_NFIELDS };
+static const char *const putx_field_names[PUTX_NFIELDS] = {"offset", "size", "id", "add_ms", "expire_ms", "payload",
+                                                           "meta"};
+enum { META_NOT_BEFORE, META_PRODUCER, META_SEQUENCE, META_KEY, META_HEADERS, META_NFIELDS };
+static const char *const meta_field_names[META_NFIELDS] = {"not_before_ms", "producer", "sequence", "key", "headers"};
 enum { ITEM_ID, ITEM_DATA, ITEM_ADD_TIME, ITEM_EXPIRE_AT, ITEM_ERROR_COUNT, ITEM_NFIELDS };
 static const char *const item_field_names[ITEM_NFIELDS] = {"id", "data", "add_time", "expire_at", "error_count"};
 
@@ -202,6 +228,11 @@ get_u64(const unsigned char *p)
 
 static PyTypeObject *put_type = NULL;
 static PyObject *put_fields[PUT_NFIELDS]; /* slot descriptors of Put, in field order */
+static PyTypeObject *putx_type = NULL;
+static PyObject *putx_fields[PUTX_NFIELDS]; /* slot descriptors of PutX, in field order */
+static PyTypeObject *meta_type = NULL;
+static PyObject *meta_fields[META_NFIELDS]; /* slot descriptors of Meta, in field order */
+static PyObject *no_headers = NULL;         /* metadata.NO_HEADERS: the headers of a tag-only PUTX */
 static PyTypeObject *damage_type = NULL;
 static PyObject *py_encode_puts = NULL;
 static PyObject *py_decode_many = NULL;
@@ -342,34 +373,89 @@ all_callable(PyObject *const *fns, int n)
     return 1;
 }
 
-/* configure(*, constants, put_type, put_fields, damage_type, encode_puts, decode_many, decode_one,
- * decode_columns, walk_puts=None): everything is checked before anything is kept, so a refused call
- * leaves the module as it was.  Without walk_puts (its reference), the one configured before stays
- * (walk_puts() refuses to run while there is none). */
+/* The shared empty headers of a tag-only PUTX: an exact mappingproxy (it holds no reference back to
+ * anything, so a Meta holding it can be left out of the collector's walks) that is empty now. */
+static int
+check_no_headers(PyObject *o)
+{
+    if (!Py_IS_TYPE(o, &PyDictProxy_Type)) {
+        PyErr_Format(PyExc_TypeError, "no_headers must be a mappingproxy, not %.100s", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PyObject_Size(o);
+    if (n < 0)
+        return -1;
+    if (n != 0) {
+        PyErr_SetString(PyExc_ValueError, "no_headers must be empty");
+        return -1;
+    }
+    return 0;
+}
+
+static void
+drop_slots(PyObject **slots, int n)
+{
+    for (int i = 0; i < n; i++)
+        Py_CLEAR(slots[i]);
+}
+
+/* configure(*, constants, put_type, put_fields, putx_type, putx_fields, meta_type, meta_fields,
+ * no_headers, damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None):
+ * everything is checked before anything is kept, so a refused call leaves the module as it was.
+ * putx_type must be a subclass of put_type (the references test records with isinstance(Put)).
+ * Without walk_puts (its reference), the one configured before stays (walk_puts() refuses to run
+ * while there is none). */
 static PyObject *
 configure(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"constants", "put_type", "put_fields", "damage_type", "encode_puts",
+    static char *kwlist[] = {"constants",  "put_type",    "put_fields",  "putx_type",   "putx_fields",
+                             "meta_type",  "meta_fields", "no_headers",  "damage_type", "encode_puts",
                              "decode_many", "decode_one", "decode_columns", "walk_puts", NULL};
-    PyObject *constants = NULL, *type = NULL, *names = NULL, *dmg = NULL;
+    PyObject *constants = NULL, *type = NULL, *names = NULL, *xtype = NULL, *xnames = NULL, *mtype = NULL,
+             *mnames = NULL, *empty = NULL, *dmg = NULL;
     PyObject *refs[5] = {NULL, NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!OOOOO:configure", kwlist, &PyDict_Type, &constants,
-                                     &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &dmg, &refs[0],
-                                     &refs[1], &refs[2], &refs[3], &refs[4]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOO:configure", kwlist, &PyDict_Type,
+                                     &constants, &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &xtype,
+                                     &PyTuple_Type, &xnames, &PyType_Type, &mtype, &PyTuple_Type, &mnames, &empty,
+                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4]))
         return NULL;
-    if (!constants || !type || !names || !dmg || !refs[0] || !refs[1] || !refs[2] || !refs[3]) {
+    if (!constants || !type || !names || !xtype || !xnames || !mtype || !mnames || !empty || !dmg || !refs[0] ||
+        !refs[1] || !refs[2] || !refs[3]) {
         PyErr_SetString(PyExc_TypeError, "configure() takes all of its keyword arguments");
         return NULL;
     }
-    PyObject *slots[PUT_NFIELDS];
-    if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
-        field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
+    if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) || check_no_headers(empty) < 0)
         return NULL;
-    for (int i = 0; i < PUT_NFIELDS; i++) {
-        keep(&put_fields[i], slots[i]);
-        Py_DECREF(slots[i]);
+    PyObject *slots[PUT_NFIELDS], *xslots[PUTX_NFIELDS], *mslots[META_NFIELDS];
+    if (field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)xtype, (PyTypeObject *)type)) {
+        PyErr_Format(PyExc_TypeError, "putx_type must be a subclass of %.100s", ((PyTypeObject *)type)->tp_name);
+        drop_slots(slots, PUT_NFIELDS);
+        return NULL;
     }
+    if (field_slots(xtype, xnames, putx_field_names, PUTX_NFIELDS, xslots) < 0) {
+        drop_slots(slots, PUT_NFIELDS);
+        return NULL;
+    }
+    if (field_slots(mtype, mnames, meta_field_names, META_NFIELDS, mslots) < 0) {
+        drop_slots(slots, PUT_NFIELDS);
+        drop_slots(xslots, PUTX_NFIELDS);
+        return NULL;
+    }
+    for (int i = 0; i < PUT_NFIELDS; i++)
+        keep(&put_fields[i], slots[i]);
+    for (int i = 0; i < PUTX_NFIELDS; i++)
+        keep(&putx_fields[i], xslots[i]);
+    for (int i = 0; i < META_NFIELDS; i++)
+        keep(&meta_fields[i], mslots[i]);
+    drop_slots(slots, PUT_NFIELDS);
+    drop_slots(xslots, PUTX_NFIELDS);
+    drop_slots(mslots, META_NFIELDS);
     keep((PyObject **)&put_type, type);
+    keep((PyObject **)&putx_type, xtype);
+    keep((PyObject **)&meta_type, mtype);
+    keep(&no_headers, empty);
     keep((PyObject **)&damage_type, dmg);
     keep(&py_encode_puts, refs[0]);
     keep(&py_decode_many, refs[1]);
@@ -575,10 +661,14 @@ untrack_atomic(PyObject *obj, PyObject *const *vals, int n)
 {
     for (int i = 0; i < n; i++) {
         PyObject *v = vals[i];
-        if (!(PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBytes_CheckExact(v) || v == Py_None))
+        /* also: the shared empty headers (configure() checked it is a mappingproxy: it refers to
+         * nothing that can refer back), and a Meta left out already (of such values itself) */
+        if (!(PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBytes_CheckExact(v) || v == Py_None ||
+              v == no_headers || (Py_TYPE(v) == meta_type && !PyObject_GC_IsTracked(v))))
             return;
     }
-    PyObject_GC_UnTrack(obj);
+    if (PyObject_IS_GC(obj))
+        PyObject_GC_UnTrack(obj);
 }
 
 /* The int made last for a field, reused while the next record holds the same value (perf: a batch
@@ -611,36 +701,78 @@ cache_clear(IntCache *c, int n)
         Py_CLEAR(c[i].obj);
 }
 
-/* A Put; ``cache`` (NULL: none) holds two IntCaches, for the size and for add_ms. */
+/* An object of ``type`` with its ``n`` slots ``fields`` set to ``vals`` (new references, released
+ * here; a NULL among them means an error is set), left out of the collector's walks when they
+ * allow it. */
 static PyObject *
-new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
-        const unsigned char *payload, Py_ssize_t len, IntCache *cache)
+new_record(PyTypeObject *type, PyObject *const *fields, PyObject **vals, int n)
 {
-    PyObject *vals[PUT_NFIELDS];
+    PyObject *obj = NULL;
+    for (int i = 0; i < n; i++)
+        if (vals[i] == NULL)
+            goto done;
+    obj = type->tp_alloc(type, 0);
+    if (obj == NULL)
+        goto done;
+    for (int i = 0; i < n; i++) {
+        if (Py_TYPE(fields[i])->tp_descr_set(fields[i], obj, vals[i]) < 0) {
+            Py_CLEAR(obj);
+            goto done;
+        }
+    }
+    untrack_atomic(obj, vals, n);
+done:
+    for (int i = 0; i < n; i++)
+        Py_XDECREF(vals[i]);
+    return obj;
+}
+
+/* A Put's fields into ``vals``; ``cache`` (NULL: none) holds two IntCaches, for the size and for
+ * add_ms. */
+static void
+put_values(PyObject **vals, int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
+           const unsigned char *payload, Py_ssize_t len, IntCache *cache)
+{
     vals[PUT_OFFSET] = PyLong_FromLongLong(offset);
     vals[PUT_SIZE] = cached_u64(cache, (uint64_t)size);
     vals[PUT_ID] = PyLong_FromUnsignedLongLong(id);
     vals[PUT_ADD_MS] = cached_u64(cache == NULL ? NULL : cache + 1, add_ms);
     vals[PUT_EXPIRE_MS] = PyLong_FromUnsignedLongLong(expire_ms);
     vals[PUT_PAYLOAD] = PyBytes_FromStringAndSize((const char *)payload, len);
-    PyObject *obj = NULL;
-    for (int i = 0; i < PUT_NFIELDS; i++)
-        if (vals[i] == NULL)
-            goto done;
-    obj = put_type->tp_alloc(put_type, 0);
-    if (obj == NULL)
-        goto done;
-    for (int i = 0; i < PUT_NFIELDS; i++) {
-        if (Py_TYPE(put_fields[i])->tp_descr_set(put_fields[i], obj, vals[i]) < 0) {
-            Py_CLEAR(obj);
-            goto done;
-        }
-    }
-    untrack_atomic(obj, vals, PUT_NFIELDS);
-done:
-    for (int i = 0; i < PUT_NFIELDS; i++)
-        Py_XDECREF(vals[i]);
-    return obj;
+}
+
+/* A Put; ``cache`` as put_values(). */
+static PyObject *
+new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
+        const unsigned char *payload, Py_ssize_t len, IntCache *cache)
+{
+    PyObject *vals[PUT_NFIELDS];
+    put_values(vals, offset, size, id, add_ms, expire_ms, payload, len, cache);
+    return new_record(put_type, put_fields, vals, PUT_NFIELDS);
+}
+
+/* The record at ``p`` (a PUTX of at least PUTX_FIELDS_SIZE bytes of body) carries only a producer's
+ * tag: no not-before, no key, no headers.  Its payload then starts at PUTX_OVERHEAD. */
+static inline int
+putx_tag_only(const unsigned char *p)
+{
+    return get_u64(p + PUTX_NOT_BEFORE_AT) == 0 && p[PUTX_KEY_LEN_AT] == 0 && p[PUTX_KEY_LEN_AT + 1] == 0 &&
+           p[PUTX_HEADER_COUNT_AT] == 0 && p[PUTX_HEADER_COUNT_AT + 1] == 0 && get_u32(p + PUTX_HEADERS_LEN_AT) == 0;
+}
+
+/* The PutX of the tag-only PUTX record at ``p`` (``size`` bytes in all), as record.decode_one makes
+ * it: Meta(0, producer, sequence, None, NO_HEADERS); ``cache`` as put_values(). */
+static PyObject *
+new_putx_tagged(int64_t offset, Py_ssize_t size, const unsigned char *p, IntCache *cache)
+{
+    PyObject *mvals[META_NFIELDS] = {PyLong_FromLong(0), PyLong_FromUnsignedLongLong(get_u64(p + PUTX_PRODUCER_AT)),
+                                     PyLong_FromUnsignedLongLong(get_u64(p + PUTX_SEQUENCE_AT)), Py_NewRef(Py_None),
+                                     Py_NewRef(no_headers)};
+    PyObject *vals[PUTX_NFIELDS];
+    put_values(vals, offset, size, get_u64(p + PUT_ID_AT), get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
+               p + PUTX_OVERHEAD, size - PUTX_OVERHEAD, cache);
+    vals[PUTX_META] = new_record(meta_type, meta_fields, mvals, META_NFIELDS);
+    return new_record(putx_type, putx_fields, vals, PUTX_NFIELDS);
 }
 
 static PyObject *
@@ -746,8 +878,22 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                     count++;
                     continue;
                 }
+                if (p[RECORD_TYPE_AT] == TYPE_PUTX && length >= PUTX_FIELDS_SIZE && (long long)length <= max_body &&
+                    end <= n && putx_tag_only(p) &&
+                    crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
+                           (size_t)(end - pos - RECORD_LENGTH_AT)) == crc) {
+                    PyObject *rec = new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, NULL);
+                    if (rec == NULL || PyList_Append(out, rec) < 0) {
+                        Py_XDECREF(rec);
+                        goto fail;
+                    }
+                    Py_DECREF(rec);
+                    pos = end;
+                    count++;
+                    continue;
+                }
             }
-            /* not a well-formed PUT: the reference classifies it */
+            /* not a well-formed PUT or tag-only PUTX: the reference classifies it */
             PyObject *rec = PyObject_CallFunction(py_decode_one, "OLOOO", buf, pos, a[1], a[2],
                                                   a[4] ? a[4] : max_body_obj);
             if (rec == NULL)
@@ -800,8 +946,8 @@ reference:
  * reference: format/fallback.py, walk_puts */
 
 /* walk_puts(buf, base_offset, salt, pos, expected, max_items, max_bytes, nbytes, first_free): the
- * record walker's loop, positional arguments only.  Well-formed PUTs with ids in [0, INDEX_MAX] are
- * walked here; a PUT below ``expected`` is passed over without being built (the reference builds
+ * record walker's loop, positional arguments only.  Well-formed PUTs and PUTXs carrying only a
+ * producer's tag, with ids in [0, INDEX_MAX], are walked here; a PUT below ``expected`` is passed over without being built (the reference builds
  * and drops it), and a PUT that does not fit the budget ends the walk before it is built.  At the
  * first record off that path (damage, the buffer's end inside a record, another type, an id past
  * INDEX_MAX) the reference walks the rest, from that position with the state reached here (the
@@ -876,7 +1022,7 @@ done:
 static PyObject *
 walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_walk_puts == NULL || put_type == NULL)
+    if (py_walk_puts == NULL || put_type == NULL || putx_type == NULL)
         return not_configured();
     long long base_offset, pos, expected, max_items, max_bytes, nbytes;
     if (kwnames != NULL || nargs != 9)
@@ -912,19 +1058,22 @@ walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             long long end = pos + RECORD_HEADER_SIZE + (long long)length;
             long long offset = base_offset + pos;
             uint64_t id = get_u64(p + PUT_ID_AT);
-            if (p[RECORD_TYPE_AT] != TYPE_PUT || length < PUT_FIELDS_SIZE || (long long)length > MAX_BODY ||
-                end > n || id > (uint64_t)INDEX_MAX ||
+            int tagged = p[RECORD_TYPE_AT] == TYPE_PUTX;
+            if (!(tagged ? length >= PUTX_FIELDS_SIZE : p[RECORD_TYPE_AT] == TYPE_PUT && length >= PUT_FIELDS_SIZE) ||
+                (long long)length > MAX_BODY || end > n || id > (uint64_t)INDEX_MAX || (tagged && !putx_tag_only(p)) ||
                 crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT, (size_t)(end - pos - RECORD_LENGTH_AT)) !=
                     crc)
                 break;
             if ((long long)id >= expected) {
-                long long len = end - pos - PUT_OVERHEAD; /* below 2**31: nbytes + len cannot overflow */
+                /* below 2**31: nbytes + len cannot overflow */
+                long long len = end - pos - (tagged ? PUTX_OVERHEAD : PUT_OVERHEAD);
                 if ((PyList_GET_SIZE(out) > 0 || !first_free) && nbytes + len > max_bytes) {
                     res = walk_result(out, pos, expected, nbytes, 1, pos);
                     goto done;
                 }
-                PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
-                                        get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache);
+                PyObject *rec = tagged ? new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, cache)
+                                       : new_put(offset, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
+                                                 get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache);
                 if (rec == NULL)
                     goto done;
                 int rc = PyList_Append(out, rec);
@@ -1185,9 +1334,9 @@ reference:
  * starting the reference over could see other records than the ones already taken.  The list is
  * walked as the reference's ``for`` walks it: its size is read again before each record. */
 
-/* A record the fast path takes: an exact Put with exact int times in [0, 2**53] (they convert to a
- * double exactly, as the reference's division does) and a bytes payload.  The fields are new
- * references. */
+/* A record the fast path takes: an exact Put, or an exact PutX carrying only a producer's tag
+ * (tag_only_putx()), with exact int times in [0, 2**53] (they convert to a double exactly, as the
+ * reference's division does) and a bytes payload.  The fields are new references. */
 typedef struct {
     PyObject *id, *payload;
     long long add_ms, expire_ms, charge;
@@ -1200,21 +1349,58 @@ fast_put_clear(FastPut *p)
     Py_CLEAR(p->payload);
 }
 
+/* A slot of ``obj`` (a new reference; NULL with AttributeError when unset): runs no Python code. */
+static inline PyObject *
+get_slot(PyObject *const *fields, int i, PyObject *obj)
+{
+    return Py_TYPE(fields[i])->tp_descr_get(fields[i], obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* ``rec``, an exact PutX, carries a Meta of exactly (0, any, any, None, NO_HEADERS): the reference
+ * builds a plain item for it (no key, no headers, no not-before), as for a Put.  1 or 0 (no error
+ * set; anything else is the reference's to judge). */
+static int
+tag_only_putx(PyObject *rec)
+{
+    PyObject *meta = get_slot(putx_fields, PUTX_META, rec), *nb = NULL, *key = NULL, *headers = NULL;
+    int ok = meta != NULL && Py_TYPE(meta) == meta_type;
+    if (ok)
+        ok = (nb = get_slot(meta_fields, META_NOT_BEFORE, meta)) != NULL &&
+             (key = get_slot(meta_fields, META_KEY, meta)) != NULL &&
+             (headers = get_slot(meta_fields, META_HEADERS, meta)) != NULL;
+    if (ok) {
+        int overflow = 0;
+        ok = PyLong_CheckExact(nb) && PyLong_AsLongLongAndOverflow(nb, &overflow) == 0 && !overflow &&
+             key == Py_None && headers == no_headers;
+    }
+    Py_XDECREF(meta);
+    Py_XDECREF(nb);
+    Py_XDECREF(key);
+    Py_XDECREF(headers);
+    PyErr_Clear();
+    return ok;
+}
+
 /* 1 with *p filled when ``rec`` is a record the fast path takes; 0 when not (no error set). */
 static int
 fast_put(PyObject *rec, long long overhead, FastPut *p)
 {
     p->id = p->payload = NULL;
-    if (Py_TYPE(rec) != put_type)
+    PyObject *const *fields = put_fields;
+    if (Py_TYPE(rec) == putx_type) {
+        if (!tag_only_putx(rec))
+            return 0;
+        fields = putx_fields;
+    } else if (Py_TYPE(rec) != put_type)
         return 0;
     PyObject *add = NULL, *exp = NULL;
-    p->id = Py_TYPE(put_fields[PUT_ID])->tp_descr_get(put_fields[PUT_ID], rec, (PyObject *)put_type);
+    p->id = get_slot(fields, PUT_ID, rec);
     if (p->id != NULL)
-        add = Py_TYPE(put_fields[PUT_ADD_MS])->tp_descr_get(put_fields[PUT_ADD_MS], rec, (PyObject *)put_type);
+        add = get_slot(fields, PUT_ADD_MS, rec);
     if (add != NULL)
-        exp = Py_TYPE(put_fields[PUT_EXPIRE_MS])->tp_descr_get(put_fields[PUT_EXPIRE_MS], rec, (PyObject *)put_type);
+        exp = get_slot(fields, PUT_EXPIRE_MS, rec);
     if (exp != NULL)
-        p->payload = Py_TYPE(put_fields[PUT_PAYLOAD])->tp_descr_get(put_fields[PUT_PAYLOAD], rec, (PyObject *)put_type);
+        p->payload = get_slot(fields, PUT_PAYLOAD, rec);
     int ok = p->payload != NULL && PyLong_CheckExact(p->id) && PyLong_CheckExact(add) && PyLong_CheckExact(exp) &&
              PyBytes_CheckExact(p->payload);
     if (ok) {
@@ -1373,7 +1559,7 @@ done:
 static PyObject *
 items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_items_from_puts == NULL || put_type == NULL)
+    if (py_items_from_puts == NULL || put_type == NULL || putx_type == NULL)
         return not_configured();
     long long want, overhead;
     if (kwnames != NULL || nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) ||
@@ -1392,8 +1578,9 @@ items_from_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
                 taken = take_fast(&w, &p);
                 fast_put_clear(&p);
             } else if (i == 0 || (Py_TYPE(rec) != put_type && PyObject_TypeCheck(rec, put_type))) {
-                /* a subclass of Put (a PUTX record) carries metadata only the reference's item
-                 * builder knows: it does the whole call again, so the result is its own */
+                /* a subclass of Put (a PUTX record with more than a tag) carries metadata only the
+                 * reference's item builder knows: it does the whole call again, so the result is
+                 * its own */
                 Py_DECREF(rec);
                 Py_XDECREF(w.total_obj);
                 Py_CLEAR(w.add_time);
@@ -1422,8 +1609,9 @@ reference:
 
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(*, constants, put_type, put_fields, damage_type, encode_puts, decode_many, decode_one, "
-     "decode_columns, walk_puts=None): record.py's layout (checked), the classes and the pure-Python references."},
+     "configure(*, constants, put_type, put_fields, putx_type, putx_fields, meta_type, meta_fields, no_headers, "
+     "damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None): record.py's layout "
+     "(checked), the classes and the pure-Python references."},
     {"configure_items", (PyCFunction)(void (*)(void))configure_items, METH_VARARGS | METH_KEYWORDS,
      "configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts)"},
     {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,

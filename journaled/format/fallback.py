@@ -340,13 +340,23 @@ class ItemsFromPuts(Protocol[ItemT]):
     ) -> tuple[list[ItemT], int, bool]: ...
 
 
+def _shown(meta: Any) -> bool:
+    """``meta`` holds what a reader of the item sees (a key, headers, a not-before), not only a
+    producer's tag."""
+    return bool(meta.key is not None or meta.headers or meta.not_before_ms)
+
+
 def item_references(
     item_type: type[T], meta_item: Callable[..., T] | None = None
 ) -> tuple[NewItem[T], NewItems[T], ItemsFromPuts[T]]:
     """The references ``new_item``, ``new_items`` and ``items_from_puts``, building ``item_type``
     (journaled.item.Item: a frozen attrs class with slots and the fields :data:`ITEM_FIELDS`).
     ``items_from_puts`` builds the item of a PUTX record with ``meta_item(id, data, add_time,
-    expire_at, error_count, meta)`` (without it, the metadata is dropped).
+    expire_at, error_count, meta)`` (without it, the metadata is dropped) when the record carries
+    something a reader sees: a key, headers or a not-before.  A PUTX carrying only a producer's
+    tag (every put a client process makes) gives a plain ``item_type``, as a PUT does: the tag
+    serves the owner's exactly-once retry index, which reads records, not items, so a reader has
+    no use for it, and the plain item is the small object the compiled twins build.
 
     Raises ``TypeError`` if ``item_type`` has other fields: the builders set exactly these.
     """
@@ -420,7 +430,7 @@ def item_references(
             expire_ms = rec.expire_ms
             if expire_ms:
                 expiring = True
-            if meta_item is not None and type(rec) is PutX:
+            if meta_item is not None and type(rec) is PutX and _shown(rec.meta):
                 out.append(
                     meta_item(
                         rec.id,

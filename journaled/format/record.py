@@ -208,6 +208,18 @@ TYPE_PUT: Final = 1
 TYPE_PUTX: Final = 2
 #: A PUTX's fixed fields: a PUT's, then metadata.META_FIXED's.
 PUTX_FIELDS_SIZE: Final = PUT_FIELDS_SIZE + metadata.META_FIXED_SIZE  # 56
+# Where a PUTX's metadata lies from the record's start (metadata.META_FIXED, after the PUT fields);
+# the compiled twin names the same offsets, checked as the PUT's are.
+PUTX_NOT_BEFORE_AT: Final = PUT_EXPIRE_MS_AT + 8  # 33, u64 (0 = none)
+PUTX_PRODUCER_AT: Final = PUTX_NOT_BEFORE_AT + 8  # 41, u64 (0 = none)
+PUTX_SEQUENCE_AT: Final = PUTX_PRODUCER_AT + 8  # 49, u64
+PUTX_KEY_LEN_AT: Final = PUTX_SEQUENCE_AT + 8  # 57, u16 (0 = no key)
+PUTX_HEADER_COUNT_AT: Final = PUTX_KEY_LEN_AT + 2  # 59, u16
+PUTX_HEADERS_LEN_AT: Final = PUTX_HEADER_COUNT_AT + 2  # 61, u32
+#: Bytes a PUTX without key or headers adds around its payload (65): where its payload starts.
+PUTX_OVERHEAD: Final = RECORD_HEADER_SIZE + PUTX_FIELDS_SIZE
+if (PUTX_HEADERS_LEN_AT + 4, metadata.META_FIXED.format) != (PUTX_OVERHEAD, "<QQQHHI"):  # pragma: no cover
+    raise TypeError("journaled.format.record: the PUTX offsets disagree with metadata.META_FIXED")
 #: Types with this bit set may be skipped by a reader that does not know them; unknown types
 #: without it mean "a newer writer wrote something you must understand" and are refused.
 TYPE_SKIPPABLE: Final = 0x80

@@ -23,12 +23,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 from attrs import AttrsInstance
 
-from journaled.format import columns, fallback, record
+from journaled.format import columns, fallback, metadata, record
 from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems
 
 #: The environment variable that, set to anything but ``""`` or ``"0"``, forces pure Python.
@@ -36,7 +36,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 5
+ABI_VERSION: Final = 6
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -55,8 +55,39 @@ def layout() -> dict[str, int]:
         "PUT_FIELDS_SIZE": record.PUT_FIELDS_SIZE,
         "PUT_OVERHEAD": record.PUT_OVERHEAD,
         "TYPE_PUT": record.TYPE_PUT,
+        "TYPE_PUTX": record.TYPE_PUTX,
+        "PUTX_FIELDS_SIZE": record.PUTX_FIELDS_SIZE,
+        "PUTX_NOT_BEFORE_AT": record.PUTX_NOT_BEFORE_AT,
+        "PUTX_PRODUCER_AT": record.PUTX_PRODUCER_AT,
+        "PUTX_SEQUENCE_AT": record.PUTX_SEQUENCE_AT,
+        "PUTX_KEY_LEN_AT": record.PUTX_KEY_LEN_AT,
+        "PUTX_HEADER_COUNT_AT": record.PUTX_HEADER_COUNT_AT,
+        "PUTX_HEADERS_LEN_AT": record.PUTX_HEADERS_LEN_AT,
+        "PUTX_OVERHEAD": record.PUTX_OVERHEAD,
         "MAX_BODY": record.MAX_BODY,
         "MAX_BATCH_BYTES": columns.MAX_BATCH_BYTES,
+    }
+
+
+def configure_arguments() -> dict[str, Any]:
+    """The keyword arguments :func:`adopt` gives ``_speedups.configure``: the layout, the classes
+    the twins build (``Put``, and ``PutX`` with its ``Meta`` and the shared empty headers for a
+    PUTX carrying only a producer's tag) with their field names, and the references."""
+    return {
+        "constants": layout(),
+        "put_type": record.Put,
+        "put_fields": tuple(a.name for a in attrs.fields(record.Put)),
+        "putx_type": record.PutX,
+        "putx_fields": tuple(a.name for a in attrs.fields(record.PutX)),
+        "meta_type": metadata.Meta,
+        "meta_fields": tuple(a.name for a in attrs.fields(metadata.Meta)),
+        "no_headers": metadata.NO_HEADERS,
+        "damage_type": record.Damage,
+        "encode_puts": fallback.encode_puts,
+        "decode_many": fallback.decode_many,
+        "decode_one": record.decode_one,
+        "decode_columns": fallback.decode_columns,
+        "walk_puts": fallback.walk_puts,
     }
 
 
@@ -70,17 +101,7 @@ def adopt(module: ModuleType) -> str | None:
     if abi != ABI_VERSION:
         return f"the compiled extension has ABI {abi}, this code needs {ABI_VERSION}: rebuild it"
     try:
-        module.configure(
-            constants=layout(),
-            put_type=record.Put,
-            put_fields=tuple(a.name for a in attrs.fields(record.Put)),
-            damage_type=record.Damage,
-            encode_puts=fallback.encode_puts,
-            decode_many=fallback.decode_many,
-            decode_one=record.decode_one,
-            decode_columns=fallback.decode_columns,
-            walk_puts=fallback.walk_puts,
-        )
+        module.configure(**configure_arguments())
     except (TypeError, ValueError) as exc:
         return f"the compiled extension refused the format: {exc}"
     return None
@@ -114,11 +135,12 @@ def describe() -> str:
 #: ``fallback.encode_puts`` or its compiled twin (anything off the twin's fast path -- an argument
 #: of another type, a number outside its field -- is handed to the reference).
 encode_puts = fallback.encode_puts if native is None else native.encode_puts
-#: ``fallback.decode_many`` or its compiled twin (records that are not well-formed PUTs are
-#: classified by record.decode_one, so damage is described exactly as by the reference).
+#: ``fallback.decode_many`` or its compiled twin (records that are not well-formed PUTs, or PUTXs
+#: carrying only a producer's tag, are classified by record.decode_one, so damage is described
+#: exactly as by the reference).
 decode_many = fallback.decode_many if native is None else native.decode_many
-#: ``fallback.walk_puts`` or its compiled twin (anything but a well-formed PUT, and every argument
-#: off its fast path, is handed to the reference from there on).
+#: ``fallback.walk_puts`` or its compiled twin (anything but a well-formed PUT or tag-only PUTX, and
+#: every argument off its fast path, is handed to the reference from there on).
 walk_puts = fallback.walk_puts if native is None else native.walk_puts
 #: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
@@ -131,7 +153,8 @@ def item_twins(
     ``Item``, which calls this once at import; ``meta_item`` builds the items of PUTX records): the
     compiled twins, configured with the class and the references of
     :func:`fallback.item_references`, or those references.  The compiled ``items_from_puts`` takes
-    only records of exactly ``record.Put`` and hands the rest to the reference."""
+    only records of exactly ``record.Put``, or ``record.PutX`` carrying only a producer's tag, and
+    hands the rest to the reference."""
     references = fallback.item_references(item_type, meta_item)
     if native is None:
         return references

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from journaled import item
 from journaled.format import fallback, record, speedups
+from journaled.format.metadata import NO_HEADERS, Meta
 from journaled.format.record import MAX_BODY, PUT_OVERHEAD
 from support.paths import ROOT
 
@@ -540,6 +541,11 @@ def _configure_args(**changes: Any) -> dict[str, Any]:
         "constants": speedups.layout(),
         "put_type": record.Put,
         "put_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+        "putx_type": record.PutX,
+        "putx_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload", "meta"),
+        "meta_type": Meta,
+        "meta_fields": ("not_before_ms", "producer", "sequence", "key", "headers"),
+        "no_headers": NO_HEADERS,
         "damage_type": record.Damage,
         "encode_puts": py_encode_puts,
         "decode_many": py_decode_many,

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from journaled import item
 from journaled.format import fallback, record, speedups
+from journaled.format.metadata import NO_HEADERS, Meta
 
 try:
     from journaled.format import _speedups as native
@@ -334,6 +335,11 @@ def configure_args(**changes: Any) -> dict[str, Any]:
         "constants": speedups.layout(),
         "put_type": record.Put,
         "put_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+        "putx_type": record.PutX,
+        "putx_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload", "meta"),
+        "meta_type": Meta,
+        "meta_fields": ("not_before_ms", "producer", "sequence", "key", "headers"),
+        "no_headers": NO_HEADERS,
         "damage_type": record.Damage,
         "encode_puts": fallback.encode_puts,
         "decode_many": fallback.decode_many,
@@ -395,3 +401,123 @@ def test_decode_many_refuses_a_decode_one_size_that_would_leave_the_buffer():
     finally:
         assert speedups.adopt(native) is None
     still_decodes()
+
+
+# ------------------------------------------------------------- PUTX records carrying only a tag
+
+
+class PropertyIdPutX(record.PutX):
+    """A PutX whose ``id`` is a property: reading it runs Python code."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[misc]
+    def id(self) -> int:  # type: ignore[override]
+        return 0
+
+
+class LenMapping(dict):  # type: ignore[type-arg]
+    """A mapping whose ``len`` runs Python code (here: it raises)."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("len ran")
+
+
+class PropertyMeta:
+    """Meta's field names as properties."""
+
+    not_before_ms = producer = sequence = key = headers = property(lambda self: 0)
+
+
+def test_configure_refuses_putx_and_meta_classes_it_cannot_build():
+    import types
+
+    refusals: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"putx_type": record.Damage}, TypeError, "putx_type must be a subclass of Put"),
+        (
+            {"putx_fields": ("offset", "size", "id", "add_ms", "expire_ms", "payload")},
+            ValueError,
+            "does not build",
+        ),
+        ({"putx_type": PropertyIdPutX}, TypeError, "PropertyIdPutX's fields must be slots"),
+        ({"meta_type": PropertyMeta}, TypeError, "PropertyMeta's fields must be slots"),
+        (
+            {"meta_fields": ("producer", "not_before_ms", "sequence", "key", "headers")},
+            ValueError,
+            "does not build",
+        ),
+        ({"no_headers": {}}, TypeError, "no_headers must be a mappingproxy, not dict"),
+        ({"no_headers": types.MappingProxyType({"h": b"v"})}, ValueError, "no_headers must be empty"),
+        ({"no_headers": types.MappingProxyType(LenMapping())}, RuntimeError, "len ran"),
+        ({"putx_type": None}, TypeError, "must be type"),
+    ]
+    for change, exc, message in refusals:
+        with pytest.raises(exc, match=message):
+            native.configure(**configure_args(**change))
+        still_decodes()
+    with pytest.raises(TypeError, match="takes all of its keyword arguments"):
+        native.configure(**{k: v for k, v in configure_args().items() if k != "no_headers"})
+
+
+def tagged_journal() -> bytes:
+    out = bytearray()
+    for i in range(6):
+        meta = Meta(0, 3, i) if i % 2 else Meta(0, 3, i, b"k")
+        out += record.encode_putx(7, len(out), 100 + i, 5, 0, meta, b"p" * (i * 40))
+    return bytes(out)
+
+
+def test_items_from_puts_hands_putx_records_it_cannot_vouch_for_to_the_reference():
+    """A PutX whose Meta is a subclass, holds a not-before past the C types, headers other than the
+    shared empty ones, or is not set: the reference's answer (or its error), item for item."""
+
+    class Sneaky(Meta):
+        """A subclass: the fast path takes exactly Meta."""
+
+    def putx(meta: Any) -> record.PutX:
+        return record.PutX(0, 70, 9, 5, 0, b"d", meta)
+
+    unset = object.__new__(record.PutX)
+    for name in ("offset", "size", "id", "add_ms", "expire_ms", "payload"):
+        object.__setattr__(unset, name, 1 if name != "payload" else b"d")
+    cases = [
+        [putx(Sneaky(0, 1, 1))],
+        [putx(Meta(2**70, 1, 1))],
+        [putx(Meta(0, 1, 1, None, {}))],
+        [record.Put(0, 34, 8, 5, 0, b"a"), putx(Meta(0, 1, 1, None, {}))],
+        [putx(Meta(0, 1, 1)), unset],
+        [unset],
+    ]
+    for recs in cases:
+        got, want = (
+            outcome(native.items_from_puts, recs, {}, 2**20, 3),
+            outcome(py_items_from_puts, recs, {}, 2**20, 3),
+        )
+        if got[0] == want[0] == "ok":
+            assert [type(i) for i in got[1][0]] == [type(i) for i in want[1][0]]
+        assert got == want
+
+
+@pytest.mark.parametrize("nth", range(6))
+def test_decoding_tag_only_putx_survives_a_collection_that_reconfigures_the_module(nth):
+    """A collection started by an allocation inside the decode reconfigures the module with new
+    (equal) classes' references: the records built are still whole and equal the reference's."""
+    buf = tagged_journal()
+    calls = {"n": 0}
+
+    def reconfigure(phase: str, info: dict[str, Any]) -> None:
+        calls["n"] += 1
+        if phase == "start" and calls["n"] == nth + 1:
+            assert speedups.adopt(native) is None
+
+    gc.callbacks.append(reconfigure)
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        got = native.decode_many(buf, 0, 7)
+        walked = native.walk_puts(buf, 0, 7, 0, 0, 100, 2**20, 0, True)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(reconfigure)
+    assert got == fallback.decode_many(buf, 0, 7)
+    assert walked == fallback.walk_puts(buf, 0, 7, 0, 0, 100, 2**20, 0, True)

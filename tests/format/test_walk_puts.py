@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from journaled import item
 from journaled.format import fallback, record, speedups
+from journaled.format.metadata import NO_HEADERS, Meta
 
 try:
     from journaled.format import _speedups as native
@@ -253,6 +254,11 @@ def test_a_collection_that_reconfigures_the_module_mid_walk_changes_nothing(nth)
             constants=speedups.layout(),
             put_type=record.Put,
             put_fields=("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+            putx_type=record.PutX,
+            putx_fields=("offset", "size", "id", "add_ms", "expire_ms", "payload", "meta"),
+            meta_type=Meta,
+            meta_fields=("not_before_ms", "producer", "sequence", "key", "headers"),
+            no_headers=NO_HEADERS,
             damage_type=record.Damage,
             encode_puts=fallback.encode_puts,
             decode_many=fallback.decode_many,
@@ -276,6 +282,11 @@ def test_a_reference_that_returns_something_else_is_refused():
         constants=speedups.layout(),
         put_type=record.Put,
         put_fields=("offset", "size", "id", "add_ms", "expire_ms", "payload"),
+        putx_type=record.PutX,
+        putx_fields=("offset", "size", "id", "add_ms", "expire_ms", "payload", "meta"),
+        meta_type=Meta,
+        meta_fields=("not_before_ms", "producer", "sequence", "key", "headers"),
+        no_headers=NO_HEADERS,
         damage_type=record.Damage,
         encode_puts=fallback.encode_puts,
         decode_many=fallback.decode_many,
@@ -299,7 +310,9 @@ def test_a_reference_that_returns_something_else_is_refused():
 def test_records_and_items_of_plain_values_are_left_out_of_the_collectors_walks():
     """Read-behind builds a record and an item per journal record; holding only ints, floats,
     bytes and None, they cannot be in a cycle, and the collector need not walk them."""
-    _, _, items_from_puts = speedups.item_twins(item.Item, item.MetaItem) if speedups.native else (None, None, None)
+    _, _, items_from_puts = (
+        speedups.item_twins(item.Item, item.MetaItem) if speedups.native else (None, None, None)
+    )
     puts = native.walk_puts(journal([b"a", b"b"]), 0, SALT, 0, 1, BIG, BIG, 0, True)[0]
     assert [gc.is_tracked(p) for p in puts] == [False, False]
     if items_from_puts is not None:

@@ -1,5 +1,6 @@
 """The record walker reads the same records, positions and damage with the compiled ``walk_puts`` and
-with its pure-Python reference, whatever the budgets, the chunk size and the damage."""
+with its pure-Python reference, whatever the budgets, the chunk size and the damage, over journals
+mixing PUTs, PUTXs carrying only a producer's tag (every client put) and PUTXs with a key."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled.format import fallback, speedups
-from journaled.format.record import FileHeader, encode_header, encode_put
+from journaled.format.metadata import Meta
+from journaled.format.record import FileHeader, encode_header, encode_put, encode_putx
 from journaled.log import walker
 from journaled.log.walker import LogReader, Span
 
@@ -19,11 +21,18 @@ SALT = 0x5EED
 pytestmark = pytest.mark.skipif(speedups.native is None, reason="the compiled twins are not in use")
 
 
-def image(sizes: list[int], first_id: int) -> bytearray:
+def image(sizes: list[int], first_id: int, kinds: list[int]) -> bytearray:
+    """Records of ``sizes``; the k-th a PUT, a tag-only PUTX or a PUTX with a key as kinds[k] % 3."""
     header = FileHeader(salt=SALT, first_id=first_id, created_ms=1, name="q")
     data = bytearray(encode_header(header))
     for k, n in enumerate(sizes):
-        data += encode_put(SALT, len(data), first_id + k, 1000 + k, k % 3, bytes([k % 251]) * n)
+        payload = bytes([k % 251]) * n
+        kind = kinds[k % len(kinds)] % 3 if kinds else 0
+        if kind == 0:
+            data += encode_put(SALT, len(data), first_id + k, 1000 + k, k % 3, payload)
+        else:
+            meta = Meta(0, 77, k, b"key" if kind == 2 else None)
+            data += encode_putx(SALT, len(data), first_id + k, 1000 + k, k % 3, meta, payload)
     return data
 
 
@@ -42,7 +51,14 @@ def read_all(data: bytes, budgets: list[tuple[int, int]], chunk: int, stop_at_da
     )
     for max_bytes, max_items in budgets * 50:
         batch = reader.read_batch(max_bytes, max_items, at_least_one=max_items % 2 == 0)
-        seen.append(([(r.id, r.offset, r.payload) for r in batch], reader.pos, reader.expected, reader.done))
+        seen.append(
+            (
+                [(type(r), r.id, r.offset, r.payload, getattr(r, "meta", None)) for r in batch],
+                reader.pos,
+                reader.expected,
+                reader.done,
+            )
+        )
         if reader.done:
             break
     return seen
@@ -57,11 +73,12 @@ def read_all(data: bytes, budgets: list[tuple[int, int]], chunk: int, stop_at_da
         st.tuples(st.sampled_from(["flip", "cut", "garbage", "dup"]), st.integers(0, 20000)), max_size=3
     ),
     st.booleans(),
+    st.lists(st.integers(0, 2), max_size=8),
 )
 def test_the_walker_reads_the_same_with_the_compiled_loop_and_the_reference(
-    sizes, budgets, chunk, damage, stop_at_damage
+    sizes, budgets, chunk, damage, stop_at_damage, kinds
 ):
-    data = image(sizes, 1)
+    data = image(sizes, 1, kinds)
     for kind, at in damage:
         at = 60 + at % max(1, len(data) - 60)
         if kind == "flip" and at < len(data):
