@@ -225,20 +225,23 @@ def _sized_headers(headers: object) -> tuple[Mapping[str, bytes], int]:
     if len(headers) > metadata.MAX_HEADERS:
         raise ValueError(f"at most {metadata.MAX_HEADERS} headers per item, got {len(headers)}")
     out: dict[str, bytes] = {}
+    size = 0  # metadata.header_bytes(out), summed as the names are encoded for their checks
     for name, value in headers.items():
         if type(name) is not str:
             raise TypeError(f"header names must be str, not {type(name).__name__}")
-        raw = name.encode("utf-8", "surrogatepass")
+        try:
+            raw = name.encode("utf-8")
+        except UnicodeEncodeError:
+            # a lone surrogate: a name too long says so first, as it would for any name
+            raw = name.encode("utf-8", "surrogatepass")
+            if len(raw) <= metadata.MAX_HEADER_NAME:
+                raise ValueError(f"header name {name!r} is not valid Unicode text") from None
         if not raw or len(raw) > metadata.MAX_HEADER_NAME:
             raise ValueError(f"header name {name!r} must be 1 to {metadata.MAX_HEADER_NAME} bytes of UTF-8")
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"header name {name!r} is not valid Unicode text") from None
-        out[name] = _header_value(name, value)
+        out[name] = data = _header_value(name, value)
+        size += 5 + len(raw) + len(data)  # name_len u8, value_len u32, name, value
     if not out:
         return NO_HEADERS, 0
-    size = metadata.header_bytes(out)
     if size > metadata.MAX_HEADER_BYTES:
         raise ValueError(f"headers take {size} bytes, more than the {metadata.MAX_HEADER_BYTES} allowed")
     return MappingProxyType(out), size
