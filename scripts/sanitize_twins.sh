@@ -8,7 +8,7 @@ usage: scripts/sanitize_twins.sh [--python PYTHON] [--work DIR] [--keep] [-- PYT
 
 Build journaled/format/_speedups.c with -fsanitize=address,undefined (every finding fatal) into
 a copy of the project under DIR, away from the normal in-place build, and run the twin tests there
-(tests/format by default, or PYTEST-ARGS) with that build.
+(tests/format and tests/log/test_walker_twins.py by default, or PYTEST-ARGS) with that build.
 
   --python PYTHON  the interpreter, with pytest and hypothesis installed (default: .venv/bin/python)
   --work DIR       where the copy and the build go (default: a fresh temporary directory)
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
         *) echo "sanitize_twins.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-[ $# -gt 0 ] || set -- tests/format
+[ $# -gt 0 ] || set -- tests/format tests/log/test_walker_twins.py
 case "$python" in
     /*) ;;
     */*) python="$PWD/$python" ;; # a relative path: the build and the tests run from the copy
