@@ -63,7 +63,9 @@ class Item:
 
 @attrs.frozen(slots=True)
 class MetaItem(Item):
-    """An :class:`Item` put with headers, a key, a delay or a producer's tag (``stored``)."""
+    """An :class:`Item` put with headers, a key or a delay (``stored``: the record's metadata,
+    with the producer's tag when the put had one).  An item whose record carries only a producer's
+    tag is a plain :class:`Item`: readers have no use for the tag."""
 
     stored: Meta = Meta()
 
