@@ -45,9 +45,9 @@
  * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
  * run (3: the twins hold their references across Python code; 4: walk_puts; 5: items_from_puts hands
  * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
- * configure() takes PutX, Meta and NO_HEADERS), so a stale build is refused (the
+ * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too), so a stale build is refused (the
  * switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -1184,7 +1184,10 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             const unsigned char *p = data + pos;
             uint32_t crc = get_u32(p + RECORD_CRC_AT), length = get_u32(p + RECORD_LENGTH_AT);
             long long end = pos + RECORD_HEADER_SIZE + (long long)length;
-            if (p[RECORD_TYPE_AT] != TYPE_PUT || length < PUT_FIELDS_SIZE || (long long)length > MAX_BODY || end > n)
+            /* a PUTX carrying only a producer's tag is a row like a PUT: no column holds the tag */
+            int tagged = p[RECORD_TYPE_AT] == TYPE_PUTX;
+            if (!(tagged ? length >= PUTX_FIELDS_SIZE : p[RECORD_TYPE_AT] == TYPE_PUT && length >= PUT_FIELDS_SIZE) ||
+                (long long)length > MAX_BODY || end > n || (tagged && !putx_tag_only(p)))
                 break;
             long long offset = base_offset + pos;
             if (crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
@@ -1198,11 +1201,11 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             last_id = id;
             have_last = 1;
             if (id >= (uint64_t)lo) {
-                long long len = end - pos - PUT_OVERHEAD;
+                long long start = tagged ? PUTX_OVERHEAD : PUT_OVERHEAD, len = end - pos - start;
                 memcpy(w_ids + U64 * added, p + PUT_ID_AT, U64);
                 memcpy(w_add + U64 * added, p + PUT_ADD_MS_AT, U64);
                 memcpy(w_exp + U64 * added, p + PUT_EXPIRE_MS_AT, U64);
-                memcpy(w_data, p + PUT_OVERHEAD, (size_t)len);
+                memcpy(w_data, p + start, (size_t)len);
                 w_data += len;
                 dlen += len;
                 put_u32(w_off + I32 * added, (uint32_t)dlen);

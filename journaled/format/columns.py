@@ -4,6 +4,9 @@
 reference) walks well-formed PUT records in a buffer -- the same records the record walker's fast
 path accepts: type PUT, a plausible length, all bytes present, the position-seeded CRC32C matching
 -- and appends their fields to five column buffers instead of building one object per record.
+A PUTX record carrying only a producer's tag (no not-before, key or headers: every put a client
+process makes) is such a row too, its payload taken from after its metadata; no column holds the
+tag, which serves the owner's exactly-once retry index, not readers.
 The buffers are what Arrow takes as they are (the Spark source wraps them with
 ``pyarrow.Array.from_buffers``, see journaled/spark/arrowread.py):
 
@@ -12,9 +15,10 @@ The buffers are what Arrow takes as they are (the Spark source wraps them with
   seeds it with a leading 0, as Arrow's binary layout wants);
 * ``data``: the payloads back to back.
 
-Anything else at ``pos`` -- another record type, damage, a record cut by the end of the buffer
--- stops the walk there (status :data:`MORE`), so the caller reads on or hands over to the
-general reader (log/walker.py), which classifies damage.
+Anything else at ``pos`` -- another record type, a PUTX with a key, headers or a not-before,
+damage, a record cut by the end of the buffer -- stops the walk there (status :data:`MORE`), so
+the caller reads on (arrowread.py decodes the other PUTXs itself) or hands over to the general
+reader (log/walker.py), which classifies damage.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ is stale, or ``JOURNALED_PURE_PYTHON=1``.
 * :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops, the batch forms
   of format/record.py's single-record ``encode_put`` and ``decode_one``;
 * :func:`walk_puts`: the record walker's loop over decode_many's records (journaled.log.walker);
-* :func:`decode_columns`: PUT records into the Arrow column buffers of format/columns.py;
+* :func:`decode_columns`: PUT (and tag-only PUTX) records into the Arrow column buffers of
+  format/columns.py;
 * :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
   it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
   switch: importing it from here would close an import cycle, and format/ imports nothing above it.
@@ -38,9 +39,14 @@ from journaled.format.record import (
     PUT_HEADER_STRUCT,
     PUT_OVERHEAD,
     PUT_TAIL_STRUCT,
+    PUTX_FIELDS_SIZE,
+    PUTX_KEY_LEN_AT,
+    PUTX_NOT_BEFORE_AT,
+    PUTX_OVERHEAD,
     RECORD_HEADER_SIZE,
     RECORD_HEADER_STRUCT,
     TYPE_PUT,
+    TYPE_PUTX,
     Damage,
     Decoded,
     Put,
@@ -230,6 +236,17 @@ def _le(typecode: str, values: list[int]) -> bytes:
     return a.tobytes()
 
 
+_NOT_BEFORE = struct.Struct("<Q")
+_LENGTHS = struct.Struct("<HHI")  # key_len, header_count, headers_len
+
+
+def _tag_only(buf: bytes, pos: int) -> bool:
+    """The PUTX at ``pos`` (at least PUTX_FIELDS_SIZE bytes of body) carries only a producer's
+    tag: no not-before, no key, no headers, so its payload starts at PUTX_OVERHEAD."""
+    not_before = _NOT_BEFORE.unpack_from(buf, pos + PUTX_NOT_BEFORE_AT)[0]
+    return not_before == 0 and _LENGTHS.unpack_from(buf, pos + PUTX_KEY_LEN_AT) == (0, 0, 0)
+
+
 def decode_columns(
     buf: bytes,
     base_offset: int,
@@ -242,15 +259,17 @@ def decode_columns(
     max_bytes: int,
     out: Columns,
 ) -> tuple[int, int | None, int]:
-    """Append the PUT records from ``buf[pos:]`` (``buf`` lies at file offset ``base_offset``)
-    with ids in ``[lo, hi)`` to ``out`` (columns.py's five buffers, see there).
+    """Append the PUT records, and the PUTX records carrying only a producer's tag, from
+    ``buf[pos:]`` (``buf`` lies at file offset ``base_offset``) with ids in ``[lo, hi)`` to ``out``
+    (columns.py's five buffers, see there).
 
     compiled twin: _speedups.c, section decode_columns.
 
     Records with ids below ``lo`` are walked over without being appended.  Returns ``(pos,
     last_id, status)``: the buffer position after the last record walked, the id of that record
     (``None`` when none was), and why the walk stopped: ``columns.MORE`` (anything but a valid
-    PUT, or the end of ``buf``), ``columns.DONE`` (``pos`` is at a valid record with id >= ``hi``
+    PUT or tag-only PUTX -- a PUTX with a key, headers or a not-before among them -- or the end
+    of ``buf``), ``columns.DONE`` (``pos`` is at a valid record with id >= ``hi``
     or offset >= ``end_offset``) or ``columns.FULL`` (``max_rows`` rows or ``max_bytes`` payload
     bytes, checked before each record against the whole of ``out``).
     """
@@ -278,7 +297,16 @@ def decode_columns(
                 break
             crc, length, rtype, item_id, add_ms, expire_ms = unpack(buf, pos)
             end = pos + RECORD_HEADER_SIZE + length
-            if rtype != TYPE_PUT or length < PUT_FIELDS_SIZE or length > MAX_BODY or end > n:
+            if rtype == TYPE_PUT:
+                start = pos + PUT_OVERHEAD
+                if length < PUT_FIELDS_SIZE:
+                    break
+            elif rtype == TYPE_PUTX and length >= PUTX_FIELDS_SIZE and end <= n and _tag_only(buf, pos):
+                # the tag is the owner's (its retry index); no column holds it
+                start = pos + PUTX_OVERHEAD
+            else:
+                break
+            if length > MAX_BODY or end > n:
                 break
             offset = base_offset + pos
             if crc32c(view[pos + 4 : end], (salt ^ offset) & 0xFFFFFFFF) != crc:
@@ -291,8 +319,8 @@ def decode_columns(
                 ids.append(item_id)
                 adds.append(add_ms)
                 exps.append(expire_ms)
-                parts.append(buf[pos + PUT_OVERHEAD : end])
-                dlen += end - pos - PUT_OVERHEAD
+                parts.append(buf[start:end])
+                dlen += end - start
                 offs.append(dlen)
                 rows += 1
             pos = end

@@ -36,7 +36,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 6
+ABI_VERSION: Final = 7
 
 T = TypeVar("T", bound=AttrsInstance)
 

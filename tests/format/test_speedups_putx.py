@@ -4,8 +4,9 @@ Every put a client process makes is a PUTX with a producer tag and nothing else 
 headers, no not-before).  Readers never see the tag, so such a record reads back as a plain
 ``Item``, and the compiled twins decode it (``decode_many``, ``walk_puts``) and turn it into an item
 (``items_from_puts``) without calling their references.  Any other PUTX still goes to the
-reference.  Compiled and reference agree value for value and error for error on random buffers
-mixing PUTs, tag-only PUTXs, PUTXs with metadata and damage.
+reference.  The columnar walk of the Spark source (``decode_columns``) takes a tag-only PUTX as a
+row like a PUT's and stops at any other PUTX.  Compiled and reference agree value for value and
+error for error on random buffers mixing PUTs, tag-only PUTXs, PUTXs with metadata and damage.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journaled import item
-from journaled.format import fallback, record, speedups
+from journaled.format import columns, fallback, record, speedups
 from journaled.format.metadata import NO_HEADERS, Meta
 from journaled.format.record import MAX_BODY, PutX
 
@@ -217,6 +218,58 @@ def test_records_and_items_of_tag_only_putx_are_left_out_of_the_collectors_walks
     assert [gc.is_tracked(i) for i in items_from_puts(puts, {}, BIG, 0)[0]] == [False, False]
 
 
+# ------------------------------------------------------------------------------ columnar decoding
+
+
+def run_columns(decode_columns: Callable[..., Any], buf: bytes, *args: Any) -> tuple[Any, list[bytes]]:
+    """``decode_columns`` over all of ``buf`` (or ``args``' range) into fresh columns."""
+    out = columns.new_columns()
+    got = decode_columns(buf, *(args or (0, SALT, 0, 0, 2**62, 2**62, 1 << 20, BIG)), out)
+    return got, [bytes(c) for c in out]
+
+
+@pytest.mark.parametrize("twin", ["reference", "compiled"])
+def test_decode_columns_takes_a_tag_only_putx_as_the_row_of_the_same_put(twin):
+    if twin == "compiled" and native is None:
+        pytest.skip("the compiled extension is not built")
+    decode_columns = fallback.decode_columns if twin == "reference" else native.decode_columns
+    payloads = [b"", b"tagged" * 30, b"x"]
+    tagged = records([(tag(7, 100 + i), p) for i, p in enumerate(payloads)], first_id=5)
+    plain = records([(None, p) for p in payloads], first_id=5)
+    (pos, last, status), cols = run_columns(decode_columns, tagged)
+    assert (pos, last, status) == (len(tagged), 7, columns.MORE)
+    assert cols == run_columns(decode_columns, plain)[1]
+
+
+@pytest.mark.parametrize("twin", ["reference", "compiled"])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        Meta(0, 7, 1, b"key", NO_HEADERS),
+        Meta(0, 7, 1, None, {"h": b"v"}),
+        Meta(ADD_MS + 1, 7, 1, None, NO_HEADERS),
+    ],
+)
+def test_decode_columns_still_stops_at_a_putx_carrying_more_than_a_tag(twin, meta):
+    if twin == "compiled" and native is None:
+        pytest.skip("the compiled extension is not built")
+    decode_columns = fallback.decode_columns if twin == "reference" else native.decode_columns
+    buf = records([(tag(7, 0), b"a"), (meta, b"b"), (tag(7, 2), b"c")])
+    at = len(records([(tag(7, 0), b"a")]))
+    (pos, last, status), cols = run_columns(decode_columns, buf)
+    assert (pos, last, status) == (at, 1, columns.MORE)
+    assert cols[4] == b"a"
+
+
+@needs_native
+def test_decode_columns_walks_tag_only_putx_records_in_c():
+    buf = records([(tag(5, i), b"p" * i) for i in range(1, 6)] + [(None, b"plain")])
+    with spying(decode_columns="decode_columns") as calls:
+        got = run_columns(native.decode_columns, buf)
+    assert calls == {"decode_columns": 0}
+    assert got == run_columns(fallback.decode_columns, buf)
+
+
 # ------------------------------------------------------------------------ twins equal, by hypothesis
 
 u64 = st.integers(0, 2**64 - 1)
@@ -305,3 +358,26 @@ def test_items_from_puts_agrees_on_mixed_records(case, want, overhead):
     got, ref = compiled(recs, errors, want, overhead), ref_items_from_puts(recs, errors, want, overhead)
     assert [type(i) for i in got[0]] == [type(i) for i in ref[0]]
     assert got == ref
+
+
+@needs_native
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mixed_journals(),
+    st.integers(0, 40),
+    st.integers(0, 2**62),
+    st.sampled_from([2**62]) | st.integers(0, 2**62),
+    st.sampled_from([2**62]) | st.integers(0, 2**34),
+    st.integers(0, 12),
+    st.integers(0, 400),
+    st.lists(st.binary(max_size=24), min_size=5, max_size=5),
+)
+def test_decode_columns_agrees_on_mixed_journals(case, pos, lo, hi, end_offset, max_rows, max_bytes, prefill):
+    """The same return value (or error), the same bytes appended to columns that already hold some."""
+    buf, base = case
+    args = (buf, base, SALT, pos, lo, hi, end_offset, max_rows, max_bytes)
+    outs = [[bytearray(c) for c in [*prefill[:3], bytes(4), prefill[4]]] for _ in range(2)]
+    assert outcome(native.decode_columns, *args, outs[0]) == outcome(fallback.decode_columns, *args, outs[1])
+    assert outs[0] == outs[1]
+    whole = (buf, base, SALT, 0, 0, 2**62, 2**62, 1 << 20, BIG)
+    assert run_columns(native.decode_columns, *whole) == run_columns(fallback.decode_columns, *whole)
