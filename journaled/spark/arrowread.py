@@ -3,10 +3,11 @@
 Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, or format/fallback.py's
 pure-Python reference) into five byte buffers per batch -- ids, add and expire times, payload
 offsets and payload bytes -- which become Arrow arrays with ``pyarrow.Array.from_buffers``:
-no Python object per record.  ``decode_columns`` takes plain PUTs only; a PUTX (an item with a
-key, headers or a not-before time) where it stops is decoded here, in Python, its row appended
-to the same buffers and its metadata kept beside them (``ArrowColumns.metas``), and the
-columnar walk goes on after it.  Anything else it does not decode inline (a skippable record
+no Python object per record.  ``decode_columns`` takes plain PUTs and PUTXs carrying only a
+producer's tag (every put of a client process: the tag is the owner's, no column holds it); a
+PUTX with more (a key, headers or a not-before time) where it stops is decoded here, in Python,
+its row appended to the same buffers and its metadata kept beside them (``ArrowColumns.metas``),
+and the columnar walk goes on after it.  Anything else it does not decode inline (a skippable record
 type, damage, a record longer than a read) hands over, from that point, to
 :func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips damage
 and notes it in ``gaps``, exactly as before.
@@ -50,7 +51,8 @@ HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]
 @attrs.frozen
 class ArrowColumns:
     """One batch: ``ids``/``add_ms``/``expire_ms`` as int64, ``values`` as binary, and the
-    metadata of its rows that carry some (PUTX records): ``(row, meta)`` in row order."""
+    metadata of its rows that carry some a reader sees (PUTX records with a key, headers or a
+    not-before): ``(row, meta)`` in row order.  Other rows are null in the metadata columns."""
 
     ids: pa.Array
     values: pa.Array
@@ -144,7 +146,8 @@ def read_segment_arrays(
                     if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
                         yield to_arrow(cols, metas)
                         cols, metas = new_columns(), []
-                    metas.append((len(cols[0]) // 8, rec.meta))
+                    if _shown(rec.meta):
+                        metas.append((len(cols[0]) // 8, rec.meta))
                     _append(cols, rec.id, rec.add_ms, rec.expire_ms, rec.payload)
                 k += rec.size
             if status == DONE:
@@ -155,7 +158,7 @@ def read_segment_arrays(
             # nothing decoded inline here: the general reader takes it from this point
             rest = attrs.evolve(seg, start=pos, exact=True)
             for got in read_segment(rest, gaps, None if last_id is None else last_id + 1):
-                if isinstance(got, PutX):
+                if isinstance(got, PutX) and _shown(got.meta):
                     metas.append((len(cols[0]) // 8, got.meta))
                 _append(cols, got.id, got.add_ms, got.expire_ms, got.payload)
                 if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
@@ -178,6 +181,11 @@ def _putx_at(buf: bytes, k: int, base: int, salt: int) -> PutX | None:
         return None
     rec = decode_one(buf, k, base, salt)
     return rec if isinstance(rec, PutX) else None
+
+
+def _shown(meta: Meta) -> bool:
+    """``meta`` has a column to fill: a key, headers or a not-before (a producer's tag has none)."""
+    return bool(meta.key is not None or meta.headers or meta.not_before_ms)
 
 
 def _append(cols: Columns, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> None:

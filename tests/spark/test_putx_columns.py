@@ -1,7 +1,9 @@
 """Items with a key, headers or a not-before time (PUTX records) on the Spark source's read
 path, without Spark: byte-range planning finds them (offline/segments.py), the columnar walk
 hands them over instead of misreading them, and the Arrow reader gives them with their
-metadata (spark/arrowread.py), row for row what the record reader reads."""
+metadata (spark/arrowread.py), row for row what the record reader reads.  A PUTX carrying only a
+producer's tag (every put of a client process) is read by the columnar walk as a PUT is, with
+null metadata columns."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from journaled.format import fallback, speedups  # noqa: E402
 from journaled.format.columns import MORE, new_columns  # noqa: E402
 from journaled.format.metadata import Meta  # noqa: E402
 from journaled.format.record import PutX, encode_put, encode_putx  # noqa: E402
+from journaled.offline.scan import JournalScanner  # noqa: E402
 from journaled.offline.segments import QueueView, read_segment  # noqa: E402
+from journaled.spark import arrowread  # noqa: E402
 from journaled.spark.arrowread import read_segment_arrays  # noqa: E402
 
 BIG = QueueConfig(journal_size=16 << 20, sync="never")
@@ -134,3 +138,51 @@ def test_arrow_reader_skips_damage_after_a_putx_as_the_record_reader_does(tmp_pa
     want = [(r.id, r.meta.key) for r in read_segment(seg, gaps_b)]
     assert got == want == [(i, b"k%d" % (i - 1)) for i in range(1, 11) if i != 4]
     assert gaps_a == gaps_b and len(gaps_a) == 1
+
+
+def _arrow_rows(path: str, lo: int = 1) -> list[tuple[object, ...]]:
+    """(id, value, add_ms, expire_ms, key, headers, not_before) of every row the Arrow reader gives."""
+    view = QueueView(path)
+    out: list[tuple[object, ...]] = []
+    for seg in view.plan(view.locate(lo), view.tail(), 1 << 20):
+        for cols in read_segment_arrays(seg, None, 1000):
+            assert cols.metas == ()
+            out += zip(
+                cols.ids.to_pylist(),
+                cols.values.to_pylist(),
+                cols.add_ms.to_pylist(),
+                cols.expire_ms.to_pylist(),
+                cols.keys().to_pylist(),
+                cols.headers().to_pylist(),
+                cols.not_before_ms().to_pylist(),
+            )
+    return out
+
+
+def test_tag_only_putx_rows_read_as_the_same_puts_in_the_columnar_walk(tmp_path, monkeypatch):
+    rnd = random.Random(25)
+    payloads = [rnd.randbytes(rnd.choice([0, 3, 90, 700])) for _ in range(3000)]
+    tagged, plain = str(tmp_path / "tagged"), str(tmp_path / "plain")
+    for path, producer in ((tagged, 77), (plain, None)):
+        with journaled.JournaledQueue(path, QueueConfig(journal_size=256 << 10, sync="never")) as q:
+            for i in range(0, len(payloads), 100):
+                run = payloads[i : i + 100]
+                expire = None if i % 200 else 4_000_000_000
+                if producer is None:
+                    q.put_many(run, expire_at=expire)
+                else:
+                    q.put_many(run, expire_at=expire, producer=(producer, 1 + i))
+    records = list(JournalScanner(tagged).records())
+    assert {type(r) for r in records} == {PutX}  # every item is a tag-only PUTX on disk
+    decoded_in_python = []
+    real_decode_one = arrowread.decode_one
+    monkeypatch.setattr(
+        arrowread, "decode_one", lambda *a: decoded_in_python.append(a) or real_decode_one(*a)
+    )
+    got = _arrow_rows(tagged)
+    assert decoded_in_python == []
+    assert got == [(r.id, r.payload, r.add_ms, r.expire_ms, None, None, None) for r in records]
+    assert [(row[0], row[1], row[3]) for row in got] == [
+        (row[0], row[1], row[3]) for row in _arrow_rows(plain)
+    ]
+    assert [row[0] for row in got] == list(range(1, 3001))
