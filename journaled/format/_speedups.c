@@ -45,8 +45,8 @@
  * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
  * run (3: the twins hold their references across Python code; 4: walk_puts; 5: items_from_puts hands
  * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
- * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too), so a stale build is refused (the
- * switch then runs the pure-Python references and says why in describe()). */
+ * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too), so a stale build
+ * is refused (the switch then runs the pure-Python references and says why in describe()). */
 #define ABI_VERSION 7
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
