@@ -9,8 +9,8 @@ Measures, with 1 KiB items and the default sync policy (0.05 s):
   blocking ``recv``/``send`` loop in a child process), (a') the same exchange as journaled's
   frames (a put request, tagged as a client's is, and its reply through remote/transport.py,
   no queue behind it), (b) a client's single ``put`` of 1 KiB to a queue owned by another
-  process (default sync, and ``sync="never"``), (c) a client's ``get`` + ``commit``; p50/p99 of each (median over the
-  rounds), their ratio to (a), and the CPU time the server's process used per call
+  process (default sync, and ``sync="never"``), (c) a client's ``get`` + ``commit``; p50/p99 of
+  each (median over the rounds), their ratio to (a), and the CPU time the server's process used per call
   (``/proc/<pid>/task/*/schedstat``): a spinning owner uses more than it works;
 * a client's ``put_many`` of 1,000 items (items/s, median of ``--rounds`` batches);
 * a client's single ``put`` round trip (p50 and p99 in µs);

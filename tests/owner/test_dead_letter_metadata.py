@@ -42,5 +42,6 @@ def test_an_envelope_without_metadata_decodes_to_empty_headers_and_no_key() -> N
 def test_the_envelope_round_trips_not_before_to_the_millisecond() -> None:
     from journaled.format.metadata import Meta
 
-    letter = DeadLetter(9, b"d", 2.0, None, 3, "max_errors", "boom", "r", Meta(not_before_ms=1_700_000_000_123))
+    meta = Meta(not_before_ms=1_700_000_000_123)
+    letter = DeadLetter(9, b"d", 2.0, None, 3, "max_errors", "boom", "r", meta)
     assert DeadLetter.decode(letter.encode()).not_before == 1_700_000_000.123
