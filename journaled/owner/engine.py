@@ -168,14 +168,22 @@ class Step:
         self.kind = None
 
 
-def run_disposals(lock: threading.Lock, cores: Sequence[ReaderCore], closing: Callable[[], bool]) -> int:
+def run_disposals(
+    lock: threading.Lock,
+    cores: Sequence[ReaderCore],
+    closing: Callable[[], bool],
+    told: set[tuple[str, int]] | None = None,
+) -> int:
     """Hand parked items to their sinks (outside ``lock``, the queue lock), then commit them.
 
     A sink that raises is logged and its item is committed anyway: a broken sink must not make a
     reader redeliver an item it already decided never to deliver.  A crash between the sink and
-    the next checkpoint calls the sink again after reopen (at-least-once).  While the queue is
-    closing, a sink raising ``QueueClosed`` (e.g. it is this very queue) leaves its item
-    uncommitted instead, so the sink gets it after reopen.  Call with the engine's disposal lock.
+    the next checkpoint calls the sink again after reopen (at-least-once).  A sink raising
+    ``QueueClosed`` (a destination queue closed before this one, or this very queue closing) is
+    not broken but stopped: its item stays uncommitted, is offered again on the next pass, and
+    reaches its sink after reopen at the latest.  ``told`` holds the ``(reader, id)`` of items
+    already logged as kept, so a closed destination is said once per item, not once per pass.
+    Call with the engine's disposal lock.
     """
     with lock:
         batch = [(c, item, sink) for c in cores for item, sink in c.disposing.values()]
@@ -187,17 +195,27 @@ def run_disposals(lock: threading.Lock, cores: Sequence[ReaderCore], closing: Ca
             else:
                 sink.put(item.encode())
         except QueueClosed:
-            if not closing():
-                log.exception("reader %s: sink %r failed for item %d; item dropped", core.name, sink, item.id)
-                continue
-            log.warning("reader %s: sink %r closed; item %d kept for after reopen", core.name, sink, item.id)
             kept.add(k)
+            if told is None or (core.name, item.id) not in told:
+                why = "this queue is closing" if closing() else "it is closed"
+                log.warning(
+                    "reader %s: sink %r refused item %d (%s); kept, to be handed again (after reopen "
+                    "at the latest)",
+                    core.name,
+                    sink,
+                    item.id,
+                    why,
+                )
+                if told is not None:
+                    told.add((core.name, item.id))
         except Exception:
             log.exception("reader %s: sink %r failed for item %d; item dropped", core.name, sink, item.id)
     with lock:
         for k, (core, item, _sink) in enumerate(batch):
             if k not in kept:
                 core.end_disposal(item)
+                if told is not None:
+                    told.discard((core.name, item.id))
     return len(batch)
 
 
@@ -230,6 +248,7 @@ class Engine:
         self._house_kick = threading.Event()  # wakes the housekeeping thread early
         self._sink_kick = threading.Event()  # wakes the sink thread
         self.disposal_lock = threading.Lock()  # one hand-over pass at a time (see run_disposals)
+        self._told: set[tuple[str, int]] = set()  # items kept for a closed sink, already logged
         steps = ("directory check", "policies", "flush", "checkpoint", "maintenance")
         self._steps = {n: Step(name, n) for n in steps}
         self._errors_lock = threading.Lock()  # the two counters below; taken on failures only
@@ -382,7 +401,7 @@ class Engine:
         with self.disposal_lock:
             with self._lock:
                 cores = list(self._cores())
-            return run_disposals(self._lock, cores, self._closing)
+            return run_disposals(self._lock, cores, self._closing, self._told)
 
     # ------------------------------------------------------------------ stopping
     def stop(self) -> None:
