@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-from journaled.cli.inspection import UsageError, escape, show_payload
+from journaled.cli.inspection import UsageError, escape, show_bytes, show_payload
 from journaled.deadletter import KINDS, DeadLetter
 from journaled.disk.spoolfiles import BatchWriter, Ledger, new_temp_path, pending_batches, publish, spool_dir
 from journaled.errors import Empty, JournaledError
@@ -149,6 +149,8 @@ def _row(dead_id: int, add_ms: int, data: bytes, redriven: bool, payload: bool) 
         add_time=letter.add_time,
         expire_at=letter.expire_at,
         size=len(letter.data),
+        key=None if letter.key is None else base64.b64encode(letter.key).decode(),
+        headers={name: base64.b64encode(value).decode() for name, value in letter.headers.items()},
     )
     if payload:
         row["payload"] = base64.b64encode(letter.data).decode()
@@ -168,7 +170,14 @@ def _line(row: dict[str, Any], data: bytes, how: str | None) -> str:
             f"errors={row['error_count']}  added={_when(row['add_time'] * 1000)}{expire}  "
             f"{row['size']} bytes  reason={json.dumps(row['reason'])}{state}"
         )
-        shown = DeadLetter.decode(data).data
+        letter = DeadLetter.decode(data)
+        if letter.key is not None or letter.headers:
+            meta = [] if letter.key is None else [f"key={show_bytes(letter.key)}"]
+            if letter.headers:
+                pairs = ", ".join(f"{escape(k)}: {show_bytes(v)}" for k, v in letter.headers.items())
+                meta.append(f"headers={{{pairs}}}")
+            text += "\n          " + " ".join(meta)
+        shown = letter.data
     if how is not None:
         text += f"\n          payload: {show_payload(shown, how)}"
     return text

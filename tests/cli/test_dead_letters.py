@@ -113,6 +113,8 @@ def test_listing_filters_by_reason_kind_reader_and_limit(dead):
         "add_time": 1_700_000_003.0,
         "expire_at": None,
         "size": len(b"payload-3"),
+        "key": None,
+        "headers": {},
     }
     assert [r["id"] for r in listed(dead, "--reason", "timeout")] == list(range(8))
     assert [r["id"] for r in listed(dead, "--reason", "json 1")] == [10, 11]
@@ -384,3 +386,20 @@ def test_a_redriven_item_keeps_its_headers_and_key_and_is_never_refused_as_a_dup
         got = [r.get(timeout=5) for _ in range(2)]
     assert [g.data for g in got] == [b"the original", b"body"]
     assert (got[1].key, dict(got[1].headers), got[1].not_before) == (b"job-1", {"ct": b"json"}, None)
+
+
+def test_listing_shows_a_dead_letters_key_and_headers_escaped_and_in_json(tmp_path, capsys):
+    from journaled.format.metadata import Meta
+    from journaled.item import put_headers
+
+    meta = Meta(key=b"order-7\x1b", headers=put_headers({"ct": b"json", "bin": b"\x00"}))
+    sent = DeadLetter(1, b"body", 1_700_000_000.0, None, 1, "rejected", "bad", "work", meta).encode()
+    dead = make_queue(str(tmp_path / "dead"), "dead", [sent, letter(2, "plain")])
+    assert main(["dead-letters", dead]) == 0
+    out = capsys.readouterr().out
+    assert "key=order-7\\x1b headers={ct: json, bin: \\x00}" in out and "\x1b" not in out
+    assert out.count("key=") == 1  # the plain dead letter shows none
+    rows = listed(dead)
+    assert base64.b64decode(rows[0]["key"]) == b"order-7\x1b"
+    assert {k: base64.b64decode(v) for k, v in rows[0]["headers"].items()} == {"ct": b"json", "bin": b"\x00"}
+    assert rows[1]["key"] is None and rows[1]["headers"] == {}
