@@ -73,8 +73,11 @@ def _optional_positive_int(inst: object, attribute: attrs.Attribute[Any], value:
         _positive(inst, attribute, value)
 
 
-#: ``retention_age`` / ``retention_bytes`` value that removes a stored limit (Kafka's ``-1``).
+#: ``retention_age`` / ``retention_bytes`` / ``dedup_window`` value that removes a stored
+#: setting (Kafka's ``-1``).
 NO_LIMIT = -1
+#: The queue-level settings stored with the queue (docs/format.md [F-36]).
+QUEUE_SETTINGS = ("retention_age", "retention_bytes", "dedup_window")
 
 
 def _check_retention(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -93,7 +96,7 @@ def retention_settings(config: QueueConfig, stored: dict[str, Any]) -> dict[str,
     over ``stored``: ``None`` keeps the stored limit, ``-1`` removes it, a value replaces it.
     Keys without a limit are absent (an empty dict: no line)."""
     out = dict(stored)
-    for key in ("retention_age", "retention_bytes"):
+    for key in QUEUE_SETTINGS:
         value = getattr(config, key)
         if value == NO_LIMIT:
             out.pop(key, None)
@@ -106,15 +109,28 @@ def retention_limits(stored: dict[str, Any]) -> tuple[float | None, int | None]:
     """``(retention_age, retention_bytes)`` from a stored queue-level line, validated: raises
     ``ValueError`` (or ``TypeError``) for a key it does not know or a value ``QueueConfig``
     refuses, so a damaged line is never half applied."""
-    unknown = set(stored) - {"retention_age", "retention_bytes"}
+    cfg = _stored_config(stored)
+    return cfg.retention_age, cfg.retention_bytes
+
+
+def stored_dedup_window(stored: dict[str, Any]) -> float | None:
+    """The de-duplication window a stored queue-level line holds (None: off), validated as
+    :func:`retention_limits` is."""
+    return _stored_config(stored).dedup_window
+
+
+def _stored_config(stored: dict[str, Any]) -> QueueConfig:
+    unknown = set(stored) - set(QUEUE_SETTINGS)
     if unknown:
         raise ValueError(f"unknown queue settings {sorted(unknown)}")
     cfg = QueueConfig(
-        retention_age=stored.get("retention_age"), retention_bytes=stored.get("retention_bytes")
+        retention_age=stored.get("retention_age"),
+        retention_bytes=stored.get("retention_bytes"),
+        dedup_window=stored.get("dedup_window"),
     )
-    if NO_LIMIT in (cfg.retention_age, cfg.retention_bytes):
+    if NO_LIMIT in (cfg.retention_age, cfg.retention_bytes, cfg.dedup_window):
         raise ValueError("a stored limit is never -1")
-    return cfg.retention_age, cfg.retention_bytes
+    return cfg
 
 
 class PutTarget(Protocol):
@@ -193,13 +209,13 @@ class QueueConfig:
             Both limits are stored with the queue (``<queue>.settings``) so every later owner
             applies them: ``None`` (default) keeps what is stored (no limit if nothing is), a
             value stores it (an explicit change, logged), ``-1`` removes a stored limit.
-        dedup_window: seconds (None, the default: off).  A put whose ``key`` was put within
-            this many seconds (by the first put's add time) returns the first put's id and
-            stores nothing (``put_many``: item by item; ``dedup=False`` on the put stores
-            regardless).  A setting of the owner that opens the queue, not stored with it: the
-            window is rebuilt at open from the journal's keyed records of the last
-            ``dedup_window`` seconds, so an owner opening with it sees the keys any earlier
-            owner stored, and an owner opening without it de-duplicates nothing.  Costs: memory
+        dedup_window: seconds.  A put whose ``key`` was put within this many seconds (by the
+            first put's add time) returns the first put's id and stores nothing (``put_many``:
+            item by item; ``dedup=False`` on the put stores regardless).  Stored with the queue
+            like the retention limits, so every later owner (a client taking the queue over
+            too) applies it: ``None`` (default) keeps what is stored (off if nothing is), a
+            value stores it, ``-1`` removes it.  The window is rebuilt at open from the
+            journal's keyed records of the last ``dedup_window`` seconds.  Costs: memory
             for each key put within the window (about 140 bytes per 16-byte key, keys older than
             the window are dropped), and opening reads that part of the journal back.
     """
@@ -224,7 +240,7 @@ class QueueConfig:
     recovery: RecoveryMode = attrs.field(default="salvage", validator=attrs.validators.in_(RECOVERY_MODES))
     retention_age: float | None = attrs.field(default=None, validator=_check_retention)
     retention_bytes: int | None = attrs.field(default=None, validator=_check_retention)
-    dedup_window: float | None = attrs.field(default=None, validator=_optional_positive)
+    dedup_window: float | None = attrs.field(default=None, validator=_check_retention)
 
     @property
     def sync_interval(self) -> float | None:

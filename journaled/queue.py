@@ -102,13 +102,14 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             self._close_done = threading.Event()
             registered, states = reopen.read_states(self.path, self.name)
             self._journal = Journal(self.path, self.name, self.config, id_floor=reopen.id_floor(states))
-            self._put = PutPath(self.path, self._lock, self._journal, self.config)
-            self._append_locked = self._put.append_locked
             self._readers: dict[str, Reader] = {}
             self._cores: list[ReaderCore] = []
             self._files = ReaderFiles(
                 self.path, self.name, self.config, self._journal, self._lock, lambda: self._cores
             )
+            window = self._files.dedup_window  # the stored one, after this open's config applied
+            self._put = PutPath(self.path, self._lock, self._journal, self.config, window)
+            self._append_locked = self._put.append_locked
             weak = lifecycle.weakly  # the threads must not keep an abandoned queue alive
             self._engine = Engine(
                 self.name,

@@ -46,7 +46,9 @@ class PutPath:
     """Appending to one queue: its journal, its readers' cores, its put counters and the memory
     of recent keys and producer tags (rebuilt from the journal's tail when constructed)."""
 
-    def __init__(self, path: str, lock: threading.Lock, journal: Journal, config: QueueConfig) -> None:
+    def __init__(
+        self, path: str, lock: threading.Lock, journal: Journal, config: QueueConfig, window: float | None
+    ) -> None:
         self.path = path
         self.lock = lock
         self.journal = journal
@@ -55,7 +57,6 @@ class PutPath:
         self.closed = False
         self.forked = False
         self.put_count = self.put_bytes = 0
-        window = config.dedup_window
         self.keys = KeyWindow(window) if window is not None else None
         self.producers = Producers()
         self.producers_read = False  # read back at the first tagged put (owner/dedup.py)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from journaled.config import QueueConfig, retention_limits, retention_settings
+from journaled.config import QueueConfig, retention_limits, retention_settings, stored_dedup_window
 from journaled.disk import checkpointfiles as ckp
 from journaled.disk import fileio
 from journaled.disk import settingsfile as sf
@@ -70,6 +70,7 @@ class ReaderFiles:
         # logged and counts as empty, kept until a change of settings replaces it
         self.settings = sf.read_settings(self.settings_path) or SettingsData()
         self.retention = self._settle_retention()  # (age seconds, bytes), each None for no limit
+        self.dedup_window = self._stored_dedup_window()  # seconds, or None: off
         # items each reader lost to retention since this queue was opened (guarded by the queue lock)
         self.lost: dict[str, int] = {}
 
@@ -84,12 +85,21 @@ class ReaderFiles:
             data = attrs.evolve(self.settings, queue=wanted)
             sf.write_settings(self.settings_path, data, self.config.file_mode)
             self.settings = data
-            log.info("queue %s: retention changed to %s", self.directory, wanted or "no limit")
+            log.info("queue %s: queue settings changed to %s", self.directory, wanted or "none")
         try:
             return retention_limits(wanted)
         except (TypeError, ValueError) as exc:
             log.warning("queue %s: stored retention %s not applied: %s", self.directory, wanted, exc)
             return None, None
+
+    def _stored_dedup_window(self) -> float | None:
+        """The stored de-duplication window (settled with the retention limits): a stored line
+        this version cannot apply is logged and gives none."""
+        try:
+            return stored_dedup_window(self.settings.queue)
+        except (TypeError, ValueError) as exc:
+            log.warning("queue %s: stored dedup window not applied: %s", self.directory, exc)
+            return None
 
     def stored(self, reader: str) -> dict[str, Any] | None:
         """``reader``'s stored settings, or ``None`` (defaults)."""

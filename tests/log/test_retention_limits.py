@@ -115,7 +115,7 @@ def test_the_limits_are_stored_and_an_explicit_value_changes_them(tmpfs_qdir, ca
     with caplog.at_level(logging.INFO, logger="journaled"):
         with open_q(tmpfs_qdir, retention_bytes=1000, retention_age=3600.5):
             pass
-    assert any("retention changed" in rec.getMessage() for rec in caplog.records)
+    assert any("queue settings changed" in rec.getMessage() for rec in caplog.records)
     assert load_settings(settings).queue == {"retention_age": 3600.5, "retention_bytes": 1000}
     with open_q(tmpfs_qdir):  # None keeps what is stored
         pass

@@ -45,9 +45,9 @@ def drain(q: JournaledQueue, name: str = "r") -> list[tuple[int, bytes, bytes | 
         r.commit(item)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, True, "60"])
+@pytest.mark.parametrize("bad", [0, -1.0, -2, math.nan, math.inf, True, "60"])
 def test_dedup_window_must_be_a_finite_positive_number(bad: object) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises((ValueError, TypeError)):  # -1 (an int) is the one other value: remove it
         QueueConfig(dedup_window=bad)  # type: ignore[arg-type]
 
 
@@ -139,8 +139,44 @@ def test_the_window_survives_a_close_and_a_reopen(tmp_path) -> None:
         assert q.put_many([b"y"] * 40, keys=[b"k%d" % i for i in range(40)]) == ids
         assert q.put(b"new", key=b"k40") == ids[-1] + 1
         assert len(drain(q)) == 41
-    with JournaledQueue(path) as q:  # an owner without the window de-duplicates nothing
+    with JournaledQueue(path) as q:  # the window is stored with the queue: a later owner keeps it
+        assert q.put(b"z", key=b"k0") == ids[0]
+    with JournaledQueue(path, QueueConfig(dedup_window=-1)) as q:  # -1 removes it
         assert q.put(b"z", key=b"k0") == ids[-1] + 2
+    with JournaledQueue(path) as q:  # and it stays removed
+        assert q.put(b"z", key=b"k1") == ids[-1] + 3
+
+
+def test_an_owner_taking_the_queue_over_without_the_window_applies_the_stored_one(tmp_path) -> None:
+    """What a client process that takes the queue over does: it opens with its own QueueConfig,
+    which says nothing of de-duplication, and the stored window still holds."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from support.paths import ROOT
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(dedup_window=3600.0)) as q:
+        first = q.put(b"a", key=b"order-1")
+    code = textwrap.dedent(
+        f"""
+        from journaled import JournaledQueue
+        with JournaledQueue({path!r}) as q:
+            print(q.put(b"again", key=b"order-1"), q.stats().next_id)
+        """
+    )
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(first), str(first + 1)]  # the first id, nothing stored
 
 
 def test_reopen_reads_back_only_the_window(tmp_path, monkeypatch) -> None:
