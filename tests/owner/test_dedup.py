@@ -15,7 +15,7 @@ from journaled import JournaledQueue, QueueConfig, ReaderConfig
 from journaled.errors import Empty, Full
 from journaled.owner import putpath
 from journaled.owner.dedup import KeyWindow
-from tests.support.child import Child
+from support.child import killed_after
 
 DEDUP = QueueConfig(dedup_window=60.0)
 
@@ -205,13 +205,7 @@ sys.stdin.readline()  # killed here
 
 def test_the_window_survives_a_kill_of_the_owner(tmp_path) -> None:
     path = str(tmp_path / "q")
-    child = Child(OWNER, path)
-    try:
-        child.wait_for_line("ids")
-        child.kill()
-    finally:
-        child.stop()
-    first, last = (int(v) for v in next(ln for ln in child.lines if ln.startswith("ids")).split()[1:])
+    first, last = (int(v) for v in killed_after(OWNER, "ids", path))
     with JournaledQueue(path, DEDUP) as q:
         q.reader("r", ReaderConfig(start="earliest"))
         assert q.put_many([b"again"] * 100, keys=[b"k%d" % i for i in range(100)]) == list(

@@ -15,7 +15,7 @@ from journaled import JournaledQueue, QueueConfig
 from journaled.errors import Empty
 from journaled.owner import putpath
 from journaled.owner.dedup import MAX_RUNS, PRODUCER_WINDOW, Producers
-from tests.support.child import Child
+from support.child import killed_after
 
 PID = 0xC0FFEE
 
@@ -152,13 +152,7 @@ sys.stdin.readline()  # killed here
 
 def test_after_a_kill_of_the_owner_a_retry_with_the_same_tag_stores_nothing(tmp_path) -> None:
     path = str(tmp_path / "q")
-    child = Child(OWNER, path)
-    try:
-        child.wait_for_line("ids")
-        child.kill()
-    finally:
-        child.stop()
-    first, last = (int(v) for v in next(ln for ln in child.lines if ln.startswith("ids")).split()[1:])
+    first, last = (int(v) for v in killed_after(OWNER, "ids", path))
     with JournaledQueue(path) as q:
         q.reader("r")
         assert q.put_many(payloads(50), producer=(PID, 7)) == list(range(first, last + 1))

@@ -74,3 +74,15 @@ class Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=TIMEOUT)
+
+
+def killed_after(code: str, prefix: str, *args: str) -> list[str]:
+    """Run ``code`` in a child, SIGKILL it once it prints a line starting with ``prefix``, and
+    return that line's words after the prefix (what the child reported before it died)."""
+    child = Child(code, *args)
+    try:
+        child.wait_for_line(prefix)
+        child.kill()
+    finally:
+        child.stop()
+    return next(ln for ln in child.lines if ln.startswith(prefix)).split()[1:]
