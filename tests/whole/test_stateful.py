@@ -270,9 +270,17 @@ class ReadersMachine(RuleBasedStateMachine):
     def crash_and_reopen(self) -> None:
         assert self.q is not None
         dst = self._new_path()
-        shutil.copytree(
-            self.path, dst, ignore=shutil.ignore_patterns(".journaled.sock")
-        )  # what a crash at this instant leaves on disk
+        # what a crash at this instant leaves on disk; the background thread may archive a
+        # journal file every reader passed while the copy runs, which leaves no instant's state
+        # behind: then the copy is taken again
+        for _ in range(50):
+            try:
+                shutil.copytree(self.path, dst, ignore=shutil.ignore_patterns(".journaled.sock"))
+                break
+            except shutil.Error:
+                shutil.rmtree(dst, ignore_errors=True)
+        else:
+            raise AssertionError("no copy of the queue directory without a file vanishing mid-copy")
         self.q.close()  # releases threads and fds only: the copy never sees this close
         self.q = None
         shutil.rmtree(self.path)
