@@ -13,16 +13,18 @@ byte item in a loop for ``--seconds``; the owner answers a put only once it is f
 the owner's connection threads (one per client connection) meet in its group commit.  The sides
 alternate within each round (1, N, then N, 1 in the next round) so that a slower minute of the
 shared machine hits both alike.  Per side the table shows the median over ``--rounds`` of puts/s,
-the owner's fsyncs (``q.fsync_count``) and puts per fsync, the owner's CPU time per put (all its
-threads), the median fdatasync time and the median time between one fdatasync's end and the next
-one's start (the round's puts, wake-ups and replies), and the clients' put p50; then the median
-of the per-round ratios N / 1.  Goal (issue 26): 8 processes >= 5x one.
+the owner's fsyncs (``q.fsync_count``) per second and puts per fsync, the CPU time per put of the
+owner (all its threads) and of the clients, the owner's context switches per put (all its
+threads), the median fdatasync time, the median time between one fdatasync's end and the next
+one's start (the round's puts, wake-ups and replies) and the clients' put p50; then the median of
+the per-round ratios N / 1.  Goal (issue 26): 8 processes >= 5x one.
 
 ``--dir`` matters: on a real disk (ext4 /var/tmp) an fdatasync costs a fraction of a
 millisecond to milliseconds and batching pays; on tmpfs (/dev/shm) it costs nothing and the
 figures show only the socket and CPU cost.  ``--fake-fsync SECONDS`` replaces the owner's
 fdatasync by a sleep (through the ``fileio`` seam), which compares schemes without the disk's
-noise.  ``--profile FILE`` runs every thread of the owner under cProfile, writes the merged
+noise.  ``--profile FILE`` runs every thread of the owner under cProfile, timed by each thread's
+CPU time (``time.thread_time``: waiting in ``recv`` or on a lock counts nothing), writes the merged
 stats to FILE (``python -m pstats FILE``) and prints the top entries.  Measure another checkout
 with ``--tree``.  ``run()`` is what scripts/bench_targets.py calls.
 """
@@ -44,6 +46,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ------------------------------------------------------------------------------------ owner
+def context_switches() -> int:
+    """Context switches (voluntary and not) of every live thread of this process so far."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
+        except (FileNotFoundError, ValueError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
 def owner_main(directory: str, fake: float, profile: str | None, spin: float | None) -> int:
     """The owner: serve the queue, put nothing; answer ``mark`` on stdin with its counters."""
     profilers: list[Any] = []
@@ -54,7 +68,7 @@ def owner_main(directory: str, fake: float, profile: str | None, spin: float | N
         plain_run = threading.Thread.run
 
         def profiled_run(self: threading.Thread) -> None:
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.thread_time)  # CPU time: a blocked recv or lock costs nothing
             profilers.append(prof)
             prof.enable()
             try:
@@ -94,6 +108,7 @@ def owner_main(directory: str, fake: float, profile: str | None, spin: float | N
             mark = {
                 "fsyncs": q.fsync_count,
                 "cpu": time.process_time(),
+                "switches": context_switches(),
                 "fsync_us": fsync_us,
                 "gap_us": gap_us,
             }
@@ -214,6 +229,7 @@ class Fleet:
             "puts_per_fsync": puts / max(1, fsyncs),
             "owner_cpu_us_per_put": (after["cpu"] - before["cpu"]) / max(1, puts) * 1e6,
             "client_cpu_us_per_put": sum(o["cpu"] for o in outs) / max(1, puts) * 1e6,
+            "owner_switches_per_put": (after["switches"] - before["switches"]) / max(1, puts),
             "fsync_us": after["fsync_us"],
             "gap_us": after["gap_us"],
             "client_p50_us": statistics.median(o["p50"] for o in outs) * 1e6,
@@ -346,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'procs':>5} {'puts/s':>9} {'fsyncs/s':>9} {'puts/fsync':>10} {'CPU/put owner':>13} "
             f"{'clients':>7} "
-            f"{'fsync':>7} {'gap':>7} {'put p50':>8} {'x 1 proc':>9}  per round"
+            f"{'switches':>8} {'fsync':>7} {'gap':>7} {'put p50':>8} {'x 1 proc':>9}  per round"
         )
         for n, m in res["medians"].items():
             per = " ".join(
@@ -357,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{n:>5} {m['puts_per_s']:>9,.0f} {fs:>9,.0f} {m['puts_per_fsync']:>10.2f} "
                 f"{m['owner_cpu_us_per_put']:>10.0f} us {m['client_cpu_us_per_put']:>4.0f} us "
-                f"{m['fsync_us']:>4.0f} us {m['gap_us']:>4.0f} us "
+                f"{m['owner_switches_per_put']:>8.1f} {m['fsync_us']:>4.0f} us {m['gap_us']:>4.0f} us "
                 f"{m['client_p50_us']:>5.0f} us {res['ratios'][n]:>8.2f}x  {per}"
             )
         if profile:
