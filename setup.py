@@ -1,4 +1,5 @@
-"""Build the optional compiled hot path (journaled/format/_speedups.c); everything else is in pyproject.toml.
+"""Build the optional compiled hot path (journaled/format/_speedups.c, journaled/core/_coreops.c);
+everything else is in pyproject.toml.
 
 Where the extension cannot be built (no C compiler, no Python headers) the install still
 succeeds, prints one line, and journaled runs its pure-Python implementation.
@@ -38,6 +39,9 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("journaled.format._speedups", ["journaled/format/_speedups.c"], optional=True)],
+    ext_modules=[
+        Extension("journaled.format._speedups", ["journaled/format/_speedups.c"], optional=True),
+        Extension("journaled.core._coreops", ["journaled/core/_coreops.c"], optional=True),
+    ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

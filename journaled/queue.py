@@ -41,6 +41,7 @@ from journaled.config import (
 )
 from journaled.core import seek
 from journaled.core.readercore import ReaderCore
+from journaled.core.twin import core_class
 from journaled.disk import lifecycle
 from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
@@ -65,6 +66,7 @@ log = logging.getLogger("journaled")
 #: never opened a second time (that would be ``QueueLocked``).
 _OWNED: weakref.WeakValueDictionary[str, JournaledQueue] = weakref.WeakValueDictionary()
 _DEFAULTS = reader_settings(ReaderConfig(), "/")  # no sink in it: the directory does not matter
+_CORE = core_class()  # the reference, or with its hot operations compiled (core/twin.py)
 
 
 class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
@@ -156,7 +158,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             del _OWNED[self.path]
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
-        core = ReaderCore(
+        core = _CORE(
             rname, config, state, self._lock, self._journal, self._files.want_archiving, self._engine.wake
         )
         reader = Reader(core, self._files)
