@@ -1,4 +1,5 @@
-"""Build the optional compiled hot path (journaled/format/_speedups.c, journaled/core/_coreops.c);
+"""Build the optional compiled hot path (journaled/format/_speedups.c, journaled/core/_coreops.c,
+journaled/owner/_putops.c);
 everything else is in pyproject.toml.
 
 Where the extension cannot be built (no C compiler, no Python headers) the install still
@@ -42,6 +43,7 @@ setup(
     ext_modules=[
         Extension("journaled.format._speedups", ["journaled/format/_speedups.c"], optional=True),
         Extension("journaled.core._coreops", ["journaled/core/_coreops.c"], optional=True),
+        Extension("journaled.owner._putops", ["journaled/owner/_putops.c"], optional=True),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -6,10 +6,11 @@ usage() {
     cat <<'EOF'
 usage: scripts/sanitize_twins.sh [--python PYTHON] [--work DIR] [--keep] [-- PYTEST-ARGS...]
 
-Build journaled/format/_speedups.c and journaled/core/_coreops.c with -fsanitize=address,undefined
-(every finding fatal) into a copy of the project under DIR, away from the normal in-place build,
-and run the twin tests there (tests/format, tests/log/test_walker_twins.py, tests/core and the
-reader's own tests by default, or PYTEST-ARGS) with that build.
+Build the C extensions (journaled/format/_speedups.c, journaled/core/_coreops.c,
+journaled/owner/_putops.c) with -fsanitize=address,undefined (every finding fatal) into a copy of
+the project under DIR, away from the normal in-place build, and run the twin tests there
+(tests/format, tests/log/test_walker_twins.py, tests/core, the reader's own tests and
+tests/owner/test_put_twin.py by default, or PYTEST-ARGS) with that build.
 
   --python PYTHON  the interpreter, with pytest and hypothesis installed (default: .venv/bin/python)
   --work DIR       where the copy and the build go (default: a fresh temporary directory)
@@ -38,7 +39,8 @@ while [ $# -gt 0 ]; do
         *) echo "sanitize_twins.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-[ $# -gt 0 ] || set -- tests/format tests/log/test_walker_twins.py tests/core tests/test_reader.py tests/test_transactions.py
+[ $# -gt 0 ] || set -- tests/format tests/log/test_walker_twins.py tests/core tests/test_reader.py tests/test_transactions.py \
+    tests/owner/test_put_twin.py
 case "$python" in
     /*) ;;
     */*) python="$PWD/$python" ;; # a relative path: the build and the tests run from the copy
@@ -70,7 +72,8 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-po
     cat "$work/build.log" >&2
     exit 1
 }
-if ! ls "$work"/tree/journaled/format/_speedups.*.so "$work"/tree/journaled/core/_coreops.*.so >/dev/null 2>&1; then
+if ! ls "$work"/tree/journaled/format/_speedups.*.so "$work"/tree/journaled/core/_coreops.*.so \
+    "$work"/tree/journaled/owner/_putops.*.so >/dev/null 2>&1; then
     cat "$work/build.log" >&2
     echo "sanitize_twins.sh: the sanitized extension was not built" >&2
     exit 1
@@ -88,4 +91,5 @@ export PYTHONMALLOC=malloc
 export JOURNALED_PURE_PYTHON=0
 "$python" -c 'import journaled.format.speedups as s; assert s.implementation == "compiled", s.describe(); print("sanitized twins:", s.native.__file__, "-", s.describe())'
 "$python" -c 'import journaled.core.twin as t; assert t.CompiledReaderCore is not None, t.describe(); print("sanitized reader core:", t.describe())'
+"$python" -c 'import journaled.owner.fastput as f; assert f.describe().startswith("compiled"), f.describe(); print("sanitized put:", f.describe())'
 "$python" -m pytest -q -p no:cacheprovider --capture=sys "$@"

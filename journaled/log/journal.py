@@ -77,6 +77,11 @@ class Journal:
         self.bytes_from = self._positions.bytes_from
         self.end_cursor = self._positions.end_cursor
 
+    def appending_parts(self) -> tuple[LogState, Writer]:
+        """The state and the writer :meth:`append_one` works on, for owner/fastput.py's compiled
+        plain put, which does ``Writer.append_one``'s work on them itself (under ``state.lock``)."""
+        return self._state, self._writer
+
     @property
     def next_id(self) -> int:
         """The id the next appended item gets."""
