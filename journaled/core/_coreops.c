@@ -49,7 +49,7 @@ static PyObject *s_parked, *s_mem, *s_config, *s_load_id, *s_mem_bytes, *s_open,
 static PyObject *s_errors, *s_backlog_bytes, *s_head, *s_done, *s_head_moved, *s_dirty, *s_committed;
 static PyObject *s_saw_expiry, *s_waiters, *s_max_memory, *s_max_age, *s_max_errors;
 static PyObject *s_open_read_timeout, *s_id, *s_data, *s_expire_at, *s_error_count;
-static PyObject *s_popleft, *s_extend;
+static PyObject *s_popleft, *s_extend, *s_get, *s_pop, *s_remove, *s_add, *s_open_read;
 
 /* The value of an exact int within int64 in *out; 0 if it is not one (no error set).  Never runs
  * Python code (an int subclass or another type is refused, not converted). */
@@ -105,19 +105,6 @@ slot(PyObject *obj, PyObject *name)
     return v;
 }
 
-/* Set d[name] = value (an int made from v); -1 with an error set on failure. */
-static int
-set_ll(PyObject *d, PyObject *name, long long v)
-{
-    PyObject *obj = PyLong_FromLongLong(v);
-    if (obj == NULL) {
-        return -1;
-    }
-    int rc = PyDict_SetItem(d, name, obj);
-    Py_DECREF(obj);
-    return rc;
-}
-
 static int
 configured(void)
 {
@@ -128,16 +115,94 @@ configured(void)
     return 1;
 }
 
+/* The effects are made as the reference makes them: each attribute read from the core at the point
+ * the reference reads it (through getattr, so a __dict__ replaced meanwhile is the one used), each
+ * container changed with the C call that is that container method (dict.get is
+ * PyDict_GetItemWithError on an exact dict, ``in`` PySequence_Contains, ``+=`` PyNumber_InPlaceAdd),
+ * or with the method itself where no such call exists (dict.pop with a default, set.remove).  Only
+ * the decision -- is this the common case? -- is taken up front, from reads that run no Python code
+ * (attributes of an instance without descriptors, exact builtin containers, plain slots). */
+
+/* self.<name>, read as getattr reads it: core/twin.py checked that no class of the core defines
+ * these names, so it is the instance dict's entry (taken fresh: code may have replaced __dict__);
+ * a missing one is left to getattr, for its error. */
+static PyObject *
+aget(PyObject *self, PyObject *name)
+{
+    PyObject *d = PyObject_GenericGetDict(self, NULL);
+    if (d == NULL) {
+        return NULL;
+    }
+    PyObject *v = PyDict_CheckExact(d) ? PyDict_GetItemWithError(d, name) : NULL;
+    Py_XINCREF(v);
+    Py_DECREF(d);
+    if (v == NULL && !PyErr_Occurred()) {
+        return PyObject_GetAttr(self, name);
+    }
+    return v;
+}
+
+/* self.<name> = value, as setattr does it for an attribute no class defines. */
+static int
+aset(PyObject *self, PyObject *name, PyObject *value)
+{
+    PyObject *d = PyObject_GenericGetDict(self, NULL);
+    if (d == NULL) {
+        return -1;
+    }
+    int rc = PyDict_CheckExact(d) ? PyDict_SetItem(d, name, value) : PyObject_SetAttr(self, name, value);
+    Py_DECREF(d);
+    return rc;
+}
+
+/* self.<name> += by (by a new or borrowed int); 0 or -1 with the error set. */
+static int
+iadd(PyObject *self, PyObject *name, PyObject *by)
+{
+    PyObject *v = aget(self, name);
+    if (v == NULL) {
+        return -1;
+    }
+    PyObject *sum = PyNumber_InPlaceAdd(v, by);
+    Py_DECREF(v);
+    if (sum == NULL) {
+        return -1;
+    }
+    int rc = aset(self, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* self.<name> -= by; 0 or -1 with the error set. */
+static int
+isub(PyObject *self, PyObject *name, PyObject *by)
+{
+    PyObject *v = aget(self, name);
+    if (v == NULL) {
+        return -1;
+    }
+    PyObject *diff = PyNumber_InPlaceSubtract(v, by);
+    Py_DECREF(v);
+    if (diff == NULL) {
+        return -1;
+    }
+    int rc = aset(self, name, diff);
+    Py_DECREF(diff);
+    return rc;
+}
+
+static PyObject *one_obj, *zero_obj;
+
 /* ---------------------------------------------------------------------------------- take() */
 
-/* 1: done (*out is the item, a new reference), 0: not the fast path (nothing changed), -1: error. */
+/* Is this take the common case?  1 yes (the item at the head is *out, a new reference), 0 no.
+ * Reads only, running no Python code. */
 static int
-take_fast(PyObject *d, PyObject **out)
+take_decide(PyObject *d, PyObject **out)
 {
     int result = 0;
-    PyObject *parked = NULL, *mem = NULL, *cfg = NULL, *item = NULL, *data = NULL, *open = NULL;
-    PyObject *v = NULL, *id = NULL, *load_id = NULL, *new_mem_bytes = NULL, *new_delivered = NULL;
-    long long max_memory, mem_bytes, delivered, error_count, max_errors;
+    PyObject *parked = NULL, *mem = NULL, *cfg = NULL, *item = NULL, *data = NULL, *v = NULL;
+    long long max_memory, mem_bytes, error_count, max_errors, charged, after;
     Py_ssize_t n;
 
     parked = get(d, s_parked);
@@ -160,12 +225,11 @@ take_fast(PyObject *d, PyObject **out)
         goto done;
     }
     Py_CLEAR(v);
-    if ((v = slot(cfg, s_max_memory)) == NULL || !exact_ll(v, &max_memory)) {
+    if ((v = slot(cfg, s_max_memory)) == NULL || !exact_ll(v, &max_memory) || max_memory < 0) {
         goto done;
     }
     Py_CLEAR(v);
-    item = PySequence_GetItem(mem, 0); /* deque's own item access */
-    if (item == NULL) {
+    if ((item = PySequence_GetItem(mem, 0)) == NULL) { /* deque's own item access */
         PyErr_Clear();
         goto done;
     }
@@ -179,9 +243,10 @@ take_fast(PyObject *d, PyObject **out)
     if ((data = slot(item, s_data)) == NULL || !PyBytes_CheckExact(data)) {
         goto done;
     }
-    if ((id = slot(item, s_id)) == NULL || !PyLong_CheckExact(id)) {
+    if ((v = slot(item, s_id)) == NULL || !PyLong_CheckExact(v)) {
         goto done;
     }
+    Py_CLEAR(v);
     if ((v = slot(cfg, s_max_errors)) == NULL) {
         goto done;
     }
@@ -194,49 +259,26 @@ take_fast(PyObject *d, PyObject **out)
         }
     }
     Py_CLEAR(v);
-    if (!exact_ll(v = get(d, s_mem_bytes), &mem_bytes)) {
+    if (!exact_ll(v = get(d, s_mem_bytes), &mem_bytes) ||
+        __builtin_sub_overflow(mem_bytes, (long long)PyBytes_GET_SIZE(data), &after)) {
         goto done;
     }
     Py_CLEAR(v);
-    if (!exact_ll(v = get(d, s_delivered), &delivered) || delivered == LLONG_MAX) {
+    if (!exact_ll(v = get(d, s_delivered), &charged)) { /* ``+= 1`` on an int: no Python code */
         goto done;
     }
     Py_CLEAR(v);
-    open = get(d, s_open);
-    if (open == NULL || !PyDict_CheckExact(open)) {
+    if ((v = get(d, s_load_id)) == NULL) {
         goto done;
     }
-    long long size = (long long)PyBytes_GET_SIZE(data), after, charged;
-    if (__builtin_sub_overflow(mem_bytes, size, &after)) {
-        goto done;
-    }
-    load_id = get(d, s_load_id);
-    if (load_id == NULL) {
-        goto done;
-    }
-    if (load_id != Py_None) {
+    if (v != Py_None) {
         /* _pop_waiting refills once memory is down to half its bound: the reference does that */
         if (__builtin_mul_overflow((long long)(n - 1), item_overhead, &charged) ||
-            __builtin_add_overflow(charged, after, &charged) || max_memory < 0 || charged <= max_memory / 2) {
+            __builtin_add_overflow(charged, after, &charged) || charged <= max_memory / 2) {
             goto done;
         }
     }
-    /* Decided: make the reference's changes.  New ints first, so nothing below can fail half way
-     * (but the dict insert, which may need memory: then the item goes back where it was). */
-    if ((new_mem_bytes = PyLong_FromLongLong(after)) == NULL ||
-        (new_delivered = PyLong_FromLongLong(delivered + 1)) == NULL) {
-        result = -1;
-        goto done;
-    }
-    PyObject *popped = PyObject_CallMethodNoArgs(mem, s_popleft);
-    if (popped == NULL) {
-        result = -1;
-        goto done;
-    }
-    Py_DECREF(popped); /* the very object `item` holds: nothing else ran since it was read */
-    if (PyDict_SetItem(d, s_mem_bytes, new_mem_bytes) < 0 || PyDict_SetItem(open, id, item) < 0 ||
-        PyDict_SetItem(d, s_delivered, new_delivered) < 0) {
-        result = -1;
+    if ((v = get(d, s_open)) == NULL || !PyDict_CheckExact(v)) {
         goto done;
     }
     *out = item;
@@ -248,12 +290,42 @@ done:
     Py_XDECREF(cfg);
     Py_XDECREF(item);
     Py_XDECREF(data);
-    Py_XDECREF(open);
     Py_XDECREF(v);
+    return result;
+}
+
+/* take()'s common case: _pop_waiting's pop, then ``self.open[item.id] = item; self.delivered += 1``. */
+static PyObject *
+take_do(PyObject *self, PyObject *item)
+{
+    PyObject *mem = NULL, *popped = NULL, *data = NULL, *size = NULL, *open = NULL, *id = NULL;
+    PyObject *result = NULL;
+    if ((mem = aget(self, s_mem)) == NULL || (popped = PyObject_CallMethodNoArgs(mem, s_popleft)) == NULL) {
+        goto out;
+    }
+    /* popped is item: nothing ran between the decision and the pop */
+    if ((data = PyObject_GetAttr(popped, s_data)) == NULL || (size = PyLong_FromSsize_t(PyObject_Size(data))) == NULL) {
+        goto out;
+    }
+    if (isub(self, s_mem_bytes, size) < 0) { /* self.mem_bytes -= len(item.data) */
+        goto out;
+    }
+    if ((open = aget(self, s_open)) == NULL || (id = PyObject_GetAttr(popped, s_id)) == NULL ||
+        PyObject_SetItem(open, id, popped) < 0) {
+        goto out;
+    }
+    if (iadd(self, s_delivered, one_obj) < 0) {
+        goto out;
+    }
+    result = Py_NewRef(popped);
+out:
+    (void)item;
+    Py_XDECREF(mem);
+    Py_XDECREF(popped);
+    Py_XDECREF(data);
+    Py_XDECREF(size);
+    Py_XDECREF(open);
     Py_XDECREF(id);
-    Py_XDECREF(load_id);
-    Py_XDECREF(new_mem_bytes);
-    Py_XDECREF(new_delivered);
     return result;
 }
 
@@ -268,158 +340,164 @@ core_take(PyObject *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     PyObject *item = NULL;
-    int rc = take_fast(d, &item);
+    int common = take_decide(d, &item);
     Py_DECREF(d);
-    if (rc < 0) {
-        return NULL;
+    if (!common) {
+        return PyObject_CallOneArg(ref_take, self);
     }
-    if (rc > 0) {
-        return item;
-    }
-    return PyObject_CallOneArg(ref_take, self);
+    PyObject *result = take_do(self, item);
+    Py_DECREF(item);
+    return result;
 }
 
 /* -------------------------------------------------------------------------------- commit() */
 
-/* 1: done, 0: not the fast path (nothing changed), -1: error (as the reference would raise it). */
-static int
-commit_fast(PyObject *self, PyObject *d, PyObject *item)
+/* commit(item) for an Item handed out by this reader, step by step as commit, _settle and
+ * _commit_id do it. */
+static PyObject *
+commit_do(PyObject *self, PyObject *item)
 {
-    int result = 0;
-    PyObject *open = NULL, *id = NULL, *data = NULL, *errors = NULL, *done = NULL, *v = NULL;
-    PyObject *head_moved = NULL, *new_backlog = NULL, *key = NULL;
-    long long item_id, head, backlog, committed, new_head;
+    PyObject *open = NULL, *id = NULL, *current = NULL, *v = NULL, *errors = NULL, *data = NULL;
+    PyObject *diff = NULL, *head = NULL, *done = NULL, *result = NULL;
+    int rc;
 
-    if (!Py_IS_TYPE(item, item_type)) {
-        return 0;
-    }
-    open = get(d, s_open);
-    if (open == NULL || !PyDict_CheckExact(open)) {
+    /* current = self.open.get(item.id); if current is None or current is not item: open_read */
+    if ((open = aget(self, s_open)) == NULL || (id = PyObject_GetAttr(item, s_id)) == NULL) {
         goto out;
     }
-    if ((id = slot(item, s_id)) == NULL || !exact_ll(id, &item_id)) {
+    if (PyDict_CheckExact(open)) {
+        current = PyDict_GetItemWithError(open, id);
+        Py_XINCREF(current);
+        if (current == NULL && PyErr_Occurred()) {
+            goto out;
+        }
+    }
+    else if ((current = PyObject_CallMethodObjArgs(open, s_get, id, NULL)) == NULL) {
         goto out;
     }
-    PyObject *current = PyDict_GetItemWithError(open, id); /* an exact int key: no Python code */
-    if (current != item) {
-        PyErr_Clear();
-        goto out; /* not this reader's open read: open_read() raises the reference's error */
+    if (current == NULL || current == Py_None || current != item) {
+        Py_XDECREF(current);
+        if ((current = PyObject_CallMethodOneArg(self, s_open_read, item)) == NULL) {
+            goto out;
+        }
     }
-    if ((data = slot(item, s_data)) == NULL || !PyBytes_CheckExact(data)) {
+    Py_CLEAR(open);
+    Py_CLEAR(id);
+    /* del self.open[current.id] */
+    if ((open = aget(self, s_open)) == NULL || (id = PyObject_GetAttr(current, s_id)) == NULL ||
+        PyObject_DelItem(open, id) < 0) {
         goto out;
     }
-    errors = get(d, s_errors);
-    done = get(d, s_done);
-    if (errors == NULL || !PyDict_CheckExact(errors) || done == NULL || !PySet_CheckExact(done)) {
+    Py_CLEAR(id);
+    /* _settle(current): self.errors.pop(item.id, None) */
+    if ((errors = aget(self, s_errors)) == NULL || (id = PyObject_GetAttr(current, s_id)) == NULL) {
         goto out;
     }
-    if (!exact_ll(v = get(d, s_head), &head)) {
+    if (!(PyDict_CheckExact(errors) && PyDict_GET_SIZE(errors) == 0 && PyLong_CheckExact(id))) {
+        /* (popping an int from an empty dict runs nothing and changes nothing) */
+        if ((v = PyObject_CallMethodObjArgs(errors, s_pop, id, Py_None, NULL)) == NULL) {
+            goto out;
+        }
+        Py_CLEAR(v);
+    }
+    Py_CLEAR(id);
+    /* self.backlog_bytes = max(0, self.backlog_bytes - len(item.data)) */
+    if ((v = aget(self, s_backlog_bytes)) == NULL || (data = PyObject_GetAttr(current, s_data)) == NULL) {
         goto out;
     }
+    Py_ssize_t size = PyObject_Size(data);
+    if (size < 0) {
+        goto out;
+    }
+    PyObject *sz = PyLong_FromSsize_t(size);
+    if (sz == NULL) {
+        goto out;
+    }
+    diff = PyNumber_Subtract(v, sz);
+    Py_DECREF(sz);
     Py_CLEAR(v);
-    if (!exact_ll(v = get(d, s_backlog_bytes), &backlog)) {
+    if (diff == NULL || (rc = PyObject_RichCompareBool(diff, zero_obj, Py_GT)) < 0) {
         goto out;
     }
-    Py_CLEAR(v);
-    if (!exact_ll(v = get(d, s_committed), &committed) || committed == LLONG_MAX) {
+    if (aset(self, s_backlog_bytes, rc ? diff : zero_obj) < 0) {
         goto out;
     }
-    Py_CLEAR(v);
-    if (item_id == head && (head_moved = get(d, s_head_moved)) == NULL) {
+    /* _commit_id(item.id) */
+    if ((id = PyObject_GetAttr(current, s_id)) == NULL || (head = aget(self, s_head)) == NULL) {
         goto out;
     }
-    /* max(0, backlog - len(data)), as _settle keeps it */
-    long long left;
-    if (__builtin_sub_overflow(backlog, (long long)PyBytes_GET_SIZE(data), &left)) {
+    if ((rc = PyObject_RichCompareBool(id, head, Py_EQ)) < 0) {
         goto out;
     }
-    if ((new_backlog = PyLong_FromLongLong(left > 0 ? left : 0)) == NULL) {
-        result = -1;
-        goto out;
-    }
-    /* Decided.  commit: del open[id]; _settle: errors.pop(id), backlog; _commit_id. */
-    if (PyDict_DelItem(open, id) < 0) {
-        result = -1;
-        goto out;
-    }
-    result = -1; /* from here on a failure is an error, as it would be in the reference */
-    PyObject *had = PyDict_GetItemWithError(errors, id);
-    if (had != NULL && PyDict_DelItem(errors, id) < 0) {
-        goto out;
-    }
-    if (had == NULL && PyErr_Occurred()) {
-        goto out;
-    }
-    if (PyDict_SetItem(d, s_backlog_bytes, new_backlog) < 0) {
-        goto out;
-    }
-    if (item_id == head) {
-        new_head = head + 1;
-        for (;;) {
-            if (new_head == LLONG_MAX) {
-                break; /* no id reaches it; the set cannot hold it as an int64 either */
-            }
-            key = PyLong_FromLongLong(new_head);
-            if (key == NULL) {
+    Py_CLEAR(head);
+    if (rc) {
+        if (iadd(self, s_head, one_obj) < 0) {
+            goto out;
+        }
+        if ((done = aget(self, s_done)) == NULL) {
+            goto out;
+        }
+        for (;;) { /* while self.head in done: done.remove(self.head); self.head += 1 */
+            if ((head = aget(self, s_head)) == NULL || (rc = PySequence_Contains(done, head)) < 0) {
                 goto out;
             }
-            int found = PySet_Discard(done, key);
-            Py_CLEAR(key);
-            if (found < 0) {
-                goto out;
-            }
-            if (!found) {
+            if (!rc) {
+                Py_CLEAR(head);
                 break;
             }
-            new_head += 1;
+            Py_CLEAR(head);
+            if ((head = aget(self, s_head)) == NULL ||
+                (v = PyObject_CallMethodOneArg(done, s_remove, head)) == NULL) {
+                goto out;
+            }
+            Py_CLEAR(v);
+            Py_CLEAR(head);
+            if (iadd(self, s_head, one_obj) < 0) {
+                goto out;
+            }
         }
-        if (set_ll(d, s_head, new_head) < 0) {
+        if ((v = aget(self, s_head_moved)) == NULL) {
             goto out;
         }
-        v = PyObject_CallNoArgs(head_moved);
-        if (v == NULL) {
+        PyObject *r = PyObject_CallNoArgs(v);
+        if (r == NULL) {
             goto out;
         }
+        Py_DECREF(r);
         Py_CLEAR(v);
     }
-    else if (item_id > head) {
-        if (PySet_Add(done, id) < 0) {
+    else {
+        if ((head = aget(self, s_head)) == NULL || (rc = PyObject_RichCompareBool(id, head, Py_GT)) < 0) {
             goto out;
         }
+        if (rc) {
+            if ((done = aget(self, s_done)) == NULL) {
+                goto out;
+            }
+            if ((v = PyObject_CallMethodOneArg(done, s_add, id)) == NULL) {
+                goto out;
+            }
+            Py_CLEAR(v);
+        }
     }
-    if (PyDict_SetItem(d, s_dirty, Py_True) < 0) {
+    if (aset(self, s_dirty, Py_True) < 0) {
         goto out;
     }
-    /* committed += 1, read again: head_moved() ran Python code */
-    if (!exact_ll(v = get(d, s_committed), &committed) || committed == LLONG_MAX) {
-        Py_CLEAR(v);
-        v = PyObject_GetAttr(self, s_committed); /* then as the reference's ``+= 1`` does it */
-        PyObject *one = PyLong_FromLong(1), *sum = NULL;
-        if (v == NULL || one == NULL || (sum = PyNumber_Add(v, one)) == NULL) {
-            Py_XDECREF(one);
-            goto out;
-        }
-        Py_DECREF(one);
-        int rc = PyObject_SetAttr(self, s_committed, sum);
-        Py_DECREF(sum);
-        if (rc < 0) {
-            goto out;
-        }
-    }
-    else if (set_ll(d, s_committed, committed + 1) < 0) {
+    /* commit: self.committed += 1 */
+    if (iadd(self, s_committed, one_obj) < 0) {
         goto out;
     }
-    result = 1;
+    result = Py_NewRef(Py_None);
 out:
     Py_XDECREF(open);
     Py_XDECREF(id);
-    Py_XDECREF(data);
-    Py_XDECREF(errors);
-    Py_XDECREF(done);
+    Py_XDECREF(current);
     Py_XDECREF(v);
-    Py_XDECREF(head_moved);
-    Py_XDECREF(new_backlog);
-    Py_XDECREF(key);
+    Py_XDECREF(errors);
+    Py_XDECREF(data);
+    Py_XDECREF(diff);
+    Py_XDECREF(head);
+    Py_XDECREF(done);
     return result;
 }
 
@@ -429,39 +507,31 @@ core_commit(PyObject *self, PyObject *item)
     if (!configured()) {
         return NULL;
     }
-    PyObject *d = core_dict(self);
-    if (d == NULL) {
-        return NULL;
+    if (!Py_IS_TYPE(item, item_type)) {
+        return PyObject_CallFunctionObjArgs(ref_commit, self, item, NULL);
     }
     Py_INCREF(item);
-    int rc = commit_fast(self, d, item);
+    PyObject *result = commit_do(self, item);
     Py_DECREF(item);
-    Py_DECREF(d);
-    if (rc < 0) {
-        return NULL;
-    }
-    if (rc > 0) {
-        Py_RETURN_NONE;
-    }
-    return PyObject_CallFunctionObjArgs(ref_commit, self, item, NULL);
+    return result;
 }
 
 /* -------------------------------------------------------------------------------- on_put() */
 
+/* Is this on_put the common case?  1: new items go to memory, 2: read-behind (they stay on disk),
+ * 0: no.  Reads only, running no Python code. */
 static int
-on_put_fast(PyObject *d, PyObject *items, PyObject *nbytes_obj)
+on_put_decide(PyObject *d, PyObject *items, PyObject *nbytes_obj)
 {
-    int result = 0;
-    PyObject *first = NULL, *v = NULL, *mem = NULL, *cfg = NULL, *waiters = NULL;
-    PyObject *new_backlog = NULL, *new_mem_bytes = NULL, *copy = NULL;
+    int result = 0, behind;
+    PyObject *first = NULL, *v = NULL, *mem = NULL, *cfg = NULL;
     long long nbytes, backlog, mem_bytes, max_memory, cost, extra;
-    Py_ssize_t n, m, w;
+    Py_ssize_t n, m;
 
     if (!PyList_CheckExact(items) || (n = PyList_GET_SIZE(items)) == 0 || !exact_ll(nbytes_obj, &nbytes)) {
         return 0;
     }
-    first = PyList_GET_ITEM(items, 0);
-    Py_INCREF(first);
+    first = Py_NewRef(PyList_GET_ITEM(items, 0));
     if (!Py_IS_TYPE(first, item_type)) {
         goto out; /* metadata: not-yet-due items are parked by the reference */
     }
@@ -470,8 +540,7 @@ on_put_fast(PyObject *d, PyObject *items, PyObject *nbytes_obj)
     }
     if (v != Py_None) {
         Py_CLEAR(v);
-        v = get(d, s_saw_expiry);
-        if (v != Py_True) {
+        if ((v = get(d, s_saw_expiry)) != Py_True) {
             goto out; /* the first expiring item starts the expiry sweep */
         }
     }
@@ -479,12 +548,20 @@ on_put_fast(PyObject *d, PyObject *items, PyObject *nbytes_obj)
     if ((v = get(d, s_load_id)) == NULL) {
         goto out;
     }
-    int behind = v != Py_None; /* read-behind: new items stay on disk, only the backlog grows */
+    behind = v != Py_None;
     Py_CLEAR(v);
-    waiters = get(d, s_waiters);
-    if (waiters == NULL || !Py_IS_TYPE(waiters, deque_type) || (w = PyObject_Size(waiters)) != 0) {
-        PyErr_Clear();
+    v = get(d, s_waiters);
+    if (v == NULL || !Py_IS_TYPE(v, deque_type) || PyObject_Size(v) != 0) {
         goto out; /* blocked gets are served by the reference's hand-off */
+    }
+    Py_CLEAR(v);
+    if (!exact_ll(v = get(d, s_backlog_bytes), &backlog) || __builtin_add_overflow(backlog, nbytes, &cost)) {
+        goto out;
+    }
+    Py_CLEAR(v);
+    if (behind) {
+        result = 2;
+        goto out;
     }
     mem = get(d, s_mem);
     if (mem == NULL || !Py_IS_TYPE(mem, deque_type) || (m = PyObject_Size(mem)) < 0) {
@@ -499,51 +576,14 @@ on_put_fast(PyObject *d, PyObject *items, PyObject *nbytes_obj)
         goto out;
     }
     Py_CLEAR(v);
-    if (!exact_ll(v = get(d, s_backlog_bytes), &backlog)) {
-        goto out;
-    }
-    Py_CLEAR(v);
     if (!exact_ll(v = get(d, s_mem_bytes), &mem_bytes)) {
         goto out;
     }
-    Py_CLEAR(v);
     /* mem_bytes + nbytes + (len(mem) + len(items)) * ITEM_OVERHEAD <= max_memory */
-    if (behind) {
-        long long nb;
-        if (__builtin_add_overflow(backlog, nbytes, &nb)) {
-            goto out;
-        }
-        result = set_ll(d, s_backlog_bytes, nb) < 0 ? -1 : 1;
-        goto out;
-    }
     if (__builtin_add_overflow(mem_bytes, nbytes, &cost) ||
         __builtin_mul_overflow((long long)m + (long long)n, item_overhead, &extra) ||
         __builtin_add_overflow(cost, extra, &cost) || cost > max_memory) {
         goto out; /* the switch to read-behind is the reference's business */
-    }
-    long long nb, mb;
-    if (__builtin_add_overflow(backlog, nbytes, &nb) || __builtin_add_overflow(mem_bytes, nbytes, &mb)) {
-        goto out;
-    }
-    if ((new_backlog = PyLong_FromLongLong(nb)) == NULL || (new_mem_bytes = PyLong_FromLongLong(mb)) == NULL) {
-        result = -1;
-        goto out;
-    }
-    /* Decided: backlog_bytes += nbytes; mem.extend(items); mem_bytes += nbytes.  The list is
-     * copied first so that the extend sees exactly the items decided on. */
-    result = -1;
-    if ((copy = PyList_GetSlice(items, 0, n)) == NULL) {
-        goto out;
-    }
-    if (PyDict_SetItem(d, s_backlog_bytes, new_backlog) < 0) {
-        goto out;
-    }
-    if ((v = PyObject_CallMethodOneArg(mem, s_extend, copy)) == NULL) {
-        goto out;
-    }
-    Py_CLEAR(v);
-    if (PyDict_SetItem(d, s_mem_bytes, new_mem_bytes) < 0) {
-        goto out;
     }
     result = 1;
 out:
@@ -551,10 +591,6 @@ out:
     Py_XDECREF(v);
     Py_XDECREF(mem);
     Py_XDECREF(cfg);
-    Py_XDECREF(waiters);
-    Py_XDECREF(new_backlog);
-    Py_XDECREF(new_mem_bytes);
-    Py_XDECREF(copy);
     return result;
 }
 
@@ -572,18 +608,29 @@ core_on_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (d == NULL) {
         return NULL;
     }
-    PyObject *items = args[0], *nbytes = args[1];
+    PyObject *items = args[0], *nbytes = args[1], *res = NULL, *mem = NULL, *v = NULL;
     Py_INCREF(items);
     Py_INCREF(nbytes);
-    int rc = on_put_fast(d, items, nbytes);
+    int common = on_put_decide(d, items, nbytes);
     Py_DECREF(d);
-    PyObject *res = NULL;
-    if (rc > 0) {
-        res = Py_NewRef(Py_None);
-    }
-    else if (rc == 0) {
+    if (!common) {
         res = PyObject_CallFunctionObjArgs(ref_on_put, self, items, nbytes, NULL);
+        goto out;
     }
+    /* self.backlog_bytes += nbytes; then, in memory: self.mem.extend(items); self.mem_bytes += nbytes */
+    if (iadd(self, s_backlog_bytes, nbytes) < 0) {
+        goto out;
+    }
+    if (common == 1) {
+        if ((mem = aget(self, s_mem)) == NULL || (v = PyObject_CallMethodOneArg(mem, s_extend, items)) == NULL ||
+            iadd(self, s_mem_bytes, nbytes) < 0) {
+            goto out;
+        }
+    }
+    res = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(mem);
+    Py_XDECREF(v);
     Py_DECREF(items);
     Py_DECREF(nbytes);
     return res;
@@ -698,6 +745,14 @@ PyInit__coreops(void)
     INTERN(s_error_count, "error_count");
     INTERN(s_popleft, "popleft");
     INTERN(s_extend, "extend");
+    INTERN(s_get, "get");
+    INTERN(s_pop, "pop");
+    INTERN(s_remove, "remove");
+    INTERN(s_add, "add");
+    INTERN(s_open_read, "open_read");
+    if ((one_obj = PyLong_FromLong(1)) == NULL || (zero_obj = PyLong_FromLong(0)) == NULL) {
+        return NULL;
+    }
     if (PyType_Ready(&CoreOpsType) < 0) {
         return NULL;
     }

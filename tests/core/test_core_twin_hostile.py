@@ -466,25 +466,8 @@ def test_a_core_with_huge_or_negative_numbers_matches_the_reference_or_refuses(
 # ----------------------------------------------------------------------------- Python code inside C
 # Keys of open/errors/done that are not exact ints run their __eq__ in the C method's dict and set
 # lookups.  The queue never makes such keys (ids are exact ints), but where they are, the compiled
-# commit does not do what the reference does: these marks name each difference (reported to the
-# lead; the fix belongs in _coreops.c).
-TWICE = pytest.mark.xfail(
-    strict=True,
-    reason="twin bug: the C commit looks the error count up twice (PyDict_GetItemWithError, then"
-    " PyDict_DelItem) where the reference pops it once, so a key whose __eq__ answers differently the"
-    " second time makes the twin raise (KeyError, or the key's error) after it removed the open read",
-)
-STALE = pytest.mark.xfail(
-    strict=True,
-    reason="twin bug: the C commit writes backlog_bytes and head, and the C take delivered, from values"
-    " read before a dict or set lookup that ran Python code (a key's __eq__); the reference reads them after",
-)
-ONCE = pytest.mark.xfail(
-    strict=True,
-    reason="twin bug: the C commit moves the head past done ids with one PySet_Discard each, the"
-    " reference with `in` then remove(): a key whose __eq__ changes its answer makes the reference raise"
-    " KeyError and the twin commit",
-)
+# methods must still do what the reference does: read each value after the code that may change it,
+# look each key up as often as the reference does.
 HEAD_MOVED_ACTS: dict[str, Callable[[ReaderCore], Any]] = {
     "committed-huge": lambda c: setattr(c, "committed", 2**70),
     "committed-max": lambda c: setattr(c, "committed", 2**63 - 1),
@@ -509,12 +492,6 @@ def test_a_head_moved_callback_that_changes_the_core_leaves_it_as_the_reference_
     agree_or_refuse(ref, tw, lambda c: c.commit(c.open[1]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="twin bug (reported to the lead): after head_moved() the C commit writes dirty and committed"
-    " into the instance dict it read before the call, so a callback that replaces the core's __dict__"
-    " loses the commit's count; the reference sets them on the core",
-)
 def test_a_head_moved_callback_that_replaces_the_cores_dict_leaves_it_as_the_reference_does():
     ref, tw = steady()
     each(ref, tw, lambda c: c.take())
@@ -546,9 +523,9 @@ def _second_call(act: Callable[[], Any]) -> Callable[[], Any]:
     "act",
     [
         "raise",
-        pytest.param("raise-on-second", marks=TWICE),
-        pytest.param("drop-self-on-second", marks=TWICE),
-        pytest.param("backlog-zeroed", marks=STALE),
+        "raise-on-second",
+        "drop-self-on-second",
+        "backlog-zeroed",
         "head-moved-on",
         "collect",
     ],
@@ -579,9 +556,9 @@ def test_an_error_count_key_whose_eq_runs_code_leaves_the_core_as_the_reference_
     "act",
     [
         "raise",
-        pytest.param("true-then-gone", marks=ONCE),
+        "true-then-gone",
         "collect",
-        pytest.param("head-forward", marks=STALE),
+        "head-forward",
     ],
 )
 def test_a_done_id_whose_eq_runs_code_leaves_the_core_as_the_reference_does(act):
@@ -606,9 +583,7 @@ def test_a_done_id_whose_eq_runs_code_leaves_the_core_as_the_reference_does(act)
     agree_or_refuse(ref, tw, lambda c: c.commit(c.open[1]))
 
 
-@pytest.mark.parametrize(
-    "act", ["raise", "collect", "mem-bytes-changed", pytest.param("delivered-changed", marks=STALE)]
-)
+@pytest.mark.parametrize("act", ["raise", "collect", "mem-bytes-changed", "delivered-changed"])
 def test_an_open_read_key_whose_eq_runs_code_leaves_the_core_as_the_reference_does(act):
     """The open reads hold a key equal to item 2's id that runs Python code when compared: the take
     that opens item 2 meets it."""
