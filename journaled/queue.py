@@ -53,7 +53,7 @@ from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
 from journaled.owner.putpath import PutPath
 from journaled.owner.readerstate import ReaderFiles
-from journaled.reader import Reader
+from journaled.reader import Reader, reader_class
 from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
 from journaled.remote.server import serve
@@ -67,6 +67,7 @@ log = logging.getLogger("journaled")
 _OWNED: weakref.WeakValueDictionary[str, JournaledQueue] = weakref.WeakValueDictionary()
 _DEFAULTS = reader_settings(ReaderConfig(), "/")  # no sink in it: the directory does not matter
 _CORE = core_class()  # the reference, or with its hot operations compiled (core/twin.py)
+_READER = reader_class()  # the same for a reader's get and commit
 
 
 class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
@@ -162,7 +163,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         core = _CORE(
             rname, config, state, self._lock, self._journal, self._files.want_archiving, self._engine.wake
         )
-        reader = Reader(core, self._files)
+        reader = _READER(core, self._files)
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._cores = [r.core for r in self._readers.values()]

@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $# -gt 0 ] || set -- tests/format tests/log/test_walker_twins.py tests/core tests/test_reader.py tests/test_transactions.py \
-    tests/owner/test_put_twin.py
+    tests/owner/test_put_twin.py tests/test_reader_twin.py
 case "$python" in
     /*) ;;
     */*) python="$PWD/$python" ;; # a relative path: the build and the tests run from the copy

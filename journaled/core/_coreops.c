@@ -35,7 +35,7 @@
 
 /* What core/twin.py expects: raise it whenever configure()'s arguments or a method's contract
  * change, so a stale build is refused. */
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 /* configured once by core/twin.py */
 static PyObject *ref_take = NULL, *ref_commit = NULL, *ref_on_put = NULL; /* ReaderCore's methods */
@@ -636,6 +636,224 @@ out:
     return res;
 }
 
+/* ------------------------------------------------------------------ Reader.get / Reader.commit */
+
+/* ReaderOps is the base of journaled/reader.py's CompiledReader: its get() and commit() do
+ * Reader.get's and Reader.commit's common case -- the lock taken, the core open, nobody in line,
+ * an item ready -- with the same calls on the same objects (``with core.lock``, ``core.closed``,
+ * ``core.waiters``, ``core.take()``, ``core.commit(item)``), and leave everything else (blocking,
+ * a closed reader, a timeout to check) to the reference, which they call with the same arguments
+ * after letting go of the lock. */
+static PyObject *ref_reader_get = NULL, *ref_reader_commit = NULL;
+static int replace(PyObject **slot_, PyObject *value);
+static PyObject *s_core, *s_lock, *s_closed, *s_take, *s_commit, *s_acquire, *s_release;
+
+/* lock.release(), keeping an exception already raised (as ``with`` does); 0 or -1. */
+static int
+release_lock(PyObject *lock)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    if (r == NULL) {
+        Py_XDECREF(exc);
+        return -1;
+    }
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    if (r == NULL) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    PyErr_Restore(et, ev, tb);
+#endif
+    Py_DECREF(r);
+    return 0;
+}
+
+/* Take core.lock and check core.closed: 1 open (lock held; core_out and lock_out new references),
+ * 0 not the common case (nothing held), -1 error. */
+static int
+enter_open_core(PyObject *self, PyObject **core_out, PyObject **lock_out)
+{
+    PyObject *core = aget(self, s_core), *lock = NULL, *r = NULL, *closed = NULL;
+    if (core == NULL || (lock = PyObject_GetAttr(core, s_lock)) == NULL ||
+        (r = PyObject_CallMethodNoArgs(lock, s_acquire)) == NULL) {
+        Py_XDECREF(core);
+        Py_XDECREF(lock);
+        return -1;
+    }
+    Py_DECREF(r);
+    closed = PyObject_GetAttr(core, s_closed);
+    if (closed != Py_False) {
+        int failed = closed == NULL;
+        Py_XDECREF(closed);
+        if (release_lock(lock) < 0) {
+            failed = 1;
+        }
+        Py_DECREF(core);
+        Py_DECREF(lock);
+        if (failed) {
+            return -1;
+        }
+        return 0; /* closed (or odd): the reference says so */
+    }
+    Py_DECREF(closed);
+    *core_out = core;
+    *lock_out = lock;
+    return 1;
+}
+
+static PyObject *
+reader_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (ref_reader_get == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.core._coreops is not configured for readers");
+        return NULL;
+    }
+    /* timeout (the second argument, or by name): the common case is None or a plain number >= 0 */
+    PyObject *timeout = nargs >= 2 ? args[1] : NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    int odd = nargs > 2;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "timeout") == 0) {
+            timeout = args[nargs + i];
+        }
+        else if (PyUnicode_CompareWithASCIIString(name, "block") != 0) {
+            odd = 1;
+        }
+    }
+    if (timeout != NULL && timeout != Py_None) {
+        double t = PyFloat_CheckExact(timeout) ? PyFloat_AS_DOUBLE(timeout) : -1.0;
+        if (PyLong_CheckExact(timeout)) { /* its sign is all that matters here */
+            int ge = PyObject_RichCompareBool(timeout, zero_obj, Py_GE);
+            if (ge < 0) {
+                return NULL;
+            }
+            t = ge ? 0.0 : -1.0;
+        }
+        if (!(t >= 0.0)) {
+            odd = 1; /* negative, NaN or not a plain number: the reference's error */
+        }
+    }
+    if (!odd) {
+        PyObject *core = NULL, *lock = NULL, *item = NULL, *waiters;
+        int rc = enter_open_core(self, &core, &lock);
+        if (rc < 0) {
+            return NULL;
+        }
+        if (rc > 0) {
+            /* if not core.waiters: item = core.take() */
+            waiters = PyObject_GetAttr(core, s_waiters);
+            int busy = waiters == NULL ? -1 : PyObject_IsTrue(waiters);
+            Py_XDECREF(waiters);
+            if (busy == 0) {
+                item = PyObject_CallMethodNoArgs(core, s_take);
+            }
+            int failed = busy < 0 || (busy == 0 && item == NULL);
+            if (release_lock(lock) < 0) {
+                failed = 1;
+            }
+            Py_DECREF(core);
+            Py_DECREF(lock);
+            if (failed) {
+                Py_XDECREF(item);
+                return NULL;
+            }
+            if (item != NULL && item != Py_None) {
+                return item;
+            }
+            Py_XDECREF(item);
+        }
+    }
+    /* blocking, closed, odd arguments: the reference, from the start */
+    PyObject *full[8];
+    Py_ssize_t total = nargs + nkw;
+    if (total > 7) {
+        PyObject *bound = PyMethod_New(ref_reader_get, self);
+        if (bound == NULL) {
+            return NULL;
+        }
+        PyObject *r = PyObject_Vectorcall(bound, args, nargs, kwnames);
+        Py_DECREF(bound);
+        return r;
+    }
+    full[0] = self;
+    for (Py_ssize_t i = 0; i < total; i++) {
+        full[i + 1] = args[i];
+    }
+    return PyObject_Vectorcall(ref_reader_get, full, nargs + 1, kwnames);
+}
+
+static PyObject *
+reader_commit(PyObject *self, PyObject *item)
+{
+    if (ref_reader_commit == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "journaled.core._coreops is not configured for readers");
+        return NULL;
+    }
+    PyObject *core = NULL, *lock = NULL;
+    int rc = enter_open_core(self, &core, &lock);
+    if (rc < 0) {
+        return NULL;
+    }
+    if (rc == 0) {
+        return PyObject_CallFunctionObjArgs(ref_reader_commit, self, item, NULL);
+    }
+    PyObject *r = PyObject_CallMethodOneArg(core, s_commit, item);
+    int failed = r == NULL;
+    if (release_lock(lock) < 0) {
+        failed = 1;
+    }
+    Py_DECREF(core);
+    Py_DECREF(lock);
+    if (failed) {
+        Py_XDECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+static PyMethodDef readerops_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))reader_get, METH_FASTCALL | METH_KEYWORDS,
+     "get(block=True, timeout=None) -> Item: Reader.get, its common case compiled (the rest: the reference)."},
+    {"commit", (PyCFunction)reader_commit, METH_O,
+     "commit(item): Reader.commit, its common case compiled (the rest: the reference)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReaderOpsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "journaled.core._coreops.ReaderOps",
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The compiled get and commit of a reader: a base of journaled/reader.py's CompiledReader.",
+    .tp_methods = readerops_methods,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyObject *
+configure_reader(PyObject *Py_UNUSED(module), PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"get", "commit", NULL};
+    PyObject *get_, *commit_;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OO", kwlist, &get_, &commit_)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(get_) || !PyCallable_Check(commit_)) {
+        PyErr_SetString(PyExc_TypeError, "configure_reader(): get and commit must be callables");
+        return NULL;
+    }
+    replace(&ref_reader_get, get_);
+    replace(&ref_reader_commit, commit_);
+    Py_RETURN_NONE;
+}
+
 /* ---------------------------------------------------------------------------- the module */
 
 static PyMethodDef coreops_methods[] = {
@@ -701,6 +919,8 @@ static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, take, commit, on_put, item_type, config_type, deque_type, overhead): the "
      "references (ReaderCore's methods) and the types the fast paths accept."},
+    {"configure_reader", (PyCFunction)(void (*)(void))configure_reader, METH_VARARGS | METH_KEYWORDS,
+     "configure_reader(*, get, commit): the references (Reader's methods) of ReaderOps."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -750,10 +970,17 @@ PyInit__coreops(void)
     INTERN(s_remove, "remove");
     INTERN(s_add, "add");
     INTERN(s_open_read, "open_read");
+    INTERN(s_core, "core");
+    INTERN(s_lock, "lock");
+    INTERN(s_closed, "closed");
+    INTERN(s_take, "take");
+    INTERN(s_commit, "commit");
+    INTERN(s_acquire, "acquire");
+    INTERN(s_release, "release");
     if ((one_obj = PyLong_FromLong(1)) == NULL || (zero_obj = PyLong_FromLong(0)) == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&CoreOpsType) < 0) {
+    if (PyType_Ready(&CoreOpsType) < 0 || PyType_Ready(&ReaderOpsType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module);
@@ -761,7 +988,8 @@ PyInit__coreops(void)
         return NULL;
     }
     if (PyModule_AddIntConstant(m, "ABI_VERSION", ABI_VERSION) < 0 ||
-        PyModule_AddObjectRef(m, "CoreOps", (PyObject *)&CoreOpsType) < 0) {
+        PyModule_AddObjectRef(m, "CoreOps", (PyObject *)&CoreOpsType) < 0 ||
+        PyModule_AddObjectRef(m, "ReaderOps", (PyObject *)&ReaderOpsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from journaled.config import ReaderConfig
 from journaled.core.readbehind import ITEM_OVERHEAD
@@ -27,7 +28,7 @@ from journaled.format.speedups import ENV_VAR
 from journaled.item import Item
 
 #: The ``ABI_VERSION`` of ``_coreops.c`` this code drives.  A build with another number is stale.
-ABI_VERSION: Final = 1
+ABI_VERSION: Final = 2
 
 #: The core's attributes the compiled methods read and write in its instance dict.
 INSTANCE_FIELDS: Final = (
@@ -91,6 +92,21 @@ def _build() -> tuple[type[ReaderCore] | None, str]:
 
 
 _built = _build()
+
+
+def reader_ops(get: Callable[..., Any], commit: Callable[..., Any]) -> type | None:
+    """The compiled base of ``journaled.reader.CompiledReader`` (``_coreops.ReaderOps``: ``get`` and
+    ``commit``'s common case in C, the rest to ``get``/``commit``, the ``Reader`` methods given), or
+    None when the reference runs alone.  Only the package's reader module calls it, once."""
+    if _built[0] is None:
+        return None
+    from journaled.core import _coreops  # type: ignore[attr-defined]
+
+    _coreops.configure_reader(get=get, commit=commit)
+    base: type = _coreops.ReaderOps
+    return base
+
+
 #: :class:`ReaderCore` with its hot operations compiled, or None when the reference runs alone.
 CompiledReaderCore: Final = _built[0]
 _description: Final = _built[1]
@@ -106,4 +122,4 @@ def describe() -> str:
     return _description
 
 
-__all__ = ["ABI_VERSION", "CompiledReaderCore", "core_class", "describe"]
+__all__ = ["ABI_VERSION", "CompiledReaderCore", "core_class", "describe", "reader_ops"]
