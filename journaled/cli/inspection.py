@@ -274,6 +274,10 @@ def cmd_stat(args: argparse.Namespace) -> int:
         if not live["clients"]:
             print("  no other process is using it")
     print(f"  hot path (this process): {speedups.describe()}")
+    from journaled.core import twin  # the queue's parts: only for this line
+    from journaled.owner import fastput
+
+    print(f"  reader core and reader: {twin.describe()}; single put: {fastput.describe()}")
     return 0
 
 
