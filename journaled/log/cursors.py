@@ -99,11 +99,17 @@ class LogReading:
                     shared.release()
             cursor = Cursor(jf.ms, walker.pos, walker.expected)
             if recs:
-                out.extend(recs)
-                payload_bytes += sum(len(r.payload) for r in recs)
+                if out:
+                    out += recs
+                else:
+                    out = recs
                 self._learn_index(jf, recs)
-            elif not walker.done:
-                break  # the next record does not fit the budget
+            if not walker.done:
+                # The walker stops short of its file's end only when the budget is spent (max_items,
+                # max_bytes, or the next record does not fit): another pass would read nothing.
+                break
+            # perf: the payload taken so far only matters for going on into the next file
+            payload_bytes += sum(len(r.payload) for r in recs)
         return out, cursor
 
     def _learn_index(self, jf: JournalFile, recs: list[Put]) -> None:
