@@ -245,10 +245,20 @@ def main() -> int:
     return 0 if ok else 1
 
 
+#: Journal bytes per item besides its payload (a PUT record's header), rounded up.
+RECORD_BYTES = 40
+
+
 def flat(args: argparse.Namespace) -> int:
+    sizes = [1000, args.flat]
+    need = sum(n + 2 * args.ops * args.rounds for n in sizes) * (args.item_size + RECORD_BYTES)
+    free = shutil.disk_usage(args.dir or tempfile.gettempdir()).free
+    if need > free * 0.9:
+        print(f"--flat {args.flat:,} needs ~{need / MiB:,.0f} MiB; {free / MiB:,.0f} MiB free there (--dir)")
+        return 2
     base = tempfile.mkdtemp(prefix="bench-flat-", dir=args.dir)
     payload = os.urandom(args.item_size)
-    sizes = [1000, args.flat]
+    load_before = os.getloadavg()
     queues = {}
     try:
         for n in sizes:
@@ -303,6 +313,8 @@ def flat(args: argparse.Namespace) -> int:
             f"get+commit {get_ratio:.2f}x (target >= 0.90); "
             f"reopen to first item {reopen[big][1]:.2f} s (target < 1 s): {'met' if ok else 'not met'}"
         )
+        load = " ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(load_before, os.getloadavg(), strict=True))
+        print(f"load average (1, 5, 15 min) before/after: {load}")
         return 0
     finally:
         for q, _ in queues.values():
