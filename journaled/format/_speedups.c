@@ -1245,6 +1245,7 @@ build_item(PyObject *const *vals)
             return NULL;
         }
     }
+    untrack_atomic(obj, vals, ITEM_NFIELDS); /* every put makes one per reader's delivery */
     return obj;
 }
 
@@ -1464,10 +1465,9 @@ take_fast(Walk *w, FastPut *p)
     vals[ITEM_ERROR_COUNT] = count != NULL ? Py_NewRef(count) : PyLong_FromLong(0);
     if (vals[ITEM_ERROR_COUNT] == NULL)
         goto done;
-    PyObject *obj = build_item(vals);
+    PyObject *obj = build_item(vals); /* left out of the collector's walks when it can be */
     if (obj == NULL)
         goto done;
-    untrack_atomic(obj, vals, ITEM_NFIELDS);
     rc = PyList_Append(w->out, obj) < 0 ? -1 : 1;
     Py_DECREF(obj);
 done:

@@ -320,3 +320,14 @@ def test_records_and_items_of_plain_values_are_left_out_of_the_collectors_walks(
         assert [gc.is_tracked(i) for i in items] == [False, False]
         odd = items_from_puts(puts, {1: [3]}, BIG, 200)[0]  # an error count that is a container
         assert [gc.is_tracked(i) for i in odd] == [True, False]
+
+
+def test_items_made_for_a_put_are_left_out_of_the_collectors_walks_too():
+    """Every put makes an item for each reader; of plain values, it is not walked either, and one
+    that holds a container still is (a cycle through it must stay collectable)."""
+    if speedups.native is None:
+        pytest.skip("the references run here: their items are ordinary objects")
+    new_item, new_items, _ = speedups.item_twins(item.Item, item.MetaItem)
+    assert not gc.is_tracked(new_item(1, b"a", 1.5, None, 0))
+    assert [gc.is_tracked(i) for i in new_items(1, [b"a", b"b"], 1.5, None)] == [False, False]
+    assert gc.is_tracked(new_item(1, b"a", 1.5, None, [0]))
