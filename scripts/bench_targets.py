@@ -38,8 +38,10 @@ real disk); every row shows the 1-minute load average when it was taken.
 
 ``--quick`` takes about 45 s on the 2-core development VM, the full run about 90 s
 (``--backlog 10000000`` adds about 10 s and 1 GB in ``--dir``).  ``--json`` prints the rows
-as JSON on stdout (the text goes to stderr).  ``--tree`` measures another checkout's
-``journaled`` package (e.g. main, exported with ``git archive``) with this script's peers.
+as JSON on stdout (the text goes to stderr).  A row that cannot be measured is reported as such
+and the others go on; the exit status is then 1 (an unmet goal is not an error).  ``--tree``
+measures another checkout's ``journaled`` package (e.g. main, exported with ``git archive``) with
+this script's peers.
 Needs queuelib (``pip install -e '.[bench]'``).
 """
 
@@ -403,22 +405,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     root = tempfile.mkdtemp(prefix="bench-targets-", dir=parent)
+    wanted: list[tuple[set[str], Callable[[], None]]] = [
+        ({"put", "get", "putget"}, lambda: queuelib_rows(rep, skip, root, cap, items, args.repeat)),
+        ({"many"}, lambda: many_row(rep, root, cap, args.repeat)),
+        ({"spsc"}, lambda: spsc_row(rep, root, items, args.repeat)),
+        ({"threads", "fsync"}, lambda: group_commit_rows(rep, skip, root, cap, rounds)),
+        (
+            {"backlog"},
+            lambda: backlog_row(rep, root, args.backlog, 20_000 if quick else 50_000, 2 if quick else 3),
+        ),
+        ({"rtt"}, lambda: rtt_row(rep, rounds, 1000 if quick else 2000, tree)),
+        ({"procs"}, lambda: procs_row(rep, "procs", parent, rounds, 1.0 if quick else 2.0, tree)),
+        ({"procsfake"}, lambda: procs_row(rep, "procsfake", parent, rounds, 1.0 if quick else 2.0, tree)),
+    ]
+    failed: list[dict[str, str]] = []
     try:
-        if not {"put", "get", "putget"} <= skip:
-            queuelib_rows(rep, skip, root, cap, items, args.repeat)
-        if "many" not in skip:
-            many_row(rep, root, cap, args.repeat)
-        if "spsc" not in skip:
-            spsc_row(rep, root, items, args.repeat)
-        if not {"threads", "fsync"} <= skip:
-            group_commit_rows(rep, skip, root, cap, rounds)
-        if "backlog" not in skip:
-            backlog_row(rep, root, args.backlog, 20_000 if quick else 50_000, 2 if quick else 3)
-        if "rtt" not in skip:
-            rtt_row(rep, rounds, 1000 if quick else 2000, tree)
-        for key in ("procs", "procsfake"):
-            if key not in skip:
-                procs_row(rep, key, parent, rounds, 1.0 if quick else 2.0, tree)
+        for keys, measure in wanted:
+            if keys <= skip:
+                continue
+            try:
+                measure()
+            except Exception as exc:  # one broken row must not lose the others of the run
+                name = ",".join(sorted(keys - skip))
+                failed.append({"rows": name, "error": repr(exc)})
+                rep.say(f"{name:<9} could not be measured: {exc!r}")
     finally:
         import shutil
 
@@ -427,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     met = sum(r["met"] for r in rep.rows)
     load = os.getloadavg()
     rep.say(
-        f"# {met} of {len(rep.rows)} goals met; took {took:.0f} s; load average at the end "
+        f"# {met} of {len(rep.rows)} goals met{f', {len(failed)} rows not measured' if failed else ''}; "
+        f"took {took:.0f} s; load average at the end "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     if args.json:
@@ -438,13 +449,14 @@ def main(argv: list[str] | None = None) -> int:
                     "machine": machine,
                     "quick": quick,
                     "rows": rep.rows,
+                    "failed": failed,
                     "seconds": round(took, 1),
                     "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                 },
                 indent=2,
             )
         )
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
