@@ -42,8 +42,18 @@ class OptionalBuildExt(build_ext):
 setup(
     ext_modules=[
         Extension("journaled.format._speedups", ["journaled/format/_speedups.c"], optional=True),
-        Extension("journaled.core._coreops", ["journaled/core/_coreops.c"], optional=True),
-        Extension("journaled.owner._putops", ["journaled/owner/_putops.c"], optional=True),
+        Extension(
+            "journaled.core._coreops",
+            ["journaled/core/_coreops.c"],
+            depends=["journaled/_twins.h"],
+            optional=True,
+        ),
+        Extension(
+            "journaled.owner._putops",
+            ["journaled/owner/_putops.c"],
+            depends=["journaled/_twins.h"],
+            optional=True,
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

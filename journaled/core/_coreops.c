@@ -33,6 +33,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../_twins.h"
+
 /* What core/twin.py expects: raise it whenever configure()'s arguments or a method's contract
  * change, so a stale build is refused. */
 #define ABI_VERSION 2
@@ -51,23 +53,6 @@ static PyObject *s_saw_expiry, *s_waiters, *s_max_memory, *s_max_age, *s_max_err
 static PyObject *s_open_read_timeout, *s_id, *s_data, *s_expire_at, *s_error_count;
 static PyObject *s_popleft, *s_extend, *s_get, *s_pop, *s_remove, *s_add, *s_open_read;
 
-/* The value of an exact int within int64 in *out; 0 if it is not one (no error set).  Never runs
- * Python code (an int subclass or another type is refused, not converted). */
-static int
-exact_ll(PyObject *obj, long long *out)
-{
-    int overflow = 0;
-    if (obj == NULL || !PyLong_CheckExact(obj)) {
-        return 0;
-    }
-    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (overflow || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 /* The instance dict of a core (a new reference), or NULL with an error set. */
 static PyObject *
 core_dict(PyObject *self)
@@ -79,30 +64,6 @@ core_dict(PyObject *self)
         return NULL;
     }
     return d;
-}
-
-/* d[name] as a new reference, or NULL (with no error set) when missing. */
-static PyObject *
-get(PyObject *d, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(d, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    Py_INCREF(v);
-    return v;
-}
-
-/* A slot of an exact Item or ReaderConfig (plain slots: no Python code runs), new reference. */
-static PyObject *
-slot(PyObject *obj, PyObject *name)
-{
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        PyErr_Clear();
-    }
-    return v;
 }
 
 static int
@@ -648,34 +609,6 @@ static PyObject *ref_reader_get = NULL, *ref_reader_commit = NULL;
 static int replace(PyObject **slot_, PyObject *value);
 static PyObject *s_core, *s_lock, *s_closed, *s_take, *s_commit, *s_acquire, *s_release;
 
-/* lock.release(), keeping an exception already raised (as ``with`` does); 0 or -1. */
-static int
-release_lock(PyObject *lock)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
-    if (r == NULL) {
-        Py_XDECREF(exc);
-        return -1;
-    }
-    PyErr_SetRaisedException(exc);
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
-    if (r == NULL) {
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    PyErr_Restore(et, ev, tb);
-#endif
-    Py_DECREF(r);
-    return 0;
-}
-
 /* Take core.lock and check core.closed: 1 open (lock held; core_out and lock_out new references),
  * 0 not the common case (nothing held), -1 error. */
 static int
@@ -693,7 +626,7 @@ enter_open_core(PyObject *self, PyObject **core_out, PyObject **lock_out)
     if (closed != Py_False) {
         int failed = closed == NULL;
         Py_XDECREF(closed);
-        if (release_lock(lock) < 0) {
+        if (release_lock(lock, s_release) < 0) {
             failed = 1;
         }
         Py_DECREF(core);
@@ -757,7 +690,7 @@ reader_get(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
                 item = PyObject_CallMethodNoArgs(core, s_take);
             }
             int failed = busy < 0 || (busy == 0 && item == NULL);
-            if (release_lock(lock) < 0) {
+            if (release_lock(lock, s_release) < 0) {
                 failed = 1;
             }
             Py_DECREF(core);
@@ -808,7 +741,7 @@ reader_commit(PyObject *self, PyObject *item)
     }
     PyObject *r = PyObject_CallMethodOneArg(core, s_commit, item);
     int failed = r == NULL;
-    if (release_lock(lock) < 0) {
+    if (release_lock(lock, s_release) < 0) {
         failed = 1;
     }
     Py_DECREF(core);

@@ -23,6 +23,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../_twins.h"
+
 #define ABI_VERSION 1
 
 static PyObject *s_closed, *s_cores, *s_config, *s_max_items, *s_max_size, *s_put_count, *s_put_bytes;
@@ -45,22 +47,6 @@ typedef struct {
     long long max_item_size, put_overhead, index_every, write_out_at;
 } PlainPut;
 
-/* The value of an exact int within int64; 0 if it is not one (no error set, no Python code run). */
-static int
-exact_ll(PyObject *obj, long long *out)
-{
-    int overflow = 0;
-    if (obj == NULL || !PyLong_CheckExact(obj)) {
-        return 0;
-    }
-    *out = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (overflow || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return 0;
-    }
-    return 1;
-}
-
 /* The instance dict of obj, a new reference; NULL (no error set) if it has no plain dict. */
 static PyObject *
 dict_of(PyObject *obj)
@@ -75,29 +61,6 @@ dict_of(PyObject *obj)
         return NULL;
     }
     return d;
-}
-
-/* d[name], a new reference, or NULL with no error set. */
-static PyObject *
-get(PyObject *d, PyObject *name)
-{
-    PyObject *v = PyDict_GetItemWithError(d, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return Py_NewRef(v);
-}
-
-/* A plain slot of an attrs class instance, a new reference, or NULL with no error set. */
-static PyObject *
-slot(PyObject *obj, PyObject *name)
-{
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        PyErr_Clear();
-    }
-    return v;
 }
 
 /* d[name] as an int64 in *out if it is an exact int within range; 0 if not (no error set). */
@@ -131,35 +94,6 @@ call_method0(PyObject *obj, PyObject *name)
     if (r == NULL) {
         return -1;
     }
-    Py_DECREF(r);
-    return 0;
-}
-
-/* lock.release(), whatever happened before (as ``with`` releases): an exception already raised
- * stays the one raised, unless the release itself fails.  0 or -1. */
-static int
-release(PyObject *lock)
-{
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
-    if (r == NULL) {
-        Py_XDECREF(exc);
-        return -1;
-    }
-    PyErr_SetRaisedException(exc);
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
-    if (r == NULL) {
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        return -1;
-    }
-    PyErr_Restore(et, ev, tb);
-#endif
     Py_DECREF(r);
     return 0;
 }
@@ -362,7 +296,7 @@ append_locked(PlainPut *self, PyObject *data, long long add_ms, long long *id_ou
         goto out;
     }
     rc = append_one(self, data, add_ms, &item_id, &added_ms, &seq);
-    if (release(jlock) < 0) {
+    if (release_lock(jlock, s_release) < 0) {
         rc = -1;
     }
     if (rc <= 0) {
@@ -465,7 +399,7 @@ plainput_call(PyObject *op, PyObject *args, PyObject *kwargs)
     Py_XDECREF(ns);
     Py_XDECREF(ms);
     Py_DECREF(data);
-    if (release(self->qlock) < 0) {
+    if (release_lock(self->qlock, s_release) < 0) {
         return NULL;
     }
     if (rc < 0) {
