@@ -331,6 +331,7 @@ def _compiled_reader() -> type[Reader] | None:
         reader open) in C with the same calls, and hand the rest to Reader's own methods
         (journaled/core/_coreops.c, ``ReaderOps``)."""
 
+    CompiledReader.__qualname__ = "CompiledReader"
     return CompiledReader
 
 
