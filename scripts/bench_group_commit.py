@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -59,13 +60,9 @@ def raw_fdatasync(
     return n / took, n / took, 1.0, 0.0, 0.0, 0.0
 
 
-def durable_puts(
-    directory: str, threads: int, size: int, seconds: float, fake: float = 0.0
-) -> tuple[float, float, float, float, float, float]:
-    """``(puts/s, fsyncs/s, puts per fsync, process CPU microseconds per put, median fdatasync
-    microseconds, median microseconds from one fdatasync's end to the next one's start)`` of
-    ``threads`` producers under ``sync="always"``.  The last is the time a round spends outside
-    the fsync: the batch's puts, their wake-ups and the flush."""
+def timed_fsyncs(fake: float = 0.0) -> tuple[Any, list[tuple[float, float]]]:
+    """File operations (for ``fileio.use``) whose ``fdatasync`` appends its (start, end) on
+    ``time.perf_counter`` to the returned list; ``fake`` seconds of sleep replace the real one."""
     from journaled.disk import fileio
 
     spans: list[tuple[float, float]] = []
@@ -79,7 +76,20 @@ def durable_puts(
                 super().fdatasync(fd)
             spans.append((t, time.perf_counter()))
 
-    with fileio.use(TimedSync()):
+    return TimedSync(), spans
+
+
+def durable_puts(
+    directory: str, threads: int, size: int, seconds: float, fake: float = 0.0
+) -> tuple[float, float, float, float, float, float]:
+    """``(puts/s, fsyncs/s, puts per fsync, process CPU microseconds per put, median fdatasync
+    microseconds, median microseconds from one fdatasync's end to the next one's start)`` of
+    ``threads`` producers under ``sync="always"``.  The last is the time a round spends outside
+    the fsync: the batch's puts, their wake-ups and the flush."""
+    from journaled.disk import fileio
+
+    ops, spans = timed_fsyncs(fake)
+    with fileio.use(ops):
         rate, fs, per, cpu = _durable_puts(directory, threads, size, seconds)
     spans = spans[1:]  # the header's, at open
     fsync_us = statistics.median(e - s for s, e in spans) * 1e6 if spans else 0.0

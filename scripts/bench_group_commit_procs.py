@@ -84,18 +84,10 @@ def owner_main(directory: str, fake: float, profile: str | None, spin: float | N
         import journaled.remote.server as server
 
         server.SPIN = spin
-    spans: list[tuple[float, float]] = []
+    from bench_group_commit import timed_fsyncs
 
-    class TimedSync(fileio.FileOps):
-        def fdatasync(self, fd: int) -> None:
-            t = time.perf_counter()
-            if fake:
-                time.sleep(fake)
-            else:
-                super().fdatasync(fd)
-            spans.append((t, time.perf_counter()))
-
-    with fileio.use(TimedSync()):
+    ops, spans = timed_fsyncs(fake)
+    with fileio.use(ops):
         q = JournaledQueue(directory, QueueConfig(sync="always"))
         print("ready", flush=True)
         for line in sys.stdin:
