@@ -19,6 +19,7 @@ from journaled.format.record import PUT_OVERHEAD, Put
 from journaled.format.smallfiles import CheckpointData
 from journaled.item import Item
 from journaled.log.journal import Cursor
+from support.twin_log import window
 
 
 class MemoryLog:
@@ -39,12 +40,8 @@ class MemoryLog:
         self, cursor: Cursor, max_bytes: int = 1 << 20, max_items: int = 1 << 30
     ) -> tuple[list[Put], Cursor]:
         self.reads += 1
-        out: list[Put] = []
-        k, used = cursor.next_id - 1, 0
-        while k < len(self.records) and len(out) < max_items and (not out or used < max_bytes):
-            out.append(self.records[k])
-            used += len(self.records[k].payload)
-            k += 1
+        out = window(self.records, cursor.next_id - 1, max_bytes, max_items)
+        k = cursor.next_id - 1 + len(out)
         return out, Cursor(0, k, k + 1)
 
     def hint(self, item_id: int) -> tuple[int, int]:

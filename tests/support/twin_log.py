@@ -27,6 +27,18 @@ from journaled.log.journal import Cursor
 FILE_MS = 1_700_000_000_000
 
 
+def window(records: list[Put], start: int, max_bytes: int, max_items: int) -> list[Put]:
+    """``records[start:]`` as a journal read gives them: at most ``max_items``, and records while
+    the payload so far is under ``max_bytes`` (at least one when any is left)."""
+    out: list[Put] = []
+    k, used = start, 0
+    while k < len(records) and len(out) < max_items and (not out or used < max_bytes):
+        out.append(records[k])
+        used += len(records[k].payload)
+        k += 1
+    return out
+
+
 class TwinLog:
     """A LogSource holding PUT/PUTX records in a list (record k has id k + 1 at offset 1000 k)."""
 
@@ -67,12 +79,8 @@ class TwinLog:
         self, cursor: Cursor, max_bytes: int = 1 << 20, max_items: int = 1 << 30
     ) -> tuple[list[Put], Cursor]:
         self.reads += 1
-        out: list[Put] = []
-        k, used = cursor.next_id - 1, 0
-        while k < len(self.records) and len(out) < max_items and (not out or used < max_bytes):
-            out.append(self.records[k])
-            used += len(self.records[k].payload)
-            k += 1
+        out = window(self.records, cursor.next_id - 1, max_bytes, max_items)
+        k = cursor.next_id - 1 + len(out)
         return out, Cursor(FILE_MS, 1000 * k, k + 1)
 
     def hint(self, item_id: int) -> tuple[int, int]:
