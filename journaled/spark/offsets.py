@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -30,6 +30,18 @@ SCHEMA_DDL = (
 )
 #: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
 HEADERS_DDL = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+#: Every column the source can fill, with its type as Spark writes it (``DataType.simpleString``).
+COLUMN_TYPES = {
+    "id": "bigint",
+    "value": "binary",
+    "timestamp": "timestamp",
+    "expire_at": "timestamp",
+    "queue": "string",
+    "key": "binary",
+    "not_before": "timestamp",
+    "headers": "array<struct<key:string,value:binary>>",
+}
 
 
 class DataLossError(JournaledError):
@@ -66,6 +78,28 @@ def schema_ddl(options: Mapping[str, str]) -> str:
     if opt_bool(options, "includeHeaders", False):
         return f"{SCHEMA_DDL}, {HEADERS_DDL}"
     return SCHEMA_DDL
+
+
+def check_columns(columns: Sequence[tuple[str, str]]) -> None:
+    """Refuse a schema the source cannot fill, given as ``(name, DataType.simpleString())`` pairs.
+
+    A query may name its own schema (``spark.read.format("journaled").schema("value BINARY")``)
+    instead of taking :data:`SCHEMA_DDL`: any of the source's columns, each at most once, in any
+    order and in any letter case, each with the source's type.  Spark hands a Python source no
+    column pruning, so this is how a query that needs only ``value`` stops paying for the rest."""
+    if not columns:
+        raise OptionError("a schema given to the journaled source must name at least one column")
+    seen: set[str] = set()
+    for name, type_ in columns:
+        want = COLUMN_TYPES.get(name.lower())
+        if want is None:
+            known = ", ".join(COLUMN_TYPES)
+            raise OptionError(f"the journaled source has no column {name!r} (it has {known})")
+        if type_.lower() != want:
+            raise OptionError(f"column {name!r} of the journaled source is {want}, not {type_}")
+        if name.lower() in seen:
+            raise OptionError(f"column {name!r} is named twice in the schema")
+        seen.add(name.lower())
 
 
 def opt_int(options: Mapping[str, str], name: str) -> int | None:

@@ -46,6 +46,7 @@ from journaled.spark.offsets import (
     DataLossError,
     OptionError,
     Planner,
+    check_columns,
     decode,
     encode,
     opt,
@@ -118,9 +119,16 @@ def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) ->
     return out
 
 
+def check_schema(schema: StructType) -> None:
+    """Refuse a schema the source cannot fill (one the query named may hold any of the
+    source's columns, in any order: offsets.check_columns)."""
+    check_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
+
+
 def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Decode one partition into Arrow batches of the source schema (columns built from
-    buffers by arrowread.py: no Python object per record)."""
+    """Decode one partition into Arrow batches of ``schema``, the source's or the query's own
+    (columns built from buffers by arrowread.py: no Python object per record; a column the
+    schema leaves out is never built)."""
     # Imported here, in the executor's task: the Python workers Spark starts to plan a query
     # (and to drive a stream reader) never read, and pyarrow.compute alone costs ~0.1 s there.
     import pyarrow as pa
@@ -129,13 +137,13 @@ def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.
     from journaled.spark.arrowread import read_segment_arrays
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    ts_type = arrow_schema.field("timestamp").type
+    ts_type = pa.timestamp("us", tz="UTC")  # what to_arrow_schema makes of TIMESTAMP
     queue = pa.scalar(part.key, pa.string())
     gaps: list[Gap] = []
     for cols in (c for seg in part.segments for c in read_segment_arrays(seg, gaps, ROWS_PER_BATCH)):
         if gaps:
             _on_gaps(part, gaps)
-        arrays = [_build_column(name, cols, ts_type, queue) for name in arrow_schema.names]
+        arrays = [_build_column(name.lower(), cols, ts_type, queue) for name in arrow_schema.names]
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
     if gaps:
         _on_gaps(part, gaps)
@@ -294,6 +302,7 @@ class JournaledBatchReader(DataSourceReader):
     (default latest), fixed when the query is planned."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        check_schema(schema)
         self.schema = schema
         self.planner = _planner(options)
         self.start = self.planner.resolve(
@@ -343,6 +352,7 @@ class JournaledStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        check_schema(schema)
         self.options = dict(options)
         self.schema = schema
         self.planner = _planner(options)

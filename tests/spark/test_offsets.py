@@ -106,6 +106,32 @@ def test_spark_md_maps_every_kafka_source_option_to_ours():
                 assert ours in ours_documented, f"{ours} (for {cells[0].strip()}) is not a documented option"
 
 
+def test_a_schema_the_query_names_may_hold_any_source_columns_in_any_order_and_case():
+    from journaled.spark.offsets import COLUMN_TYPES, check_columns
+
+    check_columns([("value", "binary")])
+    check_columns([("Queue", "string"), ("ID", "bigint"), ("headers", COLUMN_TYPES["headers"])])
+    check_columns(list(COLUMN_TYPES.items()))
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ([], "at least one column"),
+        ([("payload", "binary")], "no column 'payload'"),
+        ([("value", "string")], "is binary, not string"),
+        ([("timestamp", "timestamp_ntz")], "is timestamp, not timestamp_ntz"),
+        ([("id", "int")], "is bigint, not int"),
+        ([("value", "binary"), ("VALUE", "binary")], "named twice"),
+    ],
+)
+def test_a_schema_the_source_cannot_fill_is_refused_with_what_it_has(columns, message):
+    from journaled.spark.offsets import OptionError, check_columns
+
+    with pytest.raises(OptionError, match=message):
+        check_columns(columns)
+
+
 # ---------------------------------------------------------------- the stream reader, driven directly
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
@@ -117,7 +143,9 @@ def stream_reader(path, **options):
 
     from journaled.spark.source import JournaledStreamReader
 
-    return JournaledStreamReader({"path": str(path), "startingOffsets": "earliest", **options}, StructType())
+    return JournaledStreamReader(
+        {"path": str(path), "startingOffsets": "earliest", **options}, StructType().add("value", "binary")
+    )
 
 
 def ids(offset):
@@ -471,7 +499,7 @@ def test_a_range_of_several_journal_files_is_spread_over_min_partitions(tmp_path
     fill(q, [b"x" * 1000] * 12_000, files)  # about 12 MiB in 12 journal files of 1 MiB
 
     def spans(**options):
-        parts = JournaledBatchReader({"path": q, **options}, StructType()).partitions()
+        parts = JournaledBatchReader({"path": q, **options}, StructType().add("value", "binary")).partitions()
         return [(p.segments[0].path, len(p.segments), all(s.exact for s in p.segments)) for p in parts]
 
     assert len(spans(minPartitions="1")) == 1  # 12 MiB is below maxPartitionBytes (64 MiB)

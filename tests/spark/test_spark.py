@@ -107,6 +107,46 @@ def test_batch_read_gives_every_item_once_with_its_columns_across_partitions(spa
     assert all(r.timestamp is not None for r in rows)
 
 
+def test_a_schema_the_query_names_gives_just_those_columns_in_its_order(spark, tmp_path):
+    q = str(tmp_path / "events")
+    items = [b"e%03d" % i for i in range(120)]
+    fill(q, items)
+    df = spark.read.format("journaled").schema("value BINARY, ID BIGINT").load(q)
+    assert df.columns == ["value", "ID"]
+    assert sorted((r.ID, r.value) for r in df.collect()) == list(zip(range(1, 121), items))
+    only = spark.read.format("journaled").schema("queue STRING").load(q)
+    assert only.count() == 120 and {r.queue for r in only.collect()} == {os.path.normpath(q)}
+
+
+def test_a_streaming_query_may_name_its_schema_too(spark, tmp_path):
+    q, out = str(tmp_path / "events"), str(tmp_path / "copy")
+    fill(q, [b"s%03d" % i for i in range(50)])
+    query = (
+        spark.readStream.format("journaled")
+        .schema("value BINARY")
+        .option("startingOffsets", "earliest")
+        .load(q)
+        .writeStream.format("journaled")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    query.awaitTermination()
+    assert [p for _, p in delivered(out)] == [b"s%03d" % i for i in range(50)]
+
+
+def test_a_schema_naming_a_column_the_source_lacks_fails_the_query_with_the_reason(spark, tmp_path):
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    q = str(tmp_path / "events")
+    fill(q, [b"x"])
+    with pytest.raises((PySparkException, Py4JJavaError), match="no column 'payload'"):
+        spark.read.format("journaled").schema("payload BINARY").load(q).collect()
+    with pytest.raises((PySparkException, Py4JJavaError), match="is binary, not string"):
+        spark.read.format("journaled").schema("value STRING").load(q).collect()
+
+
 def test_the_journaled_format_is_registered_automatically(spark):
     assert AUTO_REGISTERED == [True]
 
