@@ -80,8 +80,13 @@ def schema_ddl(options: Mapping[str, str]) -> str:
     return SCHEMA_DDL
 
 
-def check_columns(columns: Sequence[tuple[str, str]]) -> None:
-    """Refuse a schema the source cannot fill, given as ``(name, DataType.simpleString())`` pairs.
+#: The columns that are null for an item without one (a schema may not declare them NOT NULL).
+NULLABLE_COLUMNS = frozenset({"expire_at", "key", "not_before", "headers"})
+
+
+def check_columns(columns: Sequence[tuple[str, str, bool]]) -> None:
+    """Refuse a schema the source cannot fill, given as ``(name, DataType.simpleString(),
+    nullable)`` for each field.
 
     A query may name its own schema (``spark.read.format("journaled").schema("value BINARY")``)
     instead of taking :data:`SCHEMA_DDL`: any of the source's columns, each at most once, in any
@@ -90,13 +95,15 @@ def check_columns(columns: Sequence[tuple[str, str]]) -> None:
     if not columns:
         raise OptionError("a schema given to the journaled source must name at least one column")
     seen: set[str] = set()
-    for name, type_ in columns:
+    for name, type_, nullable in columns:
         want = COLUMN_TYPES.get(name.lower())
         if want is None:
             known = ", ".join(COLUMN_TYPES)
             raise OptionError(f"the journaled source has no column {name!r} (it has {known})")
         if type_.lower() != want:
             raise OptionError(f"column {name!r} of the journaled source is {want}, not {type_}")
+        if not nullable and name.lower() in NULLABLE_COLUMNS:
+            raise OptionError(f"column {name!r} is null for an item without one: it cannot be NOT NULL")
         if name.lower() in seen:
             raise OptionError(f"column {name!r} is named twice in the schema")
         seen.add(name.lower())

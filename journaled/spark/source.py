@@ -122,7 +122,7 @@ def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) ->
 def check_schema(schema: StructType) -> None:
     """Refuse a schema the source cannot fill (one the query named may hold any of the
     source's columns, in any order: offsets.check_columns)."""
-    check_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
+    check_columns([(f.name, f.dataType.simpleString(), f.nullable) for f in schema.fields])
 
 
 def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.RecordBatch]:

@@ -109,20 +109,23 @@ def test_spark_md_maps_every_kafka_source_option_to_ours():
 def test_a_schema_the_query_names_may_hold_any_source_columns_in_any_order_and_case():
     from journaled.spark.offsets import COLUMN_TYPES, check_columns
 
-    check_columns([("value", "binary")])
-    check_columns([("Queue", "string"), ("ID", "bigint"), ("headers", COLUMN_TYPES["headers"])])
-    check_columns(list(COLUMN_TYPES.items()))
+    check_columns([("value", "binary", True)])
+    check_columns(
+        [("Queue", "string", False), ("ID", "bigint", False), ("headers", COLUMN_TYPES["headers"], True)]
+    )
+    check_columns([(name, kind, True) for name, kind in COLUMN_TYPES.items()])
 
 
 @pytest.mark.parametrize(
     ("columns", "message"),
     [
         ([], "at least one column"),
-        ([("payload", "binary")], "no column 'payload'"),
-        ([("value", "string")], "is binary, not string"),
-        ([("timestamp", "timestamp_ntz")], "is timestamp, not timestamp_ntz"),
-        ([("id", "int")], "is bigint, not int"),
-        ([("value", "binary"), ("VALUE", "binary")], "named twice"),
+        ([("payload", "binary", True)], "no column 'payload'"),
+        ([("value", "string", True)], "is binary, not string"),
+        ([("timestamp", "timestamp_ntz", True)], "is timestamp, not timestamp_ntz"),
+        ([("id", "int", True)], "is bigint, not int"),
+        ([("key", "binary", False)], "cannot be NOT NULL"),
+        ([("value", "binary", True), ("VALUE", "binary", True)], "named twice"),
     ],
 )
 def test_a_schema_the_source_cannot_fill_is_refused_with_what_it_has(columns, message):
