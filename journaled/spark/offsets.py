@@ -22,16 +22,8 @@ log = logging.getLogger("journaled.spark")
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
-#: The source's columns, in Spark's DDL (``key`` and ``not_before`` are null for an item put
-#: without one).
-SCHEMA_DDL = (
-    "id BIGINT, value BINARY, timestamp TIMESTAMP, expire_at TIMESTAMP, queue STRING, key BINARY, "
-    "not_before TIMESTAMP"
-)
-#: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
-HEADERS_DDL = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-
-#: Every column the source can fill, with its type as Spark writes it (``DataType.simpleString``).
+#: Every column the source can fill, with its type as Spark writes it (``DataType.simpleString``);
+#: ``key``, ``not_before``, ``expire_at`` and ``headers`` are null for an item without one.
 COLUMN_TYPES = {
     "id": "bigint",
     "value": "binary",
@@ -42,6 +34,10 @@ COLUMN_TYPES = {
     "not_before": "timestamp",
     "headers": "array<struct<key:string,value:binary>>",
 }
+#: The source's columns, in Spark's DDL: all but ``headers``.
+SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMN_TYPES.items() if name != "headers")
+#: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
+HEADERS_DDL = f"headers {COLUMN_TYPES['headers']}"
 
 
 class DataLossError(JournaledError):
