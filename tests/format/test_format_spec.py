@@ -369,15 +369,16 @@ def test_ids_cut_by_recovery_are_never_reused(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------ 6. damage
 def test_zeros_and_type_zero_are_damage_and_the_scan_goes_on(tmp_path) -> None:
-    """[F-16]: a zeroed record mid-file is skipped like any damage; fewer than 9 zero bytes at
-    the end are damage too (a zero-filled tail), not "incomplete"."""
+    """[F-16]: a zeroed record mid-file is skipped like any damage; fewer than 9 bytes at the
+    end are "incomplete" even when they are zeros (the start of a record whose CRC begins with
+    0x00 looks the same), and at the end of the newest file they are a torn tail ([F-17])."""
     path = str(tmp_path / "q")
     files = fill(path, 6)
     patch(files[0], HL + 2 * REC, bytes(REC))
     data = open(files[0], "rb").read()
     salt = spec.parse_header(data, "q", 1)[0].salt  # type: ignore[union-attr]
     assert spec.decode(data, HL + 2 * REC, salt)[0] == "damage"
-    assert spec.decode(data + bytes(5), len(data), salt)[0] == "damage"
+    assert spec.decode(data + bytes(5), len(data), salt)[0] == "incomplete"
     assert spec.decode(data + b"\x01" * 5, len(data), salt)[0] == "incomplete"
     assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 4, 5, 6]
     patch(files[0], len(data), bytes(5))
