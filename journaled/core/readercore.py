@@ -59,7 +59,7 @@ from journaled.core.readbehind import (
     take_expired,
 )
 from journaled.deadletter import DeadLetter
-from journaled.errors import UnknownRead
+from journaled.errors import UnknownRead, UnsupportedVersion
 from journaled.format.smallfiles import COUNT_FIELDS, CheckpointData, ReaderCounts
 from journaled.item import Item, is_expired, read_id
 from journaled.log.journal import Cursor
@@ -129,6 +129,8 @@ class ReaderCore:
         self.dead_lettered, self.rejected = counts.dead_lettered, counts.rejected
         self.saw_expiry = False
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
+        #: why read-behind cannot go on (a record of a newer format, [F-11]), or None
+        self.stopped: str | None = None
         self._place(state)
 
     def _place(self, state: CheckpointData) -> None:
@@ -198,7 +200,15 @@ class ReaderCore:
         ids to skip, and ``get`` must not report Empty with items still waiting on disk."""
         while True:
             before = self.load_id
-            self._refill_once()
+            try:
+                self._refill_once()
+            except UnsupportedVersion as exc:
+                # permanent until a newer journaled reads the queue: said by stats and health,
+                # raised by get once the items before the record are delivered
+                if self.stopped is None:
+                    log.error("reader %s: cannot read on: %s", self.name, exc)
+                self.stopped = str(exc)
+                raise
             if self.mem or self.load_id is None or self.load_id == before:
                 return
 
@@ -263,6 +273,8 @@ class ReaderCore:
         if self.load_id is not None and self.charged() <= self.config.max_memory // 2:
             try:
                 self._refill()
+            except UnsupportedVersion:
+                pass  # the items before the record are delivered first; get raises after them
             except BaseException:
                 # a read error must not strand the item already taken: it stays the next one
                 self.mem.appendleft(item)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import attrs
 
 from journaled.disk.layout import detect_queue_name, inspect_journal, list_journal_files
+from journaled.errors import UnsupportedVersion
 from journaled.format.record import HEADER_FIXED_SIZE, MAX_NAME_BYTES, FileHeader, Put
 from journaled.log.walker import READ_CHUNK, LogReader, Span
 
@@ -119,9 +120,12 @@ class JournalScanner:
                 report,
                 chunk=self.window,
             )
-            for batch in walker:
-                for rec in batch:
-                    if rec.id >= start_id:
-                        yield rec
+            try:
+                for batch in walker:
+                    for rec in batch:
+                        if rec.id >= start_id:
+                            yield rec
+            except UnsupportedVersion as exc:  # [F-11]: every record before it was yielded
+                raise UnsupportedVersion(sf.path, exc.offset, exc.reason) from None
         finally:
             os.close(fd)

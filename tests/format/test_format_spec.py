@@ -26,7 +26,7 @@ from journaled import JournaledQueue, QueueConfig
 from journaled.disk.bookmarks import read_bookmark, write_bookmark
 from journaled.disk.layout import detect_queue_name
 from journaled.disk.spoolfiles import pending_batches, spool_put
-from journaled.errors import ForeignFile, UnsupportedVersion
+from journaled.errors import CorruptJournal, ForeignFile, UnsupportedVersion
 from journaled.format.metadata import Meta
 from journaled.format.record import (
     FileHeader,
@@ -417,6 +417,38 @@ def test_only_a_cut_off_record_or_zeros_is_a_torn_tail(
     assert (events[0].kept is not None) is kept
     if kept:
         assert open(events[0].kept, "rb").read() == data[last:]
+
+
+@pytest.mark.parametrize(
+    "damage, action", [("cut", "truncated-tail"), ("zeros", "truncated-tail"), ("crc", "cut-at-damage")]
+)
+def test_tolerate_tail_cuts_the_last_span_of_the_newest_file_and_keeps_damage_aside(
+    tmp_path, damage: str, action: str
+) -> None:
+    """Section 6: `tolerate_tail` cuts a final span of the newest file with nothing valid after
+    it, torn ([F-17]) or not -- a crash can leave a record partly written and stale bytes or
+    zeros after it, which only its place tells from damage -- and keeps damaged bytes aside
+    before cutting them, as the default mode does; any other span refuses the open."""
+    path = str(tmp_path / "q")
+    files = fill(path, 5)
+    last = HL + 4 * REC
+    size = os.path.getsize(files[0])
+    if damage == "cut":
+        os.truncate(files[0], size - 7)
+    elif damage == "zeros":
+        patch(files[0], size, bytes(100))
+    else:
+        flip(files[0], last + 30)
+    before = open(files[0], "rb").read()
+    ids, events = drain(path, recovery="tolerate_tail")
+    assert ids == ([1, 2, 3, 4, 5] if damage == "zeros" else [1, 2, 3, 4])
+    assert [e.action for e in events] == [action]
+    if action == "cut-at-damage":
+        assert open(events[0].kept, "rb").read() == before[last:]
+    flip(files[0], HL + 2 * REC + 30)  # damage before the last valid record: refused
+    with pytest.raises(CorruptJournal) as raised:
+        drain(path, recovery="tolerate_tail")
+    assert (raised.value.path, raised.value.offset) == (files[0], HL + 2 * REC)
 
 
 def damage_all(path: str, files: list[str], per_file: int) -> None:
