@@ -1230,3 +1230,41 @@ def test_an_intent_left_on_disk_is_finished_whole_by_the_owner(tmp_path) -> None
         got = sorted(r.get(timeout=5).data for _ in range(2))
     assert got == [b"part-0", b"part-1"]
     assert not os.path.exists(intent) and open(outside, "rb").read() == b"not ours"
+
+
+# ------------------------------------------------------------------------------ 8., 7. readers
+def test_a_checkpoint_the_intact_registry_does_not_list_is_a_reader(tmp_path) -> None:
+    """[F-27a]: the readers are the registry's names and the checkpoint files' names; the owner
+    rewrites the registry to list them (a crash between a new reader's checkpoint and the
+    registry leaves exactly this)."""
+    from journaled.disk import checkpointfiles as ckp
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.reader("listed")
+        q.reader("unlisted")
+        q.put_many([b"a", b"b"])
+        q.reader("unlisted").commit(q.reader("unlisted").get(block=False))
+    ckp.write_registry(ckp.registry_path(path, "q"), ["listed"], 0o600)  # intact, one name short
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        assert sorted(r.name for r in q.stats().readers) == ["listed", "unlisted"]
+        assert q.reader("unlisted").get(block=False).data == b"b"  # its checkpoint was used
+    assert ckp.read_registry(ckp.registry_path(path, "q")) == ["listed", "unlisted"]
+
+
+def test_put_origin_is_taken_before_the_spool_is_adopted_at_open(tmp_path) -> None:
+    """[F-37]: a reader whose checkpoint has no counters block (here: none at all, the registry
+    still listing it) takes ``put_origin`` as the next id after recovery and before spool
+    adoption, so the items adopted at that open count in its ``put``."""
+    import journaled
+    from journaled.disk import checkpointfiles as ckp
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.reader("r")
+        q.put(b"before")
+    os.unlink(ckp.checkpoint_path(path, "q", "r"))
+    journaled.spool_put(path, [b"s1", b"s2", b"s3"], key="batch-1")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        [rs] = q.stats().readers
+        assert (rs.name, q.stats().next_id, rs.put) == ("r", 5, 3)
