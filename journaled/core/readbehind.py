@@ -10,6 +10,7 @@ held in memory (their payload bytes, taking the expired ones out).  It never see
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Protocol
@@ -17,6 +18,8 @@ from typing import Protocol
 from journaled.format.record import PUT_OVERHEAD, Put
 from journaled.item import Item, is_expired, items_from_puts
 from journaled.log.journal import Cursor
+
+log = logging.getLogger("journaled")
 
 #: Most bytes (payload + ITEM_OVERHEAD each) one read-behind window brings into memory, so one
 #: ``get`` decodes at most REFILL_BYTES // ITEM_OVERHEAD records under the queue lock.
@@ -120,3 +123,10 @@ def estimate_backlog_bytes(journal: LogSource, head: int, file_ms: int, file_off
     if n <= 0:
         return 0
     return max(0, journal.bytes_from(head, file_ms, file_offset) - n * PUT_OVERHEAD)
+
+
+def stopped_at(reader: str, exc: Exception) -> str:
+    """Why ``reader`` cannot read on (``exc``: a record of a newer format, docs/format.md
+    [F-11]), logged once: the reader's ``stopped``."""
+    log.error("reader %s: cannot read on: %s", reader, exc)
+    return str(exc)

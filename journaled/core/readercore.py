@@ -45,7 +45,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from journaled.config import ReaderConfig, Sink
 from journaled.core import retry
@@ -56,8 +55,10 @@ from journaled.core.readbehind import (
     keep_window,
     payload_of,
     read_window,
+    stopped_at,
     take_expired,
 )
+from journaled.core.waiters import Waiter
 from journaled.deadletter import DeadLetter
 from journaled.errors import UnknownRead, UnsupportedVersion
 from journaled.format.smallfiles import COUNT_FIELDS, CheckpointData, ReaderCounts
@@ -68,14 +69,6 @@ log = logging.getLogger("journaled")
 
 #: Most items one ``expire_head`` sweep expires, so the lock is never held for long.
 SWEEP_LIMIT = 4096
-
-
-class Waiter(Protocol):
-    """A blocked ``get`` in a core's line: ``deliver(item)`` makes ``item`` its open read and
-    wakes it, ``wake()`` wakes it without one (the queue closed); both under the core's lock."""
-
-    def deliver(self, item: Item) -> None: ...
-    def wake(self) -> None: ...
 
 
 class ReaderCore:
@@ -129,8 +122,7 @@ class ReaderCore:
         self.dead_lettered, self.rejected = counts.dead_lettered, counts.rejected
         self.saw_expiry = False
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
-        #: why read-behind cannot go on (a record of a newer format, [F-11]), or None
-        self.stopped: str | None = None
+        self.stopped: str | None = None  # why read-behind cannot go on ([F-11]), or None
         self._place(state)
 
     def _place(self, state: CheckpointData) -> None:
@@ -202,12 +194,8 @@ class ReaderCore:
             before = self.load_id
             try:
                 self._refill_once()
-            except UnsupportedVersion as exc:
-                # permanent until a newer journaled reads the queue: said by stats and health,
-                # raised by get once the items before the record are delivered
-                if self.stopped is None:
-                    log.error("reader %s: cannot read on: %s", self.name, exc)
-                self.stopped = str(exc)
+            except UnsupportedVersion as exc:  # for good: get raises it, stats and health say why
+                self.stopped = self.stopped or stopped_at(self.name, exc)
                 raise
             if self.mem or self.load_id is None or self.load_id == before:
                 return
@@ -273,8 +261,8 @@ class ReaderCore:
         if self.load_id is not None and self.charged() <= self.config.max_memory // 2:
             try:
                 self._refill()
-            except UnsupportedVersion:
-                pass  # the items before the record are delivered first; get raises after them
+            except UnsupportedVersion:  # what came before the record is delivered first
+                pass
             except BaseException:
                 # a read error must not strand the item already taken: it stays the next one
                 self.mem.appendleft(item)
