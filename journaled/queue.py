@@ -138,8 +138,11 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
             self._spool = Adopter(self.path)
-            self._closed = False
             self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
+            # only now: a destination queue opened above may name this one (a cycle), and its
+            # sink thread hands nothing to a closed queue (owner/destinations.py)
+            self._closed = False
+            self._destinations.opened()
         except BaseException:
             self._closed = True  # a failed open leaves no descriptor and no lock behind
             self._forget_owned()
