@@ -47,7 +47,7 @@ from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
 from journaled.format.smallfiles import CheckpointData
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
-from journaled.owner import closing, fastput, reopen
+from journaled.owner import closing, dedup, fastput, reopen
 from journaled.owner.adoption import Adopter, QueueAppender
 from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
@@ -108,7 +108,13 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             self._readers: dict[str, Reader] = {}
             self._cores: list[ReaderCore] = []
             self._files = ReaderFiles(
-                self.path, self.name, self.config, self._journal, self._lock, lambda: self._cores
+                self.path,
+                self.name,
+                self.config,
+                self._journal,
+                self._lock,
+                lambda: self._cores,
+                lifecycle.weakly(self, lambda q: q._save_dedup_index(), None),
             )
             window = self._files.dedup_window  # the stored one, after this open's config applied
             self._put = PutPath(self.path, self._lock, self._journal, self.config, window)
@@ -138,8 +144,11 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             if registered is None or set(registered) != set(states):
                 self._files.write_registry(list(states))
             self._spool = Adopter(self.path)
-            self._closed = False
             self._adopt_spool()  # before anyone else appends: recovery arithmetic needs that
+            # only now: a destination queue opened above may name this one (a cycle), and its
+            # sink thread hands nothing to a closed queue (owner/destinations.py)
+            self._closed = False
+            self._destinations.opened()
         except BaseException:
             self._closed = True  # a failed open leaves no descriptor and no lock behind
             self._forget_owned()
@@ -441,6 +450,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             self._adopt_spool()
         if self._files.archive_wanted:
             self._files.archive()
+
+    def _save_dedup_index(self) -> None:
+        """Before journal files are archived: the keys of the dedup window, to their own file."""
+        dedup.save_index(self._journal, self._put.keys, self._lock, self.config.file_mode)
 
     def run_policies(self) -> None:
         """Apply time-driven reader policies now: expire items at the readers' heads, abort reads

@@ -1,7 +1,8 @@
 """Names of the files in a queue directory, and which queue a directory holds.
 
 ``<queue>.<creation ms>`` journal files, ``<queue>.read.<reader>`` checkpoints (disk/checkpointfiles.py),
-``<queue>.readers``, ``<queue>.settings`` (disk/settingsfile.py), ``.journaled.lock``
+``<queue>.readers``, ``<queue>.settings`` (disk/settingsfile.py), ``<queue>.dedup``
+(disk/dedupindex.py), ``.journaled.lock``
 (disk/dirlock.py), ``spool/`` (disk/spoolfiles.py), ``external/`` (disk/bookmarks.py).
 docs/format.md lists them all.
 """

@@ -35,6 +35,7 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
     mode = state.config.recovery
     found = list_journal_files(state.directory, state.name)
     files: list[JournalFile] = []
+    aside: list[tuple[int, str, str, int]] = []  # (its place among ``files``, path, reason, size)
     for k, (ms, path) in enumerate(found):
         newest = k == len(found) - 1
         check = inspect_journal(path, state.name, ms)  # raises UnsupportedVersion: never guessed at
@@ -51,7 +52,8 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
             torn = newest and check.size <= header_size(state.name)
             if mode == "strict" or (mode == "tolerate_tail" and not torn):
                 raise CorruptJournal(path, 0, f"{check.problem} (recovery={mode!r})")
-            _set_aside(state, path, check.problem or "unreadable header", check.size)
+            _set_aside(state, path)
+            aside.append((len(files), path, check.problem or "unreadable header", check.size))
             continue
         if check.problem is not None:
             if mode in ("strict", "tolerate_tail"):
@@ -59,6 +61,16 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
             state.report(RecoveryEvent(path, 0, "recovered-header", check.problem, 0))
             log.warning("journal file %s: damaged header (%s) rebuilt from its records", path, check.problem)
         files.append(JournalFile(path, ms, check.header, check.size))
+    for at, path, reason, size in aside:  # reported once the files around each are known
+        lost = _ids_between(files, at)
+        state.report(RecoveryEvent(path, 0, "skipped-file", reason, size, lost, kept=path + ".damaged"))
+        log.warning(
+            "journal file %s is unreadable (%s); moved to %s.damaged; ids lost: %s",
+            path,
+            reason,
+            path,
+            "unknown" if lost is None else lost,
+        )
     if not files:
         state.opened(files, max(1, id_floor), 0)
         writer.create_file_locked(now_ms())
@@ -88,12 +100,24 @@ def open_journal(state: LogState, writer: Writer, id_floor: int) -> None:
         writer.continue_file(files[-1])
 
 
-def _set_aside(state: LogState, path: str, reason: str, size: int) -> None:
+def _set_aside(state: LogState, path: str) -> None:
     """Move an unreadable file out of the journal, keeping its bytes for inspection."""
-    state.report(RecoveryEvent(path, 0, "skipped-file", reason, size, kept=path + ".damaged"))
-    log.warning("journal file %s is unreadable (%s); moved to %s.damaged", path, reason, path)
     fileio.ops.rename(path, path + ".damaged")
     fileio.ops.fsync_dir(state.directory)
+
+
+def _ids_between(files: list[JournalFile], at: int) -> tuple[int, int] | None:
+    """The ids files set aside just before ``files[at]`` held ([F-19]): after the last record
+    of the file before them, up to the first id of the file after them; ``None`` (unknown) with
+    no file before (older ones may have been archived) or none after.  Reads the file before
+    them to its end: older files are otherwise known by their headers only."""
+    if at == 0 or at >= len(files):
+        return None
+    before, after = files[at - 1], files[at]
+    scan = recoveryplan.scan_file(fileio.ops.read_file(before.path), before.header)
+    last = scan.max_id()
+    first = before.first_id if last is None else last + 1
+    return (first, after.first_id - 1) if first < after.first_id else None
 
 
 def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, int, int]:

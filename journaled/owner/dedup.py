@@ -1,11 +1,18 @@
 """What an owner remembers of recent puts so that a put is not stored twice: the keys of the
 de-duplication window (``QueueConfig.dedup_window``) and each producer's recent tagged runs.
 
-Both are memory only, rebuilt from the journal's tail (:func:`rebuild`), never kept in a file of
-their own that could disagree with the journal: the records are the truth.  The keys are read back
-at open (only by an owner opening with a window); the producers' runs at the first tagged put
-after the open, under the queue lock, so an owner that never gets one (no client tags its puts)
-reads nothing more than before at open: opening still reads only the newest journal file.
+Both live in memory, rebuilt from the journal's tail (:func:`rebuild`): the records are the truth
+for every id the journal holds.  The keys are read back at open (only by an owner opening with a
+window); the producers' runs at the first tagged put after the open, under the queue lock, so an
+owner that never gets one (no client tags its puts) reads nothing more than before at open.
+
+Journal files are archived as soon as every reader has passed them, usually long before a key's
+window ends; their keys must outlive them.  So before any journal file is archived the owner
+writes its whole window to ``<queue>.dedup`` (:func:`save_index`, disk/dedupindex.py), and
+:func:`rebuild` takes from that file the keys whose ids lie below the journal's first id: nothing
+archived is ever the only record of a key within the window.  (Holding archiving back for the
+window instead would keep up to a window's worth of journal on disk: gigabytes for an hour of a
+busy queue.)  docs/design.md, "Keys and de-duplication", has the measured cost.
 
 **What they cost.**  :class:`KeyWindow` holds, per key put within the window, the key's bytes
 object, one dict entry and the id (an int), plus 8 bytes of add time in an array and a pointer in
@@ -28,8 +35,11 @@ from __future__ import annotations
 
 import array
 import collections
+import os
+import threading
 from collections.abc import Sequence
 
+from journaled.disk import dedupindex
 from journaled.format.record import PutX
 from journaled.log.journal import Journal
 from journaled.log.state import Cursor
@@ -82,6 +92,20 @@ class KeyWindow:
         self.ids[key] = item_id
         self._order.append(key)
         self._times.append(add_ms)
+
+    def snapshot(self) -> tuple[list[bytes], array.array[int], dict[bytes, int]]:
+        """Copies of the keys in add order, their add times and their ids, made with three C-level
+        copies (for a caller holding the queue lock; :func:`columns` then orders the ids)."""
+        return list(self._order), self._times[self._head :], self.ids.copy()
+
+
+def columns(
+    snapshot: tuple[list[bytes], array.array[int], dict[bytes, int]],
+) -> tuple[list[bytes], list[int], array.array[int]]:
+    """The keys, ids and add times of a :meth:`KeyWindow.snapshot`, each in add order: the
+    columns :func:`dedupindex.encode_index` takes."""
+    order, times, ids = snapshot
+    return order, [ids[k] for k in order], times
 
 
 class Producers:
@@ -165,10 +189,43 @@ class Producers:
             top[0] = max(top[0], seq + 1)
 
 
+def save_index(journal: Journal, keys: KeyWindow | None, lock: threading.Lock, mode: int) -> bool:
+    """Write the keys of the window to ``<queue>.dedup`` (durably) before journal files are
+    archived; ``lock`` is the queue lock, which guards ``keys``.  Returns whether it wrote:
+    nothing without a window, nor when the window and the file are both empty."""
+    if keys is None:
+        return False
+    now = dedupindex.now_ms()
+    with lock:  # only copies under the queue lock: puts wait for nothing longer
+        keys.expire(now)
+        snap = keys.snapshot()
+    order, ids, times = columns(snap)
+    path = dedupindex.index_path(journal.directory, journal.name)
+    if not order and not os.path.exists(path):
+        return False
+    dedupindex.write_index(path, order, ids, times, keys.window_ms, now, mode)
+    return True
+
+
+def _archived_keys(journal: Journal, keys: KeyWindow, cutoff: int) -> None:
+    """Add to ``keys`` the entries of ``<queue>.dedup`` added at or after ``cutoff`` whose ids
+    the journal no longer holds (for the others the journal is the truth)."""
+    index = dedupindex.read_index(dedupindex.index_path(journal.directory, journal.name))
+    if index is None:
+        return
+    first = journal.first_id()
+    for key, item_id, add_ms in index.entries:
+        if item_id < first and add_ms >= cutoff:
+            keys.add(key, item_id, add_ms)
+
+
 def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers | None, now_ms: int) -> int:
     """Fill ``keys`` and ``producers`` (either may be None) from the journal's records added within
-    their windows of ``now_ms``; returns the number of records read.  Journal files are named by
-    their creation time, so the scan starts at the last file created before the earliest cutoff."""
+    their windows of ``now_ms``, and ``keys`` first from the dedup index (the keys of archived
+    files); returns the number of records read.  Journal files are named by their creation
+    time, so the scan starts at the last file created before the earliest cutoff."""
+    if keys is not None:
+        _archived_keys(journal, keys, now_ms - keys.window_ms)
     key_cutoff = now_ms - keys.window_ms if keys is not None else now_ms + 1
     producer_cutoff = now_ms - producers.window_ms if producers is not None else now_ms + 1
     cutoff = min(key_cutoff, producer_cutoff)

@@ -1,10 +1,18 @@
 """The queues a queue's stored sinks name (``expire_to`` / ``dead_letter`` ``{"queue": path}``):
-opened by path when the owner opens, kept while it is open, closed with it."""
+opened by path when the owner opens, kept while it is open, closed with it.
+
+A queue whose open is under way on this thread is one this process owns, not another owner's:
+the queue itself (its own readers' stored sinks are provided while it opens), and a cycle A -> B
+-> A (B, opened while A opens, names A).  Both are used as they are; until that queue is open, a
+sink thread keeps the items bound for it (owner/engine.py: a closed sink is not handed any), so
+nothing is appended to it before it has adopted its spool.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, MutableMapping
 from typing import Any, cast
 
@@ -12,29 +20,42 @@ from journaled.config import Sink, sink_dir
 
 log = logging.getLogger("journaled")
 
+#: The directories whose queue is being opened, each with the thread opening it (a queue is
+#: opened on one thread, and the opens it causes, of its destinations, run on that thread too).
+_OPENING: dict[str, int] = {}
+
 
 class Destinations:
     """The destination queues one owner opened, by directory.
 
     ``owned`` maps the directories this process owns to their open queue (used as they are);
-    ``opener(path)`` opens any other queue, as its owner or as a client of its owner."""
+    ``opener(path)`` opens any other queue, as its owner or as a client of its owner.  Made
+    while the queue at ``path`` opens; :meth:`opened` says when that open is done."""
 
     def __init__(self, path: str, owned: MutableMapping[str, Any], opener: Callable[[str], Any]) -> None:
         self.path = path
         self._owned = owned
         self._opener = opener
         self._open: dict[str, Any] = {}
+        _OPENING[path] = threading.get_ident()
+
+    def opened(self) -> None:
+        """The queue at ``path`` is open (or its open failed): from now on, it is what its
+        ``closed`` says to any other queue."""
+        if _OPENING.get(self.path) == threading.get_ident():
+            del _OPENING[self.path]
 
     def open(self, spec: dict[str, str]) -> Sink | None:
         """The queue a stored sink ``{"queue": path}`` names, or ``None`` (logged) when it cannot
-        be opened.  This queue itself, or one this process owns, is used as it is; any other is
-        opened by path and closed with this one.  A missing directory is not created (it may be a
-        moved pair of directories)."""
+        be opened.  This queue itself, or one this process owns (open, or being opened on this
+        thread: a cycle of destinations), is used as it is; any other is opened by path and
+        closed with this one.  A missing directory is not created (it may be a moved pair of
+        directories)."""
         path = sink_dir(spec, self.path)
         if path is None:
             return None
         found = self._open.get(path) or self._owned.get(path)
-        if found is not None and not found.closed:
+        if found is not None and (not found.closed or _OPENING.get(path) == threading.get_ident()):
             return cast("Sink", found)
         if not os.path.isdir(path):
             log.warning("queue %s: destination %s is not a directory", self.path, path)
@@ -53,6 +74,7 @@ class Destinations:
 
     def close(self) -> None:
         """Close every destination this one opened."""
+        self.opened()  # a failed open ends here
         for dest in self._open.values():
             try:
                 dest.close()

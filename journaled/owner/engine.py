@@ -192,6 +192,8 @@ def run_disposals(
         try:
             if callable(sink):
                 sink(item)
+            elif getattr(sink, "closed", False) is True:  # e.g. a destination still opening
+                raise QueueClosed(f"{sink!r} is closed")
             else:
                 sink.put(item.encode())
         except QueueClosed:

@@ -47,8 +47,12 @@ class ReaderFiles:
         journal: Journal,
         queue_lock: threading.Lock,
         cores: Callable[[], Sequence[ReaderCore]],
+        before_archive: Callable[[], object] | None = None,
     ) -> None:
         self.directory = directory
+        # called (with ``lock`` held, not the queue lock) before any journal file is archived:
+        # the dedup index must hold the keys of those files first (owner/dedup.py)
+        self.before_archive = before_archive
         self.name = name
         self.config = config
         self.journal = journal
@@ -219,6 +223,8 @@ class ReaderFiles:
                         self._skip_to(keep, cores, external)
             if files:
                 try:
+                    if self.before_archive is not None:
+                        self.before_archive()
                     self.journal.archive(files, self.archive_dir)
                 except BaseException:
                     self.archive_wanted = True  # the next pass tries again, heads moved or not

@@ -315,6 +315,7 @@ def read_queue(directory: str, name: str | None = None) -> QueueRead:
     name = name or queue_name(directory)
     out = QueueRead()
     found = []
+    unreadable_before: list[int] = []  # per unreadable file: how many readable files precede it
     for ms, path in journal_files(directory, name):
         with open(path, "rb") as f:
             data = f.read()
@@ -322,7 +323,10 @@ def read_queue(directory: str, name: str | None = None) -> QueueRead:
         out.files.append((ms, header, verdict))
         if header is not None:
             found.append((ms, header, data))
+        elif verdict == "unreadable":
+            unreadable_before.append(len(found))
     expected = 0
+    last_ids: list[int] = []  # per readable file: its last valid PUT's id, else first_id - 1
     for k, (ms, header, data) in enumerate(found):
         expected = max(expected, header.first_id)
         puts, spans = walk(data, header.salt, header.size, len(data), expected)
@@ -335,8 +339,14 @@ def read_queue(directory: str, name: str | None = None) -> QueueRead:
             if hi is not None and hi > lo:
                 out.lost.append((lo, hi - 1))
         out.puts.extend(puts)
+        last_ids.append(puts[-1][0] if puts else header.first_id - 1)
         if puts:
             expected = puts[-1][0] + 1
+    # [F-19]: an unreadable file held the ids after the last valid PUT of the readable file
+    # before it, up to the first id of the readable file after it (unknown without both)
+    for k in unreadable_before:
+        if 0 < k < len(found) and last_ids[k - 1] + 1 < found[k][1].first_id:
+            out.lost.append((last_ids[k - 1] + 1, found[k][1].first_id - 1))
     return out
 
 
