@@ -5,7 +5,7 @@ only and are read back, in id order, a window at a time as memory drains (read-b
 module holds the journal's side of that: the :class:`LogSource` protocol, how large one window
 may be, reading one, the backlog's size estimated from file sizes, and helpers over the items
 held in memory (their payload bytes, taking the expired ones out, merging in items that fell
-due in id order).  It never sees a core:
+due in id order, dropping those retention archived).  It never sees a core:
 :class:`~journaled.core.readercore.ReaderCore` decides which of the items read it keeps.
 """
 
@@ -159,6 +159,18 @@ def merge_due(mem: deque[Item], items: list[Item], load_id: int | None) -> int:
             mem.insert(k, item)
         added += len(item.data)
     return added
+
+
+def drop_below(mem: deque[Item], first: int) -> int:
+    """Remove the items of ``mem`` with an id below ``first`` (the rest kept in order); returns
+    their payload bytes."""
+    if not mem or min(it.id for it in mem) >= first:
+        return 0
+    kept = [it for it in mem if it.id >= first]
+    gone = payload_of(mem) - payload_of(kept)
+    mem.clear()
+    mem.extend(kept)
+    return gone
 
 
 def payload_of(*groups: Iterable[Item]) -> int:

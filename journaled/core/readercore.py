@@ -25,10 +25,10 @@ on :class:`ReaderCore` and asks:
 * upkeep (core/policies.py, the engine, ``flush``): ``release_due(now)``, ``expire_head(now)``,
   ``expire_in_memory(now)``, ``time_out_reads(now_mono)``, ``discard_waiting(limit)`` (counted as
   discarded); ``end_disposal(item)``, a sink has the item: settled.
-* state: ``reset_to(head)``, a new reader's state at ``head`` (seek), counters kept;
-  ``checkpoint_state()`` (with ``counts()``), then ``mark_clean()``, or ``mark_dirty()`` to write it
-  again; ``reconfigure(config)``, ``close(wake)``, ``close_in_child(lock)``; reading ``charged()``,
-  ``backlog_items()``, ``backlog_payload()``.
+* state: ``reset_to(head)``, a new reader's state at ``head`` (seek), counters kept; ``skip_to(id)``,
+  retention archived the ids below: only they go; ``checkpoint_state()`` (with ``counts()``), then
+  ``mark_clean()``, or ``mark_dirty()`` to write it again; ``reconfigure(config)``, ``close(wake)``,
+  ``close_in_child(lock)``; reading ``charged()``, ``backlog_items()``, ``backlog_payload()``.
 
 A read is identified by its delivery, not by its item id: every time an item is handed out it is
 a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
@@ -52,6 +52,7 @@ from journaled.core import retry
 from journaled.core.readbehind import (
     ITEM_OVERHEAD,
     LogSource,
+    drop_below,
     estimate_backlog_bytes,
     keep_window,
     merge_due,
@@ -102,7 +103,7 @@ class ReaderCore:
         dirty: changed since the last checkpoint was taken; closed: no more deliveries.
         delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected:
             counters for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept
-            in the checkpoint (:meth:`counts`).
+            in the checkpoint (:meth:`counts`); ``lost_to_retention`` only since the open.
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class ReaderCore:
         self.timed_out, self.expired, self.discarded = counts.timed_out, counts.expired, counts.discarded
         self.dead_lettered, self.rejected = counts.dead_lettered, counts.rejected
         self.saw_expiry = False
+        self.lost_to_retention = 0  # uncommitted items retention archived (since the open)
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
         self._place(state)
 
@@ -519,6 +521,30 @@ class ReaderCore:
         self.head_moved()
         if self.waiters:
             self._hand_off()
+
+    def skip_to(self, first: int) -> int:
+        """Retention archived every id below ``first`` (F-36): the head moves there, and only what
+        is below it goes (open reads, parked and waiting items, ``done`` and ``errors`` entries);
+        from ``first`` on all stays as it was.  Items bound for a sink still reach it.  Returns
+        how many uncommitted items were lost (added to ``lost_to_retention``)."""
+        if first <= self.head:
+            return 0
+        gone = sum(1 for i in self.done if i < first) + sum(1 for i in self.disposing if i < first)
+        lost = first - self.head - gone
+        self.done = {i for i in self.done if i >= first}
+        self.errors = {i: c for i, c in self.errors.items() if i >= first}
+        self.open = {i: it for i, it in self.open.items() if i >= first}  # opened_at: time_out_reads
+        self.parked.drop_below(first)
+        self.mem_bytes -= drop_below(self.mem, first)
+        if self.load_id is not None and self.load_id < first:  # read-behind goes on at `first`
+            self.load_id, self.load_cursor = (first if first < self.journal.next_id else None), None
+        self.head = first - 1
+        self._commit_id(first - 1)  # the head moves on over ids committed out of order
+        # partly on disk only: estimated again, exact once all uncommitted items are in memory
+        self.backlog_bytes = estimate_backlog_bytes(self.journal, self.head, 0, 0)
+        self.backlog_exact = self.backlog_bytes == 0
+        self.lost_to_retention += lost
+        return lost
 
     def backlog_items(self) -> int:
         """Uncommitted items (waiting, open, parked or bound for a sink): exact, and derived only

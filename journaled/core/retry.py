@@ -131,8 +131,9 @@ def open_read(open_reads: dict[int, Item], item: Item | int, reader: str) -> Ite
 
 class Parked(dict[int, Item]):
     """Aborted items waiting out a delay, by id (a dict, read as one), and the heap of their due
-    times on :func:`now`.  Changed only through :meth:`park` and :meth:`unpark_due`, and only by
-    the core that owns it (under its lock); a seek replaces it with an empty one."""
+    times on :func:`now`.  Changed only through :meth:`park`, :meth:`unpark_due` and
+    :meth:`drop_below`, and only by the core that owns it (under its lock); a seek replaces it
+    with an empty one."""
 
     __slots__ = ("_due",)
 
@@ -155,6 +156,14 @@ class Parked(dict[int, Item]):
             if item is not None:
                 back.append(item)
         return back
+
+    def drop_below(self, first: int) -> list[Item]:
+        """Forget the items with an id below ``first`` (retention archived them); returns them."""
+        gone = [self.pop(i) for i in [i for i in self if i < first]]
+        if gone:
+            self._due = [(t, i) for t, i in self._due if i >= first]
+            heapq.heapify(self._due)
+        return gone
 
     def next_due(self) -> float | None:
         """When the earliest parked item is due, or None."""

@@ -1,6 +1,6 @@
-"""Every item once per reader, in id order among the due, where not-before parking, read-behind
-and live ``max_memory`` changes meet (issue 34, points 2 and 5).  Time is a fake clock
-(tests/support/clock.py), never a sleep.
+"""Every item once per reader, in id order among the due, where not-before parking, read-behind,
+live ``max_memory`` changes and retention meet (issue 34, points 2, 4 and 5).  Time is a fake
+clock (tests/support/clock.py), never a sleep; retention is run by the test (``q.archive()``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig, stats
 from journaled.core import policies, readercore, retry
+from journaled.errors import UnknownRead
 from support.clock import FakeClock
 
 FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
@@ -118,3 +119,95 @@ def test_an_item_aborted_with_a_delay_comes_back_ahead_of_later_ids(tmp_path, cl
         clock.advance(1)
         q.run_policies()
         assert drain(r) == [1, 2, 3, 4]
+
+
+# ----------------------------------------------------------------------------- point 4
+RETAIN = QueueConfig(sync="never", journal_size=400, checkpoint_interval=3600.0, retention_bytes=800)
+
+
+def stage(q: JournaledQueue, r, settle) -> dict[int, object]:
+    """Put 60 items, open a read of each, let ``settle(held)`` end some of them, then archive
+    what is past retention.  The background archiving pass is held back meanwhile, so retention
+    meets exactly the stage set."""
+    with q._files.lock:
+        q.put_many([b"%02d" % i + b"p" * 38 for i in range(60)])
+        held = {it.id: it for it in (r.get(block=False) for _ in range(60))}
+        assert sorted(held) == list(range(1, 61))
+        settle(held)
+    q.archive()
+    return held
+
+
+def drain_counts(r) -> list[tuple[int, int]]:
+    """Deliver and commit what is deliverable now: (id, error_count) in delivery order."""
+    out = []
+    while True:
+        try:
+            item = r.get(block=False)
+        except Empty:
+            return out
+        out.append((item.id, item.error_count))
+        r.commit(item)
+
+
+def test_retention_does_not_deliver_again_what_was_committed_above_the_new_head(tmpfs_qdir):
+    with JournaledQueue(tmpfs_qdir, RETAIN, name="q") as q:
+        r = q.reader("r", ReaderConfig(start="earliest"))
+
+        def settle(held):
+            for i, it in held.items():
+                (r.commit if i % 2 == 0 else r.release)(it)  # evens committed out of order
+
+        stage(q, r, settle)
+        keep = q.journal.files[0].first_id
+        assert 2 < keep < 59
+        again = sorted(i for i, _ in drain_counts(r))  # given back in turn: each to the head
+        assert again == [i for i in range(keep, 61) if i % 2], f"keep {keep}: delivered {again}"
+        st = r.stats()
+        assert st.items_lost_to_retention == q.stats().readers[0].items_lost_to_retention
+        assert (st.items_lost_to_retention, st.backlog_items) == (keep // 2, 0)
+
+
+def test_retention_keeps_the_error_counts_above_the_new_head(tmpfs_qdir):
+    with JournaledQueue(tmpfs_qdir, RETAIN, name="q") as q:
+        r = q.reader("r", ReaderConfig(start="earliest"))
+
+        def settle(held):
+            for i, it in held.items():
+                if i > 1:  # 1 stays open: the head waits for it until retention archives it
+                    (r.abort if i == 59 else r.commit)(it)  # 59 fails once, the rest are done
+
+        stage(q, r, settle)
+        assert 2 < q.journal.files[0].first_id < 59
+        assert drain_counts(r) == [(59, 1)]
+        assert r.stats().items_lost_to_retention == 1
+
+
+def test_retention_leaves_open_reads_and_parked_items_above_the_new_head_alone(tmpfs_qdir):
+    with JournaledQueue(tmpfs_qdir, RETAIN, name="q") as q:
+        r = q.reader("r", ReaderConfig(start="earliest"))
+
+        def settle(held):
+            for i in range(2, 57, 2):
+                r.commit(held[i])  # out of order: the odd ids stay open
+            r.abort(held[58], delay=3600)  # error count 1, parked
+            r.abort(held[60])  # error count 1, back at the head
+
+        held = stage(q, r, settle)
+        keep = q.journal.files[0].first_id
+        assert 2 < keep < 57
+        st = r.stats()
+        lost = [i for i in range(1, keep) if i % 2]  # open when their files went
+        got = (st.head, st.open_reads, st.items_delayed, st.items_lost_to_retention)
+        assert got == (keep + (keep % 2 == 0), 30 - len(lost), 1, len(lost)), (
+            f"keep {keep}: head, open reads, delayed, lost to retention = {got}"
+        )
+        with pytest.raises(UnknownRead):
+            r.commit(held[lost[-1]])  # its file is gone: taken back, as by a seek
+        for i in range(keep + (keep % 2 == 0), 60, 2):
+            r.commit(held[i])  # reads above the new head stay open
+        assert drain_counts(r) == [(60, 1)]
+    with JournaledQueue(tmpfs_qdir, RETAIN, name="q") as q:
+        r = q.reader("r")
+        assert drain_counts(r) == [(58, 1)]  # a delay lives in memory only: due after a reopen
+        assert r.stats().backlog_items == 0
