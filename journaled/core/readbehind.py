@@ -136,29 +136,38 @@ def take_in(
     return added, None
 
 
-def merge_due(mem: deque[Item], items: list[Item], load_id: int | None) -> int:
+def merge_due(mem: deque[Item], items: list[Item], load_id: int | None, errors: dict[int, int]) -> int:
     """Put ``items``, which fell due, among the waiting items ``mem`` in id order (F-41: "in id
     order among the due"), not simply at its head: items falling due one at a time must not
-    come out in reverse, nor ahead of earlier ids still waiting.  ``mem`` is in id order apart
-    from reads given back to its head (abort, release), which keep their place there.  An item
-    at or past ``load_id`` is left out (read-behind meets its record in its place; a core never
-    holds one).  Returns the payload bytes added."""
+    come out in reverse, nor ahead of earlier ids still waiting.  ``mem`` is a run in id order
+    after the reads given back to its head (abort, release: a stack, delivered first; each has
+    an entry in ``errors``, the core's), which keep their place.  An item at or past ``load_id``
+    is left out (read-behind meets its record in its place; a core never holds one).  Returns
+    the payload bytes added."""
     added = 0
     for item in sorted(items, key=_item_id, reverse=True):  # descending: most go to the head
         i = item.id
         if load_id is not None and i >= load_id:
             continue
-        if not mem or i < mem[0].id:
-            mem.appendleft(item)
-        elif i > mem[-1].id:
+        if not mem or i > mem[-1].id:
             mem.append(item)
         else:
-            k = bisect.bisect_left(mem, i, key=_item_id)
-            if not (0 < k < len(mem) and mem[k - 1].id < i < mem[k].id):  # in the given-back part
-                k = next((j for j, it in enumerate(mem) if it.id > i), len(mem))
-            mem.insert(k, item)
+            mem.insert(bisect.bisect_left(mem, i, lo=_run_start(mem, errors), key=_item_id), item)
         added += len(item.data)
     return added
+
+
+def _run_start(mem: deque[Item], errors: dict[int, int]) -> int:
+    """Where the run in id order that ends ``mem`` starts: after the last descent among the
+    leading items with an ``errors`` entry (every read given back has one), usually none."""
+    start, prev = 0, -1
+    for j, it in enumerate(mem):
+        if it.id < prev:
+            start = j
+        if it.id not in errors:
+            break
+        prev = it.id
+    return start
 
 
 def drop_below(mem: deque[Item], first: int) -> int:

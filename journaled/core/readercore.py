@@ -444,7 +444,7 @@ class ReaderCore:
     def _unpark(self, now: float) -> int:
         back = self.parked.unpark_due(now)
         if back:  # among the waiting items in id order (F-41), not all at the head
-            self.mem_bytes += merge_due(self.mem, back, self.load_id)
+            self.mem_bytes += merge_due(self.mem, back, self.load_id, self.errors)
         return len(back)
 
     def expire_head(self, now: float) -> int:

@@ -110,6 +110,21 @@ def test_a_due_item_does_not_pass_earlier_items_still_on_disk(tmp_path, clock):
         assert drain(r) == list(range(1, 43))
 
 
+def test_a_read_given_back_stays_first_and_an_item_falling_due_goes_in_id_order_behind_it(tmp_path, clock):
+    with JournaledQueue(str(tmp_path / "q"), FAST) as q:
+        r = q.reader("r")
+        q.put(b"a", not_before=clock.wall + 1)  # 1
+        q.put(b"b", not_before=clock.wall + 2)  # 2
+        q.put_many([b"c", b"d"])  # 3, 4
+        third = r.get(block=False)
+        clock.advance(1)
+        q.run_policies()  # 1 falls due: waiting are 1, 4
+        r.release(third)  # given back: first, as a stack at the head
+        clock.advance(1)
+        q.run_policies()  # 2 falls due
+        assert drain(r) == [3, 1, 2, 4]
+
+
 def test_an_item_aborted_with_a_delay_comes_back_ahead_of_later_ids(tmp_path, clock):
     with JournaledQueue(str(tmp_path / "q"), FAST) as q:
         r = q.reader("r")
