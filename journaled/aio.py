@@ -56,7 +56,7 @@ class AsyncConsumer(Consumer, Protocol):
 
 
 class AsyncWaiter:
-    """A coroutine in a reader's line of waiters (a :class:`~journaled.core.readercore.Waiter`)."""
+    """A coroutine in a reader's line of waiters (a :class:`~journaled.core.waiters.Waiter`)."""
 
     __slots__ = ("item", "_core", "_loop", "future")
 

@@ -66,7 +66,17 @@ class CorruptJournal(JournaledError):
 
 
 class UnsupportedVersion(CorruptJournal):
-    """A file declares a format version this library does not know; it is refused, not guessed."""
+    """A file declares a format version, or holds a valid record of a type, that this library
+    does not know and must not ignore; it is refused, not guessed (docs/format.md [F-11]).
+    Readers deliver every item before such a record and stop there."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        JournaledError.__init__(
+            self, f"{path}: byte {offset}: {reason} (written by a newer version of journaled?)"
+        )
+        self.path = path
+        self.offset = offset
+        self.reason = reason
 
 
 class ForeignFile(JournaledError):

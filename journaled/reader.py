@@ -28,7 +28,7 @@ from journaled.txn import ItemIterator, TransactionContext
 
 class ThreadWaiter:
     """A thread blocked in :meth:`Reader.get`, in its core's line of waiters (a
-    :class:`~journaled.core.readercore.Waiter`); its condition shares the core's lock."""
+    :class:`~journaled.core.waiters.Waiter`); its condition shares the core's lock."""
 
     __slots__ = ("cond", "item")
 

@@ -106,6 +106,10 @@ class ReaderStats:
             the reader without -- a callable of another process, a destination queue it could not
             open -- so the policy that sends items there is suspended and those items stay in
             the reader (docs/design.md, "Durable settings"); empty when it has every stored sink.
+        stopped: why the reader cannot read on, or None: it reached a valid record of a type
+            this version must understand and does not (written by a newer journaled;
+            docs/format.md [F-11]).  Every item before that record is delivered, then ``get``
+            raises :class:`~journaled.errors.UnsupportedVersion`.
     """
 
     name: str
@@ -139,6 +143,7 @@ class ReaderStats:
     oldest_uncommitted_age: float | None = None
     waiters: int = 0
     items_not_due: int = 0
+    stopped: str | None = None
 
 
 @attrs.frozen
@@ -165,6 +170,9 @@ class Health:
             (:attr:`ReaderStats.sinks_missing`: a policy suspended, its items kept), sorted;
             filled in by :class:`QueueStats` like ``poison_readers``, and ``ok`` is False while
             there are any.
+        stopped_readers: the readers that cannot read on (:attr:`ReaderStats.stopped`: a record
+            of a newer format), sorted; filled in like ``poison_readers``, and ``ok`` is False
+            while there are any.
     """
 
     ok: bool = True
@@ -177,6 +185,7 @@ class Health:
     last_error_at: float | None = None
     poison_readers: tuple[str, ...] = ()
     sinkless_readers: tuple[str, ...] = ()
+    stopped_readers: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -228,10 +237,17 @@ class QueueStats:
         poison flags: ``poison_readers`` from ``readers``, and ``ok`` False when there are any."""
         poison = tuple(r.name for r in self.readers if r.poison is not None)
         sinkless = tuple(r.name for r in self.readers if r.sinks_missing)
+        stopped = tuple(r.name for r in self.readers if r.stopped is not None)
         health = self.health
-        if poison != health.poison_readers or sinkless != health.sinkless_readers:
-            ok = health.ok and not poison and not sinkless
-            health = attrs.evolve(health, poison_readers=poison, sinkless_readers=sinkless, ok=ok)
+        if (poison, sinkless, stopped) != (
+            health.poison_readers,
+            health.sinkless_readers,
+            health.stopped_readers,
+        ):
+            ok = health.ok and not poison and not sinkless and not stopped
+            health = attrs.evolve(
+                health, poison_readers=poison, sinkless_readers=sinkless, stopped_readers=stopped, ok=ok
+            )
             object.__setattr__(self, "health", health)
 
 
@@ -300,6 +316,7 @@ def reader_stats(
         oldest_uncommitted_age=uncommitted,
         waiters=len(core.waiters),
         items_not_due=not_due,
+        stopped=core.stopped,
     )
 
 

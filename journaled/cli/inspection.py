@@ -265,6 +265,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
             if health.get("poison_readers"):
                 held = ", ".join(health["poison_readers"])
                 problems.append(f"held by a poison item (its head failed again and again): {held}")
+            if health.get("stopped_readers"):
+                held = ", ".join(health["stopped_readers"])
+                problems.append(f"stopped at a record of a newer format (see their 'stopped'): {held}")
             print(f"  health: {'; '.join(problems) or 'not ok'}")
             if health["last_error"]:
                 print(f"    last error: {health['last_error']}")

@@ -149,6 +149,10 @@ def _health(health: Any) -> str:
                 f"readers without their sink: {', '.join(health.sinkless_readers)}",
                 bool(health.sinkless_readers),
             ),
+            (
+                f"readers stopped at a newer record: {', '.join(health.stopped_readers)}",
+                bool(health.stopped_readers),
+            ),
         )
         if on
     ]

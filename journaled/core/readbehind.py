@@ -3,15 +3,17 @@
 A reader keeps at most ``max_memory`` of its waiting items in memory; the rest stay on disk
 only and are read back, in id order, a window at a time as memory drains (read-behind).  This
 module holds the journal's side of that: the :class:`LogSource` protocol, how large one window
-may be, reading one, the backlog's size estimated from file sizes, and helpers over the items
-held in memory (their payload bytes, taking the expired ones out, merging in items that fell
-due in id order, dropping those retention archived).  It never sees a core:
-:class:`~journaled.core.readercore.ReaderCore` decides which of the items read it keeps.
+may be, reading one, the backlog's size estimated from file sizes, helpers over the items held
+in memory (their payload bytes, taking the expired ones out, merging in items that fell due in
+id order, dropping those retention archived), and the message of a reader that cannot read on.
+It never sees a core: :class:`~journaled.core.readercore.ReaderCore` decides which of the items
+read it keeps.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from operator import attrgetter
@@ -20,6 +22,8 @@ from typing import Protocol
 from journaled.format.record import PUT_OVERHEAD, Put
 from journaled.item import Item, is_expired, items_from_puts
 from journaled.log.journal import Cursor
+
+log = logging.getLogger("journaled")
 
 #: Most bytes (payload + ITEM_OVERHEAD each) one read-behind window brings into memory, so one
 #: ``get`` decodes at most REFILL_BYTES // ITEM_OVERHEAD records under the queue lock.
@@ -196,3 +200,10 @@ def estimate_backlog_bytes(journal: LogSource, head: int, file_ms: int, file_off
     if n <= 0:
         return 0
     return max(0, journal.bytes_from(head, file_ms, file_offset) - n * PUT_OVERHEAD)
+
+
+def stopped_at(reader: str, exc: Exception) -> str:
+    """Why ``reader`` cannot read on (``exc``: a record of a newer format, docs/format.md
+    [F-11]), logged once: the reader's ``stopped``."""
+    log.error("reader %s: cannot read on: %s", reader, exc)
+    return str(exc)

@@ -45,7 +45,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from journaled.config import ReaderConfig, Sink
 from journaled.core import retry
@@ -58,10 +57,13 @@ from journaled.core.readbehind import (
     merge_due,
     payload_of,
     read_window,
+    stopped_at,
     take_expired,
     take_in,
 )
+from journaled.core.waiters import Waiter
 from journaled.deadletter import DeadLetter
+from journaled.errors import UnsupportedVersion
 from journaled.format.smallfiles import COUNT_FIELDS, CheckpointData, ReaderCounts
 from journaled.item import Item, is_expired
 from journaled.log.journal import Cursor
@@ -70,14 +72,6 @@ log = logging.getLogger("journaled")
 
 #: Most items one ``expire_head`` sweep expires, so the lock is never held for long.
 SWEEP_LIMIT = 4096
-
-
-class Waiter(Protocol):
-    """A blocked ``get`` in a core's line: ``deliver(item)`` makes ``item`` its open read and
-    wakes it, ``wake()`` wakes it without one (the queue closed); both under the core's lock."""
-
-    def deliver(self, item: Item) -> None: ...
-    def wake(self) -> None: ...
 
 
 class ReaderCore:
@@ -133,6 +127,7 @@ class ReaderCore:
         self.saw_expiry = False
         self.lost_to_retention = 0  # uncommitted items retention archived (since the open)
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
+        self.stopped: str | None = None  # why read-behind cannot go on ([F-11]), or None
         self._place(state)
 
     def _place(self, state: CheckpointData) -> None:
@@ -188,7 +183,11 @@ class ReaderCore:
         ids to skip, and ``get`` must not report Empty with items still waiting on disk."""
         while True:
             before = self.load_id
-            self._refill_once()
+            try:
+                self._refill_once()
+            except UnsupportedVersion as exc:  # for good: get raises it, stats and health say why
+                self.stopped = self.stopped or stopped_at(self.name, exc)
+                raise
             if self.mem or self.load_id is None or self.load_id == before:
                 return
 
@@ -253,6 +252,8 @@ class ReaderCore:
         if self.load_id is not None and self.charged() <= self.config.max_memory // 2:
             try:
                 self._refill()
+            except UnsupportedVersion:  # what came before the record is delivered first
+                pass
             except BaseException:
                 # a read error must not strand the item already taken: it stays the next one
                 self.mem.appendleft(item)
@@ -529,8 +530,7 @@ class ReaderCore:
         how many uncommitted items were lost (added to ``lost_to_retention``)."""
         if first <= self.head:
             return 0
-        gone = sum(1 for i in self.done if i < first) + sum(1 for i in self.disposing if i < first)
-        lost = first - self.head - gone
+        lost = first - self.head - sum(i < first for i in self.done) - sum(i < first for i in self.disposing)
         self.done = {i for i in self.done if i >= first}
         self.errors = {i: c for i, c in self.errors.items() if i >= first}
         self.open = {i: it for i, it in self.open.items() if i >= first}  # opened_at: time_out_reads

@@ -129,10 +129,10 @@ def inspect_journal(path: str, name: str, ms: int) -> HeaderCheck:
             rebuilt = salvage_header(buf, name, ms)
             if rebuilt is None and not buf.startswith(JOURNAL_MAGIC):
                 # Not ours, unless the magic is only damaged, or the file is named with a creation
-                # time in ms as we name files and opens with zeros or part of the magic (a header
-                # write lost or cut short by a crash).
-                magic = buf[: len(JOURNAL_MAGIC)]
-                lost = not any(magic) or JOURNAL_MAGIC.startswith(magic)
+                # time in ms as we name files and opens with zeros (a header write lost by a
+                # crash; one cut short inside the magic leaves a file no longer than a header,
+                # which is_ours accepts by its size) [F-8].
+                lost = not any(buf[: len(JOURNAL_MAGIC)])
                 return HeaderCheck(None, size, near_magic(buf) or (lost and ms >= MS_NAMES_FROM), exc.reason)
             return HeaderCheck(rebuilt, size, True, exc.reason)
     finally:

@@ -325,8 +325,10 @@ def decode_one(
     offset = base_offset + pos
     avail = len(buf) - pos
     if avail < RECORD_HEADER_SIZE:
-        if avail > 0 and not any(buf[pos:]):
-            return Damage(offset, "zero-filled tail", False)
+        # Fewer bytes than a header are always "incomplete", zeros or not: these bytes may be
+        # the cut end of a read window, or the first bytes of a record still being appended,
+        # and one record CRC in 256 starts with a zero byte.  Only the walker, which knows
+        # where the file ends, may call them a torn tail ([F-16], [F-17]).
         return Damage(offset, "truncated record header", True)
     crc, length, rtype = RECORD_HEADER_STRUCT.unpack_from(buf, pos)
     if rtype == 0:

@@ -23,7 +23,7 @@ import logging
 from bisect import bisect_right
 
 from journaled.disk import fileio
-from journaled.errors import CorruptJournal, QueueClosed
+from journaled.errors import CorruptJournal, QueueClosed, UnsupportedVersion
 from journaled.format.record import Put
 from journaled.log.state import INDEX_EVERY, Cursor, JournalFile, LogState, RecoveryEvent, keep_aside
 from journaled.log.walker import READ_CHUNK, LogReader, Reporter, Span
@@ -91,9 +91,14 @@ class LogReading:
                     cursor.next_id,
                     self._reporter(jf),
                 )
-                recs = walker.read_batch(
-                    max_bytes - payload_bytes, max_items - len(out), at_least_one=not out
-                )
+                try:
+                    recs = walker.read_batch(
+                        max_bytes - payload_bytes, max_items - len(out), at_least_one=not out
+                    )
+                except UnsupportedVersion as exc:
+                    if out:
+                        break  # what came before it first; the next read stops there again
+                    raise UnsupportedVersion(jf.path, exc.offset, exc.reason) from None
             finally:
                 with st.lock:
                     shared.release()

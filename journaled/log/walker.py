@@ -10,6 +10,9 @@ damage*.  The answers:
   then is it returned.  A valid PUT whose id is below the id expected next is skipped (it cannot
   belong to this stretch of the file); a valid PUT whose id is above it is accepted (the ids in
   between were lost to damage, which the caller sees as a jump).
+* A valid record of a type that must be understood and is not (a newer writer's, [F-11]) stops
+  the walk: the records before it are returned, then :class:`UnsupportedVersion` is raised at it
+  (its ``offset`` is the record's), every time the walk is asked to go on.
 * Damage (bad bytes, or bytes that end inside a record) is described once, as a :class:`Span`,
   and handed to the caller's ``report`` callback together with the bytes from there to the end
   of the walk.  The span says where the next valid PUT (with an id at or above the expected one)
@@ -27,6 +30,7 @@ from collections.abc import Callable
 
 import attrs
 
+from journaled.errors import UnsupportedVersion
 from journaled.format.record import (
     MAX_BODY,
     RECORD_HEADER_SIZE,
@@ -118,18 +122,24 @@ class LogReader:
             # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
             want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
             data = self.pread(want, self.pos)
-            # never past max_bytes (but at least one record): `full` says the next one did not fit
-            recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
-                data,
-                self.pos,
-                salt,
-                0,
-                self.expected,
-                max_items - len(out),
-                max_bytes,
-                nbytes,
-                at_least_one and not out,
-            )
+            try:
+                # never past max_bytes (but at least one record): `full` says the next did not fit
+                recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
+                    data, self.pos, salt, 0, self.expected, max_items - len(out), max_bytes, nbytes,
+                    at_least_one and not out,
+                )  # fmt: skip
+            except UnsupportedVersion as exc:
+                # A valid record this version must not skip ([F-11]): the records before it are
+                # delivered, and the walk stops at it (pos stays there; the next call raises).
+                if exc.offset <= self.pos:
+                    if out:
+                        break
+                    raise
+                data = data[: exc.offset - self.pos]
+                recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
+                    data, self.pos, salt, 0, self.expected, max_items - len(out), max_bytes, nbytes,
+                    at_least_one and not out,
+                )  # fmt: skip
             out += recs
             self.pos += pos
             if full:
@@ -139,7 +149,12 @@ class LogReader:
             if damage is None or (damage.incomplete and end > 0):
                 continue  # a window boundary (or max_items): the next read starts at pos
             if damage.incomplete and self.pos + len(data) < self.limit:
-                big = self._one_big_record()
+                try:
+                    big = self._one_big_record()
+                except UnsupportedVersion:
+                    if out:
+                        break  # deliver what came before it first
+                    raise
                 if big is not None:
                     if big.id >= self.expected:
                         out.append(big)

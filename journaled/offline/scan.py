@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import attrs
 
 from journaled.disk.layout import detect_queue_name, inspect_journal, list_journal_files
+from journaled.errors import UnsupportedVersion
 from journaled.format.record import HEADER_FIXED_SIZE, MAX_NAME_BYTES, FileHeader, Put
-from journaled.log.walker import LogReader, Span
+from journaled.log.walker import READ_CHUNK, LogReader, Span
 
 #: A file shorter than this may be a header still being written.
 _MAX_HEADER = HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4
@@ -52,10 +53,14 @@ class JournalScanner:
     it again with the id after the last record seen.  ``damage`` accumulates what was skipped.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], name: str | None = None) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], name: str | None = None, *, window: int = READ_CHUNK
+    ) -> None:
         self.directory = os.fspath(directory)
         self.name = name or detect_queue_name(self.directory)
         self.damage: list[ScanDamage] = []
+        #: bytes read at a time (a record longer than that is read whole); any size reads the same
+        self.window = window
 
     def files(self) -> list[ScannedFile]:
         """The journal files, oldest first.  Raises :class:`UnsupportedVersion` for a file of a
@@ -113,10 +118,14 @@ class JournalScanner:
                 size,
                 sf.header.first_id,
                 report,
+                chunk=self.window,
             )
-            for batch in walker:
-                for rec in batch:
-                    if rec.id >= start_id:
-                        yield rec
+            try:
+                for batch in walker:
+                    for rec in batch:
+                        if rec.id >= start_id:
+                            yield rec
+            except UnsupportedVersion as exc:  # [F-11]: every record before it was yielded
+                raise UnsupportedVersion(sf.path, exc.offset, exc.reason) from None
         finally:
             os.close(fd)

@@ -123,11 +123,18 @@ def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
 
 
 def iter_records(
-    fd: int, salt: int, pos: int, size: int, min_id: int, gaps: list[Gap] | None = None, path: str = ""
+    fd: int,
+    salt: int,
+    pos: int,
+    size: int,
+    min_id: int,
+    gaps: list[Gap] | None = None,
+    path: str = "",
+    chunk: int = CHUNK,
 ) -> Iterator[Put]:
-    """Valid records from boundary ``pos`` on, walked by log/walker.py: damage is skipped (and
-    noted in ``gaps``); damage with nothing valid after it ends the iteration (a tail that may
-    still be being written)."""
+    """Valid records from boundary ``pos`` on, walked by log/walker.py in reads of about
+    ``chunk`` bytes: damage is skipped (and noted in ``gaps``); damage with nothing valid after
+    it ends the iteration (a tail that may still be being written)."""
 
     def report(span: Span, rest: bytes) -> bool:
         if span.resume is None or span.resume_id is None:
@@ -136,7 +143,7 @@ def iter_records(
             gaps.append(Gap(path, span.offset, span.reason, span.expected, span.resume_id))
         return True
 
-    walker = LogReader(lambda n, off: os.pread(fd, n, off), salt, pos, size, min_id, report, chunk=CHUNK)
+    walker = LogReader(lambda n, off: os.pread(fd, n, off), salt, pos, size, min_id, report, chunk=chunk)
     for batch in walker:
         yield from batch
 
@@ -311,16 +318,19 @@ def open_segment(seg: Segment, gaps: list[Gap] | None) -> tuple[int, int, int] |
     return fd, size, pos
 
 
-def read_segment(seg: Segment, gaps: list[Gap] | None = None, expected: int | None = None) -> Iterator[Put]:
+def read_segment(
+    seg: Segment, gaps: list[Gap] | None = None, expected: int | None = None, chunk: int = CHUNK
+) -> Iterator[Put]:
     """The records of ``seg`` in id order (damage skipped and noted in ``gaps``); ``expected``
-    is the id of the record at ``seg.start`` when known (it dates a gap found right there)."""
+    is the id of the record at ``seg.start`` when known (it dates a gap found right there).
+    ``chunk`` is the read size (any size reads the same records)."""
     opened = open_segment(seg, gaps)
     if opened is None:
         return
     fd, size, pos = opened
     try:
         min_id = expected if expected is not None and seg.exact else seg.file_first_id
-        for rec in iter_records(fd, seg.salt, pos, size, min_id, gaps, seg.path):
+        for rec in iter_records(fd, seg.salt, pos, size, min_id, gaps, seg.path, chunk):
             if rec.offset >= seg.end or rec.id >= seg.hi:
                 return
             if rec.id >= seg.lo:

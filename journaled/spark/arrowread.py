@@ -108,10 +108,15 @@ def to_arrow(cols: Columns, metas: list[tuple[int, Meta]] | None = None) -> Arro
 
 
 def read_segment_arrays(
-    seg: Segment, gaps: list[Gap] | None = None, rows: int = 32768, max_bytes: int = BATCH_BYTES
+    seg: Segment,
+    gaps: list[Gap] | None = None,
+    rows: int = 32768,
+    max_bytes: int = BATCH_BYTES,
+    chunk: int = CHUNK,
 ) -> Iterator[ArrowColumns]:
     """The records of ``seg`` with ids in ``[seg.lo, seg.hi)``, in batches of at most ``rows``
-    records and about ``max_bytes`` payload bytes (damage skipped and noted in ``gaps``)."""
+    records and about ``max_bytes`` payload bytes (damage skipped and noted in ``gaps``), read
+    ``chunk`` bytes at a time (any size reads the same records)."""
     opened = open_segment(seg, gaps)
     if opened is None:
         return
@@ -123,7 +128,7 @@ def read_segment_arrays(
         last_id: int | None = None
         status = 0
         while pos < size:
-            buf = os.pread(fd, min(CHUNK, size - pos), pos)
+            buf = os.pread(fd, min(chunk, size - pos), pos)
             k = 0
             while True:
                 k, last, status = decode_columns(buf, pos, salt, k, lo, hi, seg_end, rows, max_bytes, cols)
@@ -157,7 +162,7 @@ def read_segment_arrays(
                 continue
             # nothing decoded inline here: the general reader takes it from this point
             rest = attrs.evolve(seg, start=pos, exact=True)
-            for got in read_segment(rest, gaps, None if last_id is None else last_id + 1):
+            for got in read_segment(rest, gaps, None if last_id is None else last_id + 1, chunk):
                 if isinstance(got, PutX) and _shown(got.meta):
                     metas.append((len(cols[0]) // 8, got.meta))
                 _append(cols, got.id, got.add_ms, got.expire_ms, got.payload)

@@ -240,6 +240,26 @@ def test_dead_letters_not_selected_keep_their_error_count_and_order(dead, target
     assert [r["id"] for r in listed(dead)] == list(range(8))
 
 
+def test_a_redrive_run_as_a_client_leaves_the_dead_letters_it_did_not_select_untouched(dead, target):
+    """Another process owns both queues: the redrive is its client.  The dead letters it read and
+    did not select are given back (released), not aborted: no error counted, order kept."""
+    owner = Child(OWNER, dead, target)
+    try:
+        owner.wait_for_line("ready")
+        out = cli("redrive", dead, "--to", target, "--reader", "audit")
+        assert out.returncode == 0, out.stderr
+        owner.send("quit")
+        owner.wait_for_line("closed")
+    finally:
+        if owner.proc.poll() is None:
+            owner.kill()
+    with JournaledQueue(dead, name="dead") as q:
+        redrive = q.reader(REDRIVE_READER)
+        assert redrive.stats().backlog_items == 8
+        assert [redrive.get(block=False).error_count for _ in range(8)] == [0] * 8
+    assert [r["id"] for r in listed(dead)] == list(range(8))
+
+
 def test_a_redrive_that_cannot_write_into_the_target_is_one_line_exit_2_and_consumes_nothing(dead, target):
     with open(os.path.join(target, "spool"), "wb") as f:  # a file where the spool folder goes:
         f.write(b"not a folder")  # no batch can be written

@@ -224,7 +224,7 @@ def decode(buf: bytes, pos: int, salt: int) -> tuple[str, int, Rec | None]:
     ``skip``, ``incomplete`` or ``damage`` ([F-16])."""
     avail = len(buf) - pos
     if avail < 9:
-        return ("damage" if not any(buf[pos:]) else "incomplete"), 0, None
+        return "incomplete", 0, None
     crc, length, rtype = struct.unpack_from("<IIB", buf, pos)
     if rtype == 0 or length > MAX_BODY or (rtype == 1 and length < 24) or (rtype == 2 and length < 56):
         return "damage", 0, None

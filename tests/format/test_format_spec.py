@@ -26,7 +26,7 @@ from journaled import JournaledQueue, QueueConfig
 from journaled.disk.bookmarks import read_bookmark, write_bookmark
 from journaled.disk.layout import detect_queue_name
 from journaled.disk.spoolfiles import pending_batches, spool_put
-from journaled.errors import ForeignFile, UnsupportedVersion
+from journaled.errors import CorruptJournal, ForeignFile, UnsupportedVersion
 from journaled.format.metadata import Meta
 from journaled.format.record import (
     FileHeader,
@@ -369,15 +369,16 @@ def test_ids_cut_by_recovery_are_never_reused(tmp_path) -> None:
 
 # ------------------------------------------------------------------------------ 6. damage
 def test_zeros_and_type_zero_are_damage_and_the_scan_goes_on(tmp_path) -> None:
-    """[F-16]: a zeroed record mid-file is skipped like any damage; fewer than 9 zero bytes at
-    the end are damage too (a zero-filled tail), not "incomplete"."""
+    """[F-16]: a zeroed record mid-file is skipped like any damage; fewer than 9 bytes at the
+    end are "incomplete" even when they are zeros (the start of a record whose CRC begins with
+    0x00 looks the same), and at the end of the newest file they are a torn tail ([F-17])."""
     path = str(tmp_path / "q")
     files = fill(path, 6)
     patch(files[0], HL + 2 * REC, bytes(REC))
     data = open(files[0], "rb").read()
     salt = spec.parse_header(data, "q", 1)[0].salt  # type: ignore[union-attr]
     assert spec.decode(data, HL + 2 * REC, salt)[0] == "damage"
-    assert spec.decode(data + bytes(5), len(data), salt)[0] == "damage"
+    assert spec.decode(data + bytes(5), len(data), salt)[0] == "incomplete"
     assert spec.decode(data + b"\x01" * 5, len(data), salt)[0] == "incomplete"
     assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 4, 5, 6]
     patch(files[0], len(data), bytes(5))
@@ -416,6 +417,38 @@ def test_only_a_cut_off_record_or_zeros_is_a_torn_tail(
     assert (events[0].kept is not None) is kept
     if kept:
         assert open(events[0].kept, "rb").read() == data[last:]
+
+
+@pytest.mark.parametrize(
+    "damage, action", [("cut", "truncated-tail"), ("zeros", "truncated-tail"), ("crc", "cut-at-damage")]
+)
+def test_tolerate_tail_cuts_the_last_span_of_the_newest_file_and_keeps_damage_aside(
+    tmp_path, damage: str, action: str
+) -> None:
+    """Section 6: `tolerate_tail` cuts a final span of the newest file with nothing valid after
+    it, torn ([F-17]) or not -- a crash can leave a record partly written and stale bytes or
+    zeros after it, which only its place tells from damage -- and keeps damaged bytes aside
+    before cutting them, as the default mode does; any other span refuses the open."""
+    path = str(tmp_path / "q")
+    files = fill(path, 5)
+    last = HL + 4 * REC
+    size = os.path.getsize(files[0])
+    if damage == "cut":
+        os.truncate(files[0], size - 7)
+    elif damage == "zeros":
+        patch(files[0], size, bytes(100))
+    else:
+        flip(files[0], last + 30)
+    before = open(files[0], "rb").read()
+    ids, events = drain(path, recovery="tolerate_tail")
+    assert ids == ([1, 2, 3, 4, 5] if damage == "zeros" else [1, 2, 3, 4])
+    assert [e.action for e in events] == [action]
+    if action == "cut-at-damage":
+        assert open(events[0].kept, "rb").read() == before[last:]
+    flip(files[0], HL + 2 * REC + 30)  # damage before the last valid record: refused
+    with pytest.raises(CorruptJournal) as raised:
+        drain(path, recovery="tolerate_tail")
+    assert (raised.value.path, raised.value.offset) == (files[0], HL + 2 * REC)
 
 
 def damage_all(path: str, files: list[str], per_file: int) -> None:
@@ -1197,3 +1230,41 @@ def test_an_intent_left_on_disk_is_finished_whole_by_the_owner(tmp_path) -> None
         got = sorted(r.get(timeout=5).data for _ in range(2))
     assert got == [b"part-0", b"part-1"]
     assert not os.path.exists(intent) and open(outside, "rb").read() == b"not ours"
+
+
+# ------------------------------------------------------------------------------ 8., 7. readers
+def test_a_checkpoint_the_intact_registry_does_not_list_is_a_reader(tmp_path) -> None:
+    """[F-27a]: the readers are the registry's names and the checkpoint files' names; the owner
+    rewrites the registry to list them (a crash between a new reader's checkpoint and the
+    registry leaves exactly this)."""
+    from journaled.disk import checkpointfiles as ckp
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.reader("listed")
+        q.reader("unlisted")
+        q.put_many([b"a", b"b"])
+        q.reader("unlisted").commit(q.reader("unlisted").get(block=False))
+    ckp.write_registry(ckp.registry_path(path, "q"), ["listed"], 0o600)  # intact, one name short
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        assert sorted(r.name for r in q.stats().readers) == ["listed", "unlisted"]
+        assert q.reader("unlisted").get(block=False).data == b"b"  # its checkpoint was used
+    assert ckp.read_registry(ckp.registry_path(path, "q")) == ["listed", "unlisted"]
+
+
+def test_put_origin_is_taken_before_the_spool_is_adopted_at_open(tmp_path) -> None:
+    """[F-37]: a reader whose checkpoint has no counters block (here: none at all, the registry
+    still listing it) takes ``put_origin`` as the next id after recovery and before spool
+    adoption, so the items adopted at that open count in its ``put``."""
+    import journaled
+    from journaled.disk import checkpointfiles as ckp
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        q.reader("r")
+        q.put(b"before")
+    os.unlink(ckp.checkpoint_path(path, "q", "r"))
+    journaled.spool_put(path, [b"s1", b"s2", b"s3"], key="batch-1")
+    with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
+        [rs] = q.stats().readers
+        assert (rs.name, q.stats().next_id, rs.put) == ("r", 5, 3)
