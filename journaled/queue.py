@@ -469,11 +469,8 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         closing.check_process(self.path, self._forked)
         now = time.time()
         with self._lock:
-            lost = self._files.lost
             readers = tuple(
-                reader_stats(
-                    c, now, lost.get(c.name, 0), reopen.unprovided_sinks(self._files.stored(c.name), c.config)
-                )
+                reader_stats(c, now, reopen.unprovided_sinks(self._files.stored(c.name), c.config))
                 for c in sorted(self._cores, key=lambda c: c.name)
             )
             files, nbytes = self._journal.disk_usage()

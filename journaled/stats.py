@@ -67,8 +67,8 @@ class ReaderStats:
             ``retry_delay``) before they are delivered again.
         items_not_due: of those, items put with a ``not_before`` (or ``delay``) still ahead, held
             back until then (in memory, like delayed ones; not in ``items_delayed``).  Counted
-            once the reader has met them: at their put, or after a reopen once read back from
-            disk (until then they are among ``items_on_disk``).
+            once the reader has met them: at their put, or, put while it reads behind or before
+            a reopen, once read back from disk (until then they are among ``items_on_disk``).
         items_in_memory / bytes_in_memory: the waiting items held in memory (exact).
         items_on_disk / bytes_on_disk: the waiting items only on disk, read back later
             (items exact; bytes exact within a session, an over-estimate after reopen).
@@ -252,11 +252,10 @@ class QueueStats:
 
 
 def reader_stats(
-    core: ReaderCore, now: float | None = None, lost: int = 0, sinks_missing: tuple[str, ...] = ()
+    core: ReaderCore, now: float | None = None, sinks_missing: tuple[str, ...] = ()
 ) -> ReaderStats:
-    """Build a reader's snapshot (caller holds the queue lock, ``core.lock``); ``lost``: its
-    items lost to retention, ``sinks_missing``: its stored sinks this owner lacks (the owner
-    layer knows both)."""
+    """Build a reader's snapshot (caller holds the queue lock, ``core.lock``); ``sinks_missing``:
+    its stored sinks this owner lacks (the owner layer knows them)."""
     if now is None:
         now = time.time()
     backlog = core.backlog_items()
@@ -312,7 +311,7 @@ def reader_stats(
         dead_lettered=core.dead_lettered,
         rejected=core.rejected,
         poison=_head_poison(core),
-        items_lost_to_retention=lost,
+        items_lost_to_retention=core.lost_to_retention,
         sinks_missing=sinks_missing,
         oldest_uncommitted_age=uncommitted,
         waiters=len(core.waiters),

@@ -3,16 +3,20 @@
 A reader keeps at most ``max_memory`` of its waiting items in memory; the rest stay on disk
 only and are read back, in id order, a window at a time as memory drains (read-behind).  This
 module holds the journal's side of that: the :class:`LogSource` protocol, how large one window
-may be, reading one, the backlog's size estimated from file sizes, and two helpers over items
-held in memory (their payload bytes, taking the expired ones out).  It never sees a core:
-:class:`~journaled.core.readercore.ReaderCore` decides which of the items read it keeps.
+may be, reading one, the backlog's size estimated from file sizes, helpers over the items held
+in memory (their payload bytes, taking the expired ones out, merging in items that fell due in
+id order, dropping those retention archived), and the message of a reader that cannot read on.
+It never sees a core: :class:`~journaled.core.readercore.ReaderCore` decides which of the items
+read it keeps.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Protocol
 
 from journaled.format.record import PUT_OVERHEAD, Put
@@ -27,6 +31,8 @@ REFILL_BYTES = 1024 * 1024
 #: What ``max_memory`` charges per item in memory besides its payload: the Item, its id and time
 #: objects, the bytes header and the deque slot (~145-175 bytes on CPython 3.11, rounded up).
 ITEM_OVERHEAD = 200
+
+_item_id = attrgetter("id")
 
 
 class LogSource(Protocol):
@@ -107,6 +113,77 @@ def take_expired(mem: deque[Item], max_age: float | None, now: float) -> list[It
         mem.clear()
         mem.extend(kept)
     return dead
+
+
+def take_in(
+    mem: deque[Item], items: list[Item], nbytes: int, budget: int, hold: Callable[[Item], bool] | None
+) -> tuple[int, int | None]:
+    """New ``items`` (``nbytes`` of payload) into ``mem`` while they fit ``budget`` bytes
+    (``ITEM_OVERHEAD`` each; one at least when ``mem`` is empty).  ``hold`` takes an item with
+    metadata first and returns True if it parked it (not due yet; ``None``: no item has
+    metadata).  Returns the payload bytes added and the id of the first item left on disk, where
+    read-behind starts (``None``: all fitted).  No item from there on is held, so every item in
+    hand has an id below it and a window read back never meets one of them again."""
+    if hold is None and nbytes + len(items) * ITEM_OVERHEAD <= budget:
+        mem.extend(items)
+        return nbytes, None
+    added = 0
+    for it in items:
+        if hold is not None and hold(it):
+            continue
+        cost = len(it.data) + ITEM_OVERHEAD
+        if cost > budget and mem:
+            return added, it.id
+        mem.append(it)
+        added += len(it.data)
+        budget -= cost
+    return added, None
+
+
+def merge_due(mem: deque[Item], items: list[Item], load_id: int | None, errors: dict[int, int]) -> int:
+    """Put ``items``, which fell due, among the waiting items ``mem`` in id order (F-41: "in id
+    order among the due"), not simply at its head: items falling due one at a time must not
+    come out in reverse, nor ahead of earlier ids still waiting.  ``mem`` is a run in id order
+    after the reads given back to its head (abort, release: a stack, delivered first; each has
+    an entry in ``errors``, the core's), which keep their place.  An item at or past ``load_id``
+    is left out (read-behind meets its record in its place; a core never holds one).  Returns
+    the payload bytes added."""
+    added = 0
+    for item in sorted(items, key=_item_id, reverse=True):  # descending: most go to the head
+        i = item.id
+        if load_id is not None and i >= load_id:
+            continue
+        if not mem or i > mem[-1].id:
+            mem.append(item)
+        else:
+            mem.insert(bisect.bisect_left(mem, i, lo=_run_start(mem, errors), key=_item_id), item)
+        added += len(item.data)
+    return added
+
+
+def _run_start(mem: deque[Item], errors: dict[int, int]) -> int:
+    """Where the run in id order that ends ``mem`` starts: after the last descent among the
+    leading items with an ``errors`` entry (every read given back has one), usually none."""
+    start, prev = 0, -1
+    for j, it in enumerate(mem):
+        if it.id < prev:
+            start = j
+        if it.id not in errors:
+            break
+        prev = it.id
+    return start
+
+
+def drop_below(mem: deque[Item], first: int) -> int:
+    """Remove the items of ``mem`` with an id below ``first`` (the rest kept in order); returns
+    their payload bytes."""
+    if not mem or min(it.id for it in mem) >= first:
+        return 0
+    kept = [it for it in mem if it.id >= first]
+    gone = payload_of(mem) - payload_of(kept)
+    mem.clear()
+    mem.extend(kept)
+    return gone
 
 
 def payload_of(*groups: Iterable[Item]) -> int:

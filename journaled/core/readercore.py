@@ -7,28 +7,28 @@ never touches a file, a checkpoint or a thread.  Every attribute and method is g
 ``core.lock``, the owning queue's one lock (a put reaches all its readers at once): callers hold
 it; nothing here takes it, waits on it, or runs user code under it.
 
-Only the methods below change a core, and each leaves it whole (an item is in one place only:
-memory, disk only, open, parked, bound for a sink, or settled).  Every other module reads the
-attributes listed on :class:`ReaderCore` and asks:
+Only the methods below change a core, and each leaves it whole (an item is in one place only: memory,
+disk only, open, parked, bound for a sink, or settled).  Every other module reads the attributes listed
+on :class:`ReaderCore` and asks:
 
 * the queue: ``on_put(items, nbytes)``, items appended to the journal, in id order.
-* ``get``: ``take()``, the next deliverable item now an open read, or None (due parked items come
-  back first; items met on the way that are not due (``not_before``) are parked until they are,
-  expired and ``max_errors`` ones go to their sink instead; not-due ones are also parked as
-  they arrive, from ``on_put`` or read back from disk);
-  ``take_if_first()``, unless blocked gets are in line; ``join(w)`` / ``leave(w)``, the FIFO
-  line of blocked gets (:class:`Waiter`), served by hand-off as items arrive.
+* ``get``: ``take()``, the next deliverable item now an open read, or None: the smallest id due
+  (F-41; parked items that fall due go back among the waiting ones in id order), items met on the
+  way that are not due (``not_before``) parked until they are (as they arrive from ``on_put`` or are
+  read back from disk), expired and ``max_errors`` ones to their sink instead;
+  ``take_if_first()``, unless blocked gets are in line; ``join(w)`` / ``leave(w)``, the FIFO line of
+  blocked gets (:class:`Waiter`), served by hand-off as items arrive.
 * an open read ends, named as :meth:`~ReaderCore.open_read` names it (else ``UnknownRead``):
   ``commit(item)``; ``abort(item, delay)``, ``error_count + 1`` and to the dead letters at
   ``max_errors``, else back at once or parked (core/retry.py); ``reject(item, reason)``, to the
   dead letters without a retry; ``release(item)`` / ``release_id(id)``, back, no error counted.
 * upkeep (core/policies.py, the engine, ``flush``): ``release_due(now)``, ``expire_head(now)``,
-  ``expire_in_memory(now)``, ``time_out_reads(now_mono)``, ``discard_waiting(limit)`` (counted
-  as discarded); ``end_disposal(item)``, a sink has the item: settled.
-* state: ``reset_to(head)``, a new reader's state at ``head`` (seek), counters kept;
-  ``checkpoint_state()`` (with ``counts()``), then ``mark_clean()``, or ``mark_dirty()`` to write
-  it again; ``reconfigure(config)``, ``close(wake)``, ``close_in_child(lock)``; reading
-  ``charged()``, ``backlog_items()``, ``backlog_payload()``.
+  ``expire_in_memory(now)``, ``time_out_reads(now_mono)``, ``discard_waiting(limit)`` (counted as
+  discarded); ``end_disposal(item)``, a sink has the item: settled.
+* state: ``reset_to(head)``, a new reader's state at ``head`` (seek), counters kept; ``skip_to(id)``,
+  retention archived the ids below: only they go; ``checkpoint_state()`` (with ``counts()``), then
+  ``mark_clean()``, or ``mark_dirty()`` to write it again; ``reconfigure(config)``, ``close(wake)``,
+  ``close_in_child(lock)``; reading ``charged()``, ``backlog_items()``, ``backlog_payload()``.
 
 A read is identified by its delivery, not by its item id: every time an item is handed out it is
 a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
@@ -51,18 +51,21 @@ from journaled.core import retry
 from journaled.core.readbehind import (
     ITEM_OVERHEAD,
     LogSource,
+    drop_below,
     estimate_backlog_bytes,
     keep_window,
+    merge_due,
     payload_of,
     read_window,
     stopped_at,
     take_expired,
+    take_in,
 )
 from journaled.core.waiters import Waiter
 from journaled.deadletter import DeadLetter
-from journaled.errors import UnknownRead, UnsupportedVersion
+from journaled.errors import UnsupportedVersion
 from journaled.format.smallfiles import COUNT_FIELDS, CheckpointData, ReaderCounts
-from journaled.item import Item, is_expired, read_id
+from journaled.item import Item, is_expired
 from journaled.log.journal import Cursor
 
 log = logging.getLogger("journaled")
@@ -77,10 +80,11 @@ class ReaderCore:
     Attributes (read them under ``lock``; only this class changes them):
         head: every id below it is committed; done: ids above it committed out of order.
         errors: abort counts of uncommitted items.
-        mem / mem_bytes: items ready for delivery, in order (aborted ones go back to the left
+        mem / mem_bytes: items ready for delivery, in id order (reads given back go to the left
             end), and their payload bytes (:meth:`charged` adds ``ITEM_OVERHEAD`` per item).
         load_id / load_cursor: when set, ids from there on are on disk only (read-behind), read
-            back in order as ``mem`` drains, so memory stays within ``max_memory``.
+            back in order as ``mem`` drains, so memory stays within ``max_memory``; every item
+            in hand (in memory, open, parked, bound for a sink) has an id below it.
         open: open reads by id (the delivery handed out); opened_at: their ``time.monotonic()``
             of delivery, in delivery order (``open_read_timeout`` only).
         waiters: blocked ``get`` calls, served first come first served by direct hand-off.
@@ -93,7 +97,7 @@ class ReaderCore:
         dirty: changed since the last checkpoint was taken; closed: no more deliveries.
         delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected:
             counters for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept
-            in the checkpoint (:meth:`counts`).
+            in the checkpoint (:meth:`counts`); ``lost_to_retention`` only since the open.
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class ReaderCore:
         self.timed_out, self.expired, self.discarded = counts.timed_out, counts.expired, counts.discarded
         self.dead_lettered, self.rejected = counts.dead_lettered, counts.rejected
         self.saw_expiry = False
+        self.lost_to_retention = 0  # uncommitted items retention archived (since the open)
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
         self.stopped: str | None = None  # why read-behind cannot go on ([F-11]), or None
         self._place(state)
@@ -152,26 +157,12 @@ class ReaderCore:
         if items[0].expire_at is not None and not self.saw_expiry:
             self.saw_expiry = True
             self.wake_engine()  # start the expiry sweep
-        if type(items[0]) is not Item:  # metadata: not-yet-due items are parked at once
-            nbytes = payload_of(items := [it for it in items if not self._hold(it)])
-        mem = self.mem
-        if self.load_id is None and (
-            self.mem_bytes + nbytes + (len(mem) + len(items)) * ITEM_OVERHEAD <= self.config.max_memory
-        ):
-            mem.extend(items)
-            self.mem_bytes += nbytes
-        elif self.load_id is None:
-            # Switch to read-behind: keep what fits, leave the rest on disk.
-            budget = self.config.max_memory - self.charged()
-            for k, it in enumerate(items):
-                cost = len(it.data) + ITEM_OVERHEAD
-                if cost > budget and (mem or k):
-                    self.load_id = it.id
-                    self.load_cursor = None
-                    break
-                mem.append(it)
-                self.mem_bytes += len(it.data)
-                budget -= cost
+        if self.load_id is None:  # else they stay on disk, met (due or not) where read-behind reaches them
+            hold = None if type(items[0]) is Item else self._hold  # metadata: park the not-yet-due
+            added, load_id = take_in(self.mem, items, nbytes, self.config.max_memory - self.charged(), hold)
+            self.mem_bytes += added
+            if load_id is not None:  # read-behind from there on
+                self.load_id, self.load_cursor = load_id, None
         if self.waiters:
             try:
                 self._hand_off()
@@ -338,20 +329,8 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ an open read ends
     def open_read(self, item: Item | int) -> Item:
-        """The open read ``item`` names.  An :class:`Item` must be the very object this reader
-        handed out for its current delivery; a bare id names whatever read of it is open."""
-        if isinstance(item, Item):
-            current = self.open.get(item.id)
-            if current is not item:
-                raise UnknownRead(
-                    f"item {item.id} is not an open read on reader {self.name!r}"
-                    + (" (it was given back and delivered again)" if current is not None else "")
-                )
-            return current
-        current = self.open.get(item_id := read_id(item))
-        if current is None:
-            raise UnknownRead(f"item {item_id} is not an open read on reader {self.name!r}")
-        return current
+        """The open read ``item`` names (:func:`journaled.core.retry.open_read`)."""
+        return retry.open_read(self.open, item, self.name)
 
     def commit(self, item: Item | int) -> None:
         """Finish the open read ``item`` names: settled for good."""
@@ -465,9 +444,8 @@ class ReaderCore:
 
     def _unpark(self, now: float) -> int:
         back = self.parked.unpark_due(now)
-        for item in reversed(back):
-            self.mem.appendleft(item)
-            self.mem_bytes += len(item.data)
+        if back:  # among the waiting items in id order (F-41), not all at the head
+            self.mem_bytes += merge_due(self.mem, back, self.load_id, self.errors)
         return len(back)
 
     def expire_head(self, now: float) -> int:
@@ -544,6 +522,29 @@ class ReaderCore:
         self.head_moved()
         if self.waiters:
             self._hand_off()
+
+    def skip_to(self, first: int) -> int:
+        """Retention archived every id below ``first`` (F-36): the head moves there, and only what
+        is below it goes (open reads, parked and waiting items, ``done`` and ``errors`` entries);
+        from ``first`` on all stays as it was.  Items bound for a sink still reach it.  Returns
+        how many uncommitted items were lost (added to ``lost_to_retention``)."""
+        if first <= self.head:
+            return 0
+        lost = first - self.head - sum(i < first for i in self.done) - sum(i < first for i in self.disposing)
+        self.done = {i for i in self.done if i >= first}
+        self.errors = {i: c for i, c in self.errors.items() if i >= first}
+        self.open = {i: it for i, it in self.open.items() if i >= first}  # opened_at: time_out_reads
+        self.parked.drop_below(first)
+        self.mem_bytes -= drop_below(self.mem, first)
+        if self.load_id is not None and self.load_id < first:  # read-behind goes on at `first`
+            self.load_id, self.load_cursor = (first if first < self.journal.next_id else None), None
+        self.head = first - 1
+        self._commit_id(first - 1)  # the head moves on over ids committed out of order
+        # partly on disk only: estimated again, exact once all uncommitted items are in memory
+        self.backlog_bytes = estimate_backlog_bytes(self.journal, self.head, 0, 0)
+        self.backlog_exact = self.backlog_bytes == 0
+        self.lost_to_retention += lost
+        return lost
 
     def backlog_items(self) -> int:
         """Uncommitted items (waiting, open, parked or bound for a sink): exact, and derived only

@@ -14,11 +14,15 @@ after a crash or reopen a parked item is delivered again at once, with its error
 
 An item put with a ``not_before`` (:attr:`~journaled.item.Item.not_before`) waits the same way
 (:func:`not_due`), but its time is in the record, so after a reopen it is parked again when read
-back.  A parked item stays in memory outside the reader's ``max_memory`` (which bounds the items
-waiting in order): its payload plus about 340 bytes for an item not yet due (the item, its
-metadata, a dict slot and a heap entry; measured on CPython 3.11), so 1M items put with a delay
-of 100-byte payloads hold about 440 MB until they are due.  They are kept whole because every
-one must be in hand when it becomes due, or the items behind it would wait for a read back.
+back; so is one put while its reader reads behind, which stays on disk until read-behind meets it
+in its place (a reader holds no item beyond that point, so none is read back twice).  Once due,
+a parked item goes back among the waiting ones in id order (F-41), not simply at the head.  A
+parked item stays in memory outside the reader's ``max_memory`` (which bounds the items waiting
+in order): its payload plus about 340 bytes for an item not yet due (the item, its metadata, a
+dict slot and a heap entry; measured on CPython 3.11), so 1M items put with a delay of 100-byte
+payloads to a reader that keeps up hold about 440 MB until they are due.  They are kept whole
+because every one must be in hand when it becomes due, or the items behind it would wait for a
+read back.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import math
 import time
 
 from journaled.config import ReaderConfig
-from journaled.item import Item, with_errors
+from journaled.errors import UnknownRead
+from journaled.item import Item, read_id, with_errors
 
 #: Aborts an item may have (its ``error_count`` after the abort) and still go back at once when
 #: nothing asks for a delay: a normal abort and redelivery stays immediate.
@@ -106,10 +111,29 @@ def redelivery(item: Item, error_count: int) -> Item:
     return with_errors(item, error_count)
 
 
+def open_read(open_reads: dict[int, Item], item: Item | int, reader: str) -> Item:
+    """The read of ``open_reads`` (a core's, by id) that ``item`` names, else ``UnknownRead``.
+    An :class:`Item` must be the very object handed out for the current delivery (see
+    :func:`redelivery`); a bare id names whatever read of it is open."""
+    if isinstance(item, Item):
+        current = open_reads.get(item.id)
+        if current is not item:
+            raise UnknownRead(
+                f"item {item.id} is not an open read on reader {reader!r}"
+                + (" (it was given back and delivered again)" if current is not None else "")
+            )
+        return current
+    current = open_reads.get(item_id := read_id(item))
+    if current is None:
+        raise UnknownRead(f"item {item_id} is not an open read on reader {reader!r}")
+    return current
+
+
 class Parked(dict[int, Item]):
     """Aborted items waiting out a delay, by id (a dict, read as one), and the heap of their due
-    times on :func:`now`.  Changed only through :meth:`park` and :meth:`unpark_due`, and only by
-    the core that owns it (under its lock); a seek replaces it with an empty one."""
+    times on :func:`now`.  Changed only through :meth:`park`, :meth:`unpark_due` and
+    :meth:`drop_below`, and only by the core that owns it (under its lock); a seek replaces it
+    with an empty one."""
 
     __slots__ = ("_due",)
 
@@ -133,6 +157,14 @@ class Parked(dict[int, Item]):
                 back.append(item)
         return back
 
+    def drop_below(self, first: int) -> list[Item]:
+        """Forget the items with an id below ``first`` (retention archived them); returns them."""
+        gone = [self.pop(i) for i in [i for i in self if i < first]]
+        if gone:
+            self._due = [(t, i) for t, i in self._due if i >= first]
+            heapq.heapify(self._due)
+        return gone
+
     def next_due(self) -> float | None:
         """When the earliest parked item is due, or None."""
         return self._due[0][0] if self._due else None
@@ -149,5 +181,6 @@ __all__ = [
     "floor",
     "not_due",
     "now",
+    "open_read",
     "redelivery",
 ]

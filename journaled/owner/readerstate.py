@@ -75,8 +75,6 @@ class ReaderFiles:
         self.settings = sf.read_settings(self.settings_path) or SettingsData()
         self.retention = self._settle_retention()  # (age seconds, bytes), each None for no limit
         self.dedup_window = self._stored_dedup_window()  # seconds, or None: off
-        # items each reader lost to retention since this queue was opened (guarded by the queue lock)
-        self.lost: dict[str, int] = {}
 
     def _settle_retention(self) -> tuple[float | None, int | None]:
         """Apply ``config``'s retention over the stored queue line (``None`` keeps, ``-1``
@@ -231,20 +229,20 @@ class ReaderFiles:
                     raise
 
     def _skip_to(self, keep: int, cores: Sequence[ReaderCore], external: dict[str, int]) -> None:
-        """Retention archives every id below ``keep``: a reader behind goes on at ``keep`` (as
-        by a seek there: ``reset_to``), the gap logged with its ids and counted; a bookmark
-        behind is logged (its process finds the ids gone).  Call with both locks held."""
+        """Retention archives every id below ``keep``: a reader behind goes on at ``keep``, only
+        its head moved (``skip_to``: what it committed out of order and its error counts above
+        ``keep`` stay), the gap logged with its ids and counted; a bookmark behind is logged (its
+        process finds the ids gone).  Call with both locks held."""
         for core in cores:
             if core.head >= keep:
                 continue
-            lost = keep - core.head - sum(1 for i in core.done if i < keep)
+            first = core.head
+            lost = core.skip_to(keep)
             log.warning(
                 "queue %s: reader %s: items %d..%d are past retention and archived; %d not yet "
                 "committed are lost, it goes on at %d",
-                self.directory, core.name, core.head, keep - 1, lost, keep,
+                self.directory, core.name, first, keep - 1, lost, core.head,
             )  # fmt: skip
-            core.reset_to(keep)
-            self.lost[core.name] = self.lost.get(core.name, 0) + lost
             self.heads[core.name] = max(self.heads.get(core.name, keep), keep)
         for name, head in external.items():
             if head < keep:
