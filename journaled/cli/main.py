@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from journaled import __version__
+from journaled.cli.console import add_console_commands
 from journaled.cli.deadletters import add_dead_letter_commands
 from journaled.cli.inspection import UsageError, add_inspect_commands
 from journaled.cli.qtest.main import add_qtest_command
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_command(sub)
     add_dead_letter_commands(sub)
     add_top_command(sub)
+    add_console_commands(sub)
     for command in sub.choices.values():
         command.set_defaults(command_parser=command)
     return parser
@@ -55,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; return the process exit code."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "messages", None) is not None and not any(x.startswith("-") for x in extra):
+        args.messages += extra  # `put PATH --key K a b`: argparse leaves MESSAGEs after an option
+        extra = []
     if extra:
         # argparse leaves a subcommand's unknown option to the top-level parser, which would
         # print the top-level usage: the subcommand's own usage says what it does accept
