@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from journaled.cli.finding import add_filter_options, filter_from
 from journaled.errors import JournaledError, QueueLocked
 from journaled.format import speedups
 from journaled.format.record import Put, PutX
@@ -128,9 +129,12 @@ def cmd_dump(args: argparse.Namespace) -> int:
         if state is None:
             raise UsageError(f"{args.path}: no reader {args.reader!r} in queue {scanner.name!r}")
         start, done = max(start, state.head), frozenset(state.done)
-    for rec in scanner.records(start):
-        if rec.id in done:
-            continue  # committed out of order: not in this reader's view
+    wanted = filter_from(args, start)
+    for rec in scanner.records(*wanted.id_range(args.path, scanner.name)):
+        if wanted.past(rec):
+            break  # ids and add times only grow along the journal: nothing later matches
+        if rec.id in done or not wanted.matches(rec):
+            continue  # committed out of order (not in this reader's view), or filtered out
         if args.json:
             row: dict[str, Any] = {
                 "id": rec.id,
@@ -341,10 +345,11 @@ def add_inspect_commands(sub: Any) -> None:
     p = sub.add_parser("dump", help="list the records of a queue directory (read-only)")
     p.add_argument("path", help="queue directory")
     p.add_argument("--name", help="which queue, where the directory holds several")
-    p.add_argument("--start", type=int, default=0, help="first item id to show")
+    p.add_argument("--start", type=int, default=0, metavar="ID", help="first item id to show")
     p.add_argument("--limit", type=int, default=0, help="show at most this many records")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--reader", help="show only what this reader has not committed yet")
+    add_filter_options(p)
     p.add_argument(
         "--payload",
         nargs="?",

@@ -76,11 +76,14 @@ class JournalScanner:
             out.append(ScannedFile(path, ms, check.header, check.size, check.problem))
         return out
 
-    def records(self, start_id: int = 0) -> Iterator[Put]:
-        """Every valid record with ``id >= start_id``, oldest first, as of now (a
-        :class:`~journaled.format.record.PutX`, with its ``meta``, for an item put with metadata)."""
+    def records(self, start_id: int = 0, stop_id: int | None = None) -> Iterator[Put]:
+        """Every valid record with ``id >= start_id`` (and ``<= stop_id``), oldest first, as of
+        now (a :class:`~journaled.format.record.PutX`, with its ``meta``, for an item put with
+        metadata).  Files wholly outside the range are not read past their header."""
         files = self.files()
         for k, sf in enumerate(files):
+            if stop_id is not None and sf.header is not None and sf.header.first_id > stop_id:
+                return
             newest = k == len(files) - 1
             if sf.header is None:
                 if newest and sf.size < _MAX_HEADER:
@@ -92,7 +95,10 @@ class JournalScanner:
             nxt = files[k + 1] if not newest else None
             if nxt is not None and nxt.header is not None and nxt.header.first_id <= start_id:
                 continue  # every id in this file is below start_id
-            yield from self._file_records(sf, start_id, last=newest)
+            for rec in self._file_records(sf, start_id, last=newest):
+                if stop_id is not None and rec.id > stop_id:
+                    return
+                yield rec
 
     def _file_records(self, sf: ScannedFile, start_id: int, last: bool) -> Iterator[Put]:
         assert sf.header is not None
