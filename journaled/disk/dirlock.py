@@ -142,9 +142,9 @@ class DirLock:
             os.close(fd)
             raise UnsafeDirectory(errno.EPERM, "lock file is not a regular file", path)
         try:
-            _take(fd, directory, me)
+            locked = _take(fd, directory, me)
             previous = lease.read_lease(directory)  # again: another host may have just taken it
-            lease.refuse_if_foreign(directory, me, previous)
+            lease.refuse_if_foreign(directory, me, previous, locked)
             holder = lease.LeaseHolder(directory, me)
             old_host, old_boot = _read_host(fd)
             holder.take(previous)
@@ -184,15 +184,15 @@ class DirLock:
             os.close(fd)
 
 
-def _take(fd: int, directory: str, me: lease.Identity) -> None:
+def _take(fd: int, directory: str, me: lease.Identity) -> bool:
     """``flock(LOCK_EX)`` on ``fd`` or :class:`QueueLocked`; see ``FORK_GRACE``.  A lock held
     under another host's name is the lease's to judge: refused while that host's lease is live,
-    else taken over without the ``flock`` (logged)."""
+    else taken over without the ``flock`` (logged).  True if the ``flock`` was taken."""
     deadline = None
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True
         except OSError as exc:
             if exc.errno not in _BUSY:
                 raise
@@ -210,7 +210,7 @@ def _take(fd: int, directory: str, me: lease.Identity) -> None:
                 host,
                 pid,
             )
-            return
+            return False
         st = os.fstat(fd)
         if pid != os.getpid() or (st.st_dev, st.st_ino) in _held:
             raise QueueLocked(directory, pid)  # another process, or a second open in this one

@@ -187,9 +187,27 @@ def _encode(me: Identity, token: str, released: bool) -> bytes:
     return encode_crc_text(_MAGIC, lines)
 
 
-def refuse_if_foreign(directory: str, me: Identity, lease: Lease | None) -> None:
-    """Raise :class:`OwnedElsewhere` if ``lease`` is another host's (or boot's) and live."""
-    if lease is None or me.same_machine(lease.host, lease.boot):
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def refuse_if_foreign(directory: str, me: Identity, lease: Lease | None, locked: bool = False) -> None:
+    """Raise :class:`OwnedElsewhere` if ``lease`` is another host's (or boot's) and live.
+
+    ``locked``: this process holds the directory's ``flock`` now.  A live lease of this host
+    whose process still runs is then refused too: that owner's lock is invisible here, so the
+    directory was reached through another mount of it (an sshfs or NFS mount of a local path)."""
+    if lease is None:
+        return
+    if me.same_machine(lease.host, lease.boot):
+        if locked and lease.pid != me.pid and lease.live() and _alive(lease.pid):
+            raise OwnedElsewhere(directory, lease)
         return
     if lease.host == me.host and not lease.damaged:
         return  # this host, an earlier boot: its processes are gone
