@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from journaled.disk import lease
 from journaled.errors import JournaledError
 from journaled.offline.snapshot import DiskBookmark, DiskReader, DiskView, NotAQueue, read_disk
 from journaled.remote.connections import Link
@@ -107,6 +108,9 @@ class QueueSnapshot:
             visible).
         owner: what the live owner said, or None when nobody owns the directory (or it was not
             asked).
+        owned_by: ``"owned by HOST pid P (lease renewed Ns ago)"`` from the owner's lease
+            (disk/lease.py) while the directory is owned, here or on another host; None if not.
+        owner_host: the owning host's name from the lease, or None.
     """
 
     path: str
@@ -123,6 +127,8 @@ class QueueSnapshot:
     damaged_files_kept: tuple[str, ...]
     owner_pid: int | None
     owner: OwnerView | None
+    owned_by: str | None = None
+    owner_host: str | None = None
 
 
 def ask_owner(path: str, timeout: float = OWNER_TIMEOUT) -> OwnerView | None:
@@ -196,7 +202,15 @@ def inspect_queue(path: str | os.PathLike[str], name: str | None = None) -> Queu
     Cost: every record some reader has not committed is read once (its bytes are counted), and
     one request to the live owner, if any (at most ``OWNER_TIMEOUT`` seconds)."""
     disk: DiskView = read_disk(os.fspath(path), name)
-    owner = ask_owner(disk.path)
+    held = _live_lease(disk.path, disk.lock_holder)
+    if held is not None and not lease.identity().same_machine(held.host, held.boot):
+        # the owner runs on another host: its socket cannot be reached from here (and a
+        # connection through a shared file system would only wait for a timeout)
+        owner: OwnerView | None = OwnerView(
+            pid=held.pid, error=f"{held.describe()}: on another host, its live figures cannot be asked for"
+        )
+    else:
+        owner = ask_owner(disk.path)
     if owner is None and disk.lock_holder is not None:
         owner = OwnerView(
             pid=disk.lock_holder,
@@ -223,4 +237,20 @@ def inspect_queue(path: str | os.PathLike[str], name: str | None = None) -> Queu
         damaged_files_kept=disk.damaged_files_kept,
         owner_pid=owner_pid,
         owner=owner,
+        owned_by=None if held is None else held.describe(),
+        owner_host=None if held is None else held.host,
     )
+
+
+def _live_lease(path: str, lock_holder: int | None) -> lease.Lease | None:
+    """The lease of the directory's owner, if it is owned: held by a process of this host
+    (``lock_holder``), or live and another host's (whose lock cannot be seen from here)."""
+    try:
+        held = lease.read_lease(path)
+    except OSError:
+        return None
+    if held is None or held.released:
+        return None
+    if lease.identity().same_machine(held.host, held.boot):
+        return held if lock_holder is not None else None
+    return held if held.live() else None

@@ -156,6 +156,9 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             self._close_destinations()
             raise
         self._engine.start()
+        self._engine.watch_directory(
+            self._dirlock.lease, self._journal, weak(self, lambda q: q._files.want_archiving(), None)
+        )
         self.server = serve(self, self._dirlock)  # other processes' calls (remote/server.py)
         lifecycle.track(self, lambda q: q._close(wake=False), JournaledQueue._forget_in_child)
 

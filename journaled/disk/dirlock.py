@@ -13,19 +13,28 @@ So the child closes its copy at once (disk/lifecycle.py's fork hook).  That cann
 parent's lock: the parent still holds its own descriptor of the same description.  A parent that
 releases and retakes its directory right after a fork may find the child not yet scheduled: a
 lock that names this very process, which no longer holds it, is waited for (``FORK_GRACE``).
+
+Across hosts (a shared or network file system) ``flock`` proves nothing: the owner's lease
+(disk/lease.py) decides, and is checked before anything in the directory is written.  The lock
+file names the owner's host and boot id besides its pid (docs/format.md, section 9); a lock
+held under another host's name (NFS passes locks between clients: a stopped host's kernel may
+keep it) is judged by the lease, never by the lock.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import stat
 import time
 from collections.abc import Callable
 
-from journaled.disk import fileio, lifecycle
+from journaled.disk import fileio, lease, lifecycle
 from journaled.errors import QueueLocked, UnsafeDirectory
+
+log = logging.getLogger("journaled")
 
 LOCK_FILE = ".journaled.lock"
 _FLAGS = os.O_RDWR | os.O_CREAT
@@ -64,20 +73,47 @@ def prepare_queue_dir(directory: str, allow_shared: bool = False) -> None:
     raise UnsafeDirectory(errno.EPERM, why + how, directory)
 
 
+#: The pid line is padded to this many bytes: readers that parse the first 32 bytes as a
+#: decimal pid (older versions, remote/connections.py) still read it.
+_PID_WIDTH = 32
+
+
 def _read_pid(fd: int) -> int | None:
     try:
-        pid = int(os.pread(fd, 32, 0).decode().strip() or 0)
+        pid = int(os.pread(fd, _PID_WIDTH, 0).decode().strip() or 0)
     except (ValueError, OSError, UnicodeDecodeError):
         return None
     return pid or None
 
 
+def _read_host(fd: int) -> tuple[str | None, str | None]:
+    """The ``host`` and ``boot`` lines of the lock file (``None`` where absent: an older owner)."""
+    try:
+        text = os.pread(fd, 1024, 0).decode("ascii", "replace")
+    except OSError:
+        return None, None
+    found: dict[str, str] = {}
+    for line in text.splitlines()[1:]:
+        key, _, value = line.partition(" ")
+        found[key] = value.strip()
+    return found.get("host"), found.get("boot")
+
+
+def _content(me: lease.Identity) -> bytes:
+    return f"{me.pid:<{_PID_WIDTH - 1}}\nhost {me.host}\nboot {me.boot}\n".encode("ascii")
+
+
 class DirLock:
     """Exclusive ownership of a queue directory (see the module docstring)."""
 
-    def __init__(self, directory: str, fd: int) -> None:
+    def __init__(self, directory: str, fd: int, holder: lease.LeaseHolder | None = None) -> None:
         self.directory = directory
         self._fd = fd
+        #: this owner's lease (renewed by owner/engine.py); None for an object built by hand
+        self.lease = holder
+        #: the previous owner was on another host (or boot), or unknown: its socket cannot be
+        #: verified from here and is never deleted (remote/server.py)
+        self.foreign_before = False
         st = os.fstat(fd)
         self._key = (st.st_dev, st.st_ino)
         _held.add(self._key)
@@ -93,7 +129,12 @@ class DirLock:
 
     @classmethod
     def acquire(cls, directory: str) -> DirLock:
-        """Take the directory, or raise :class:`QueueLocked` naming the current owner's pid."""
+        """Take the directory, or raise :class:`QueueLocked` naming the current owner's pid
+        (:class:`~journaled.disk.lease.OwnedElsewhere`, naming its host too, when a process on
+        another host holds a live lease).  Nothing in the directory is written (not even the
+        lock file created) before the lease check passed."""
+        me = lease.identity()
+        lease.refuse_if_foreign(directory, me, lease.read_lease(directory))
         path = os.path.join(directory, LOCK_FILE)
         fd = fileio.open_nofollow(path, _FLAGS, 0o600)
         st = os.fstat(fd)
@@ -101,13 +142,22 @@ class DirLock:
             os.close(fd)
             raise UnsafeDirectory(errno.EPERM, "lock file is not a regular file", path)
         try:
-            _take(fd, directory)
+            locked = _take(fd, directory, me)
+            previous = lease.read_lease(directory)  # again: another host may have just taken it
+            lease.refuse_if_foreign(directory, me, previous, locked)
+            holder = lease.LeaseHolder(directory, me)
+            old_host, old_boot = _read_host(fd)
+            holder.take(previous)
             # The pid is only informative.  A lock file with other names (a hard link: planted,
             # or a `cp -al` backup) is locked but never written: its bytes belong to those names.
             if st.st_nlink == 1:
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            return cls(directory, fd)
+                os.pwrite(fd, _content(me), 0)
+            made = cls(directory, fd, holder)
+            made.foreign_before = (
+                previous is not None and not me.same_machine(previous.host, previous.boot)
+            ) or (old_host is not None and not me.same_machine(old_host, old_boot))
+            return made
         except BaseException:
             os.close(fd)
             raise
@@ -119,7 +169,11 @@ class DirLock:
             for hook in hooks:
                 hook()
         finally:
-            self.drop()
+            try:
+                if self.lease is not None and self._fd >= 0:
+                    self.lease.release()  # another host may take over at once
+            finally:
+                self.drop()
 
     def drop(self) -> None:
         """Close the lock file without the ``before_release`` hooks (a forked child's copy)."""
@@ -130,17 +184,33 @@ class DirLock:
             os.close(fd)
 
 
-def _take(fd: int, directory: str) -> None:
-    """``flock(LOCK_EX)`` on ``fd`` or :class:`QueueLocked`; see ``FORK_GRACE``."""
+def _take(fd: int, directory: str, me: lease.Identity) -> bool:
+    """``flock(LOCK_EX)`` on ``fd`` or :class:`QueueLocked`; see ``FORK_GRACE``.  A lock held
+    under another host's name is the lease's to judge: refused while that host's lease is live,
+    else taken over without the ``flock`` (logged).  True if the ``flock`` was taken."""
     deadline = None
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return True
         except OSError as exc:
             if exc.errno not in _BUSY:
                 raise
         pid = _read_pid(fd)
+        host, boot = _read_host(fd)
+        if host is not None and not me.same_machine(host, boot):
+            current = lease.read_lease(directory)
+            if current is not None and me.same_machine(current.host, current.boot):
+                raise QueueLocked(directory, current.pid)  # a process of this host took it meanwhile
+            lease.refuse_if_foreign(directory, me, current)
+            log.warning(
+                "queue directory %s: its lock is held under host %s (pid %s), whose lease expired; "
+                "taking the directory over without the lock",
+                directory,
+                host,
+                pid,
+            )
+            return False
         st = os.fstat(fd)
         if pid != os.getpid() or (st.st_dev, st.st_ino) in _held:
             raise QueueLocked(directory, pid)  # another process, or a second open in this one

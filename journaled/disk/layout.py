@@ -29,6 +29,9 @@ from journaled.format.record import (
     salvage_header,
 )
 
+#: The owner's lease (disk/lease.py): which host owns the directory, renewed while it does.
+LEASE_FILE = ".journaled.lease"
+
 _FILE_RE_CACHE: dict[str, re.Pattern[str]] = {}
 _ANY_JOURNAL_RE = re.compile(r"(.+)\.(\d{1,20})")
 

@@ -13,6 +13,14 @@
   (``put(bytes)``) its encoded envelope.  A sink may be slow, may raise, and may call back into
   the queue, ``close()`` included.
 
+* The **lease thread** (``journaled-<queue>-lease``, started by :meth:`Engine.watch_directory`)
+  renews the owner's lease every ``lease.PERIOD`` seconds (disk/lease.py), so a host can tell a
+  live owner on another host from a dead one; once the lease is another host's (or could not be
+  renewed for ``lease.EXPIRY`` seconds), the journal is marked gone and refuses writes.  On the
+  same tick it looks at ``external/`` (a bookmark that appears or moves makes archiving wanted: a
+  queue without readers, whose heads never move, would otherwise never look again) and wakes
+  the housekeeping thread, so archiving follows a bookmark or a head within about one period.
+
 Faults that last: each background step (:class:`Step`) that fails is retried with a backoff,
 from ``BACKOFF_FIRST`` up to ``BACKOFF_MAX`` seconds, never in a loop; its failure is logged once,
 with what to do about it, then summarised at most every ``SUMMARY_EVERY`` seconds, and logged
@@ -29,18 +37,21 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from journaled.core import policies
-from journaled.disk import lifecycle
+from journaled.disk import lease, lifecycle
+from journaled.disk.bookmarks import BOOKMARK_DIR
 from journaled.errors import JournaledError, JournalIOError, QueueClosed, QueueDirectoryGone
 from journaled.stats import Health
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
+    from journaled.log.journal import Journal
 
 log = logging.getLogger("journaled")
 
@@ -251,7 +262,7 @@ class Engine:
         self._sink_kick = threading.Event()  # wakes the sink thread
         self.disposal_lock = threading.Lock()  # one hand-over pass at a time (see run_disposals)
         self._told: set[tuple[str, int]] = set()  # items kept for a closed sink, already logged
-        steps = ("directory check", "policies", "flush", "checkpoint", "maintenance")
+        steps = ("directory check", "policies", "flush", "checkpoint", "maintenance", "lease renewal")
         self._steps = {n: Step(name, n) for n in steps}
         self._errors_lock = threading.Lock()  # the two counters below; taken on failures only
         self._errors = 0
@@ -259,6 +270,8 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name=f"journaled-{name}", daemon=True)
         self._house = threading.Thread(target=self._run_house, name=f"journaled-{name}-house", daemon=True)
         self._sink_thread: threading.Thread | None = None
+        self._lease_thread: threading.Thread | None = None
+        self._holder: lease.LeaseHolder | None = None  # set by watch_directory, before its thread
 
     def start(self) -> None:
         self._thread.start()
@@ -274,7 +287,7 @@ class Engine:
     def on_engine_thread(self) -> bool:
         """Is the caller one of this engine's threads (e.g. a sink calling ``close()``)?"""
         current = threading.current_thread()
-        return current is self._thread or current is self._house or current is self._sink_thread
+        return current in (self._thread, self._house, self._sink_thread, self._lease_thread)
 
     # ------------------------------------------------------------------ faults
     def _attempt(self, name: str, step: Callable[[], object], now: float) -> bool:
@@ -338,7 +351,7 @@ class Engine:
             self._attempt("directory check", journal.check_home, now)
             if timed or due is not None:
                 self._attempt("policies", self.sweep, now)
-            if interval is not None and journal.dirty and not journal.gone:
+            if interval is not None and journal.dirty and not journal.gone and not self.lease_overdue():
                 self._attempt("flush", journal.sync, now)
 
     def sweep(self) -> bool:
@@ -370,9 +383,79 @@ class Engine:
             except OSError:
                 next_ckpt = now + self._checkpoint_interval  # the path may not be ours any more
                 continue
+            if self.lease_overdue():
+                continue  # the lease thread first says whether the directory is still ours
             if now >= next_ckpt and self._attempt("checkpoint", self._checkpoint, now):
                 next_ckpt = now + self._checkpoint_interval
             self._attempt("maintenance", self._maintain, now)
+
+    # ------------------------------------------------------------------ lease thread
+    def watch_directory(
+        self, holder: lease.LeaseHolder | None, journal: Journal, want_archiving: Callable[[], None]
+    ) -> None:
+        """Start the lease thread (module docstring): renew ``holder`` (None: no lease to keep),
+        fence ``journal`` once it is lost, and call ``want_archiving`` when a bookmark appears
+        or moves.  Call once, after :meth:`start`."""
+        self._holder = holder
+        self._lease_thread = threading.Thread(
+            target=self._run_lease,
+            args=(holder, journal, want_archiving),
+            name=f"journaled-{self._name}-lease",
+            daemon=True,
+        )
+        self._lease_thread.start()
+
+    def lease_overdue(self) -> bool:
+        """The lease was last renewed more than ``lease.EXPIRY`` seconds ago (this process was
+        stopped, or renewals fail): another host may own the directory now, so the background
+        writes nothing until the lease thread has renewed it or fenced the journal."""
+        holder = self._holder
+        return holder is not None and time.monotonic() - holder.renewed_at > lease.EXPIRY
+
+    def _run_lease(
+        self, holder: lease.LeaseHolder | None, journal: Journal, want_archiving: Callable[[], None]
+    ) -> None:
+        lifecycle.mark_background()
+        marks = _Watched(journal.directory)
+        step = self._steps["lease renewal"]
+        while not self._stop.wait(lease.PERIOD):
+            if journal.gone:
+                return  # not ours any more (or removed): nothing here touches the path again
+            if holder is not None and not self._renew(holder, journal, step):
+                return
+            if marks.changed():
+                want_archiving()
+            # a housekeeping thread asleep for a whole checkpoint_interval would leave archiving
+            # that a moved head or bookmark wants waiting that long: one pass a period bounds it
+            self._house_kick.set()
+
+    def _renew(self, holder: lease.LeaseHolder, journal: Journal, step: Step) -> bool:
+        """One renewal; False once the lease is lost (the journal is then fenced)."""
+        now = time.monotonic()
+        try:
+            holder.renew()
+        except lease.LeaseLost as exc:
+            self._fence(journal, str(exc))
+            return False
+        except OSError as exc:
+            step.failed(exc, now)
+            with self._errors_lock:
+                self._errors += 1
+                self._last_error = (f"lease renewal: {exc}", time.time())
+            stale = now - holder.renewed_at
+            if stale > lease.EXPIRY:  # another host may take over from now on: stop writing
+                self._fence(journal, f"the lease could not be renewed for {stale:.0f} s ({exc})")
+                return False
+            return True
+        step.succeeded()
+        return True
+
+    def _fence(self, journal: Journal, why: str) -> None:
+        log.error("queue %s: %s; it refuses writes from now on: close it", self._name, why)
+        state, _writer = journal.appending_parts()
+        with state.lock:
+            state.mark_gone(f"queue directory {journal.directory!r}: {why}", errno.EBUSY)
+        self._kick.set()  # the maintenance thread reports it in health()
 
     # ------------------------------------------------------------------ sink thread
     def _hand_to_sinks(self) -> None:
@@ -415,8 +498,8 @@ class Engine:
         self._house_kick.set()
         self._sink_kick.set()
         here = threading.current_thread()
-        for thread in (self._thread, self._house):
-            if thread is not here and thread.is_alive():
+        for thread in (self._thread, self._house, self._lease_thread):
+            if thread is not None and thread is not here and thread.is_alive():
                 thread.join()
         sinks = self._sink_thread  # read after the maintenance thread (its only writer) ended
         if sinks is not None and sinks is not here:
@@ -426,3 +509,26 @@ class Engine:
                 self.dispose_now()
             except Exception:
                 log.exception("handing items to expire_to/dead_letter sinks on close failed")
+
+
+class _Watched:
+    """``external/`` as last seen (exists, inode, mtime): a bookmark written or removed there
+    renames or unlinks an entry, which changes the directory's mtime."""
+
+    def __init__(self, directory: str) -> None:
+        self._path = os.path.join(directory, BOOKMARK_DIR)
+        self._seen = self._look()
+
+    def _look(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self._path, follow_symlinks=False)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_nlink
+
+    def changed(self) -> bool:
+        now = self._look()
+        if now == self._seen:
+            return False
+        self._seen = now
+        return True

@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from journaled.config import QueueConfig, ReaderConfig
+from journaled.disk.lease import OwnedElsewhere
 from journaled.errors import OwnerLost, QueueForked, QueueLocked, UnknownReader, UnsafeDirectory
 from journaled.format.metadata import Meta
 from journaled.item import as_payload, epoch_ms, expire_ms, put_metas
@@ -94,8 +95,8 @@ class OpenOrConnect(type):
             try:
                 return open_owner()
             except QueueLocked as exc:
-                if exc.pid == os.getpid():
-                    raise  # the owner is in this very process: use that object
+                if exc.pid == os.getpid() or isinstance(exc, OwnedElsewhere):
+                    raise  # the owner is in this very process, or on another host: no socket reaches it
                 try:
                     link = Link(os.path.abspath(os.fspath(path)), _left(deadline))
                 except UnsafeDirectory:

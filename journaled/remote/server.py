@@ -141,6 +141,7 @@ class Server:
         self._busy: set[socket.socket] = set()  # carrying out a request: answered before stop closes it
         self._threads: set[threading.Thread] = set()
         self._stopping = False
+        self._foreign_before = dirlock.foreign_before
         self._dir_fd = os.open(queue.path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
         try:
             self._address = socket_address(self._dir_fd, queue.path)
@@ -178,6 +179,12 @@ class Server:
             if not stat.S_ISSOCK(st.st_mode):
                 raise FileExistsError(
                     f"{proto.SOCKET_NAME} in {self.queue.path} is not a socket: not serving"
+                )
+            if self._foreign_before:  # another host's: nothing here can tell whether it is dead
+                raise FileExistsError(
+                    f"{proto.SOCKET_NAME} in {self.queue.path} was left by an owner on another host "
+                    "and is never deleted from here: not serving (remove it by hand once that owner "
+                    "is known to be gone)"
                 )
             fileio.ops.unlink(self._socket_path)  # a dead owner's: we hold the lock
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -182,6 +182,7 @@ def test_every_entry_journaled_creates_is_in_the_directory_inventory(tmp_path) -
         r"q\.read\.[A-Za-z0-9_.:-]+",
         r"q\.readers",
         r"\.journaled\.lock",
+        r"\.journaled\.lease",
         r"q\.\d{1,20}(\.at\d+)?\.damaged",
         r"spool",
         r"external",

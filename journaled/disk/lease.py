@@ -1,0 +1,284 @@
+"""One owner *host* per queue directory: the owner's lease, renewed in the directory itself.
+
+``flock`` (disk/dirlock.py) keeps two processes of one host from owning a directory, but on a
+shared or network file system a lock may be local to each client (sshfs: host B's ``flock``
+succeeds while host A holds it).  So the owner also keeps a *lease*, ``.journaled.lease``, a small
+CRC-checked text file replaced atomically (docs/format.md, section 9): it names the owner's
+host, boot id and pid, a random token for this ownership, and the wall-clock time it was last
+renewed.  The owner renews it every ``PERIOD`` seconds (owner/engine.py's lease thread),
+re-reading it first: a lease that is not its own any more means another host took the
+directory over, and the owner stops writing at once (the engine marks its journal gone).
+
+Another host that finds a lease renewed less than ``EXPIRY + MAX_CLOCK_SKEW`` seconds ago (by
+its own clock) refuses to open: :class:`OwnedElsewhere` (a :class:`QueueLocked`) naming host and
+pid, before it writes anything.  An older lease, or one released by a clean close, may be taken
+over: the taker writes its own lease, waits ``CONFIRM`` seconds (more than two renewal periods:
+an owner that was alive after all has renewed meanwhile, seen the new token and stopped, or has
+overwritten it, in which case the taker backs off) and re-reads it.  Why these figures are safe
+under the documented clock skew: docs/design.md, "Shared and network filesystems".
+
+The host identity is ``socket.gethostname()`` and ``/proc/sys/kernel/random/boot_id``; the
+environment variable ``JOURNALED_HOST_ID`` (read in :func:`identity` only) overrides the host
+name, for containers that share a hostname and for tests that play two hosts on one machine.
+A lease of this very host and boot is judged by ``flock`` alone, as before leases existed; one of
+this host but another boot belongs to a process that died with the previous boot.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+import socket
+import time
+
+import attrs
+
+from journaled.disk import fileio
+from journaled.disk.layout import LEASE_FILE
+from journaled.errors import QueueDirectoryGone, QueueLocked
+from journaled.format.smallfiles import decode_crc_text, encode_crc_text
+
+log = logging.getLogger("journaled")
+
+#: The environment variable that overrides the host name in the lease and the lock file.
+HOST_ENV = "JOURNALED_HOST_ID"
+#: Seconds between two renewals of a live owner's lease.
+PERIOD = 1.0
+#: Seconds a lease stays valid after its renewal, on the owner's clock.
+EXPIRY = 10.0
+#: The largest difference between two hosts' clocks the lease tolerates (docs/design.md).
+MAX_CLOCK_SKEW = 5.0
+#: Seconds a host taking over another host's lease waits before it re-reads it.
+CONFIRM = 2 * PERIOD + 0.5
+
+_MAGIC = "journaled-lease 1"
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_READ_MAX = 4096
+
+
+@attrs.frozen
+class Identity:
+    """Who this process is, as a lease and the lock file name it."""
+
+    host: str
+    boot: str
+    pid: int
+
+    def same_machine(self, host: str | None, boot: str | None) -> bool:
+        """Is ``host``/``boot`` this host in its current boot (where ``flock`` decides)?"""
+        return host == self.host and boot == self.boot
+
+
+def _clean(text: str) -> str:
+    """One printable token: the file is line-based, and a host name comes from the environment."""
+    out = "".join(c if c.isascii() and c.isprintable() and not c.isspace() else "_" for c in text)
+    return out[:200] or "?"
+
+
+def identity() -> Identity:
+    """This process's host (``JOURNALED_HOST_ID`` or the host name), boot id and pid."""
+    host = os.environ.get(HOST_ENV) or socket.gethostname()
+    try:
+        with open(_BOOT_ID, encoding="ascii") as f:
+            boot = f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        boot = "unknown"
+    return Identity(_clean(host), _clean(boot), os.getpid())
+
+
+@attrs.frozen
+class Lease:
+    """A lease as read from the directory.  ``renewed`` is epoch seconds on the owner's clock;
+    ``damaged``: the file did not decode (then ``renewed`` is its mtime and the host unknown)."""
+
+    host: str
+    boot: str
+    pid: int
+    token: str
+    renewed: float
+    released: bool = False
+    damaged: bool = False
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since the renewal, by this host's clock (negative under clock skew)."""
+        return (time.time() if now is None else now) - self.renewed
+
+    def live(self, now: float | None = None) -> bool:
+        """Not released, and renewed recently enough that its owner may still be writing."""
+        return not self.released and self.age(now) <= EXPIRY + MAX_CLOCK_SKEW
+
+    def describe(self, now: float | None = None) -> str:
+        """``owned by HOST pid P (lease renewed Ns ago)``."""
+        age = max(0.0, self.age(now))
+        if self.damaged:
+            return f"owned by an unknown host (lease file damaged, written {age:.0f}s ago)"
+        state = "released" if self.released else "renewed"
+        return f"owned by {self.host} pid {self.pid} (lease {state} {age:.0f}s ago)"
+
+
+class OwnedElsewhere(QueueLocked):
+    """Another host holds a live lease on the directory (a :class:`QueueLocked`)."""
+
+    def __init__(self, path: str, lease: Lease) -> None:
+        super().__init__(path, lease.pid or None)
+        self.host = lease.host
+        self.lease = lease
+        self.args = (
+            f"queue directory {path!r} is {lease.describe()}: a process on another host owns it; "
+            f"it can be taken over once the lease is {EXPIRY + MAX_CLOCK_SKEW:g}s old",
+        )
+
+
+class LeaseLost(QueueDirectoryGone):
+    """This owner's lease was taken over by another host, or could not be renewed in time."""
+
+
+def lease_path(directory: str) -> str:
+    return os.path.join(directory, LEASE_FILE)
+
+
+def read_lease(directory: str) -> Lease | None:
+    """The directory's lease, ``None`` if it has none.  Never writes, never raises on bad bytes."""
+    path = lease_path(directory)
+    try:
+        fd = fileio.open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link planted under the name: never followed, never live
+            return None
+        raise
+    try:
+        st = os.fstat(fd)
+        raw = os.pread(fd, _READ_MAX, 0)
+    finally:
+        os.close(fd)
+    fields: dict[str, str] = {}
+    lines = decode_crc_text(raw, _MAGIC)
+    for line in lines or ():
+        key, _, value = line.partition(" ")
+        fields[key] = value
+    try:
+        return Lease(
+            host=fields["host"],
+            boot=fields["boot"],
+            pid=int(fields["pid"]),
+            token=fields["token"],
+            renewed=int(fields["renewed_ms"]) / 1000,
+            released=fields.get("released", "0") == "1",
+        )
+    except (KeyError, ValueError):
+        return Lease("?", "?", 0, "", st.st_mtime, damaged=True)
+
+
+def _encode(me: Identity, token: str, released: bool) -> bytes:
+    lines = [
+        f"host {me.host}",
+        f"boot {me.boot}",
+        f"pid {me.pid}",
+        f"token {token}",
+        f"renewed_ms {int(time.time() * 1000)}",
+        f"period_ms {int(PERIOD * 1000)}",
+        f"expiry_ms {int(EXPIRY * 1000)}",
+        f"released {int(released)}",
+    ]
+    return encode_crc_text(_MAGIC, lines)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def refuse_if_foreign(directory: str, me: Identity, lease: Lease | None, locked: bool = False) -> None:
+    """Raise :class:`OwnedElsewhere` if ``lease`` is another host's (or boot's) and live.
+
+    ``locked``: this process holds the directory's ``flock`` now.  A live lease of this host
+    whose process still runs is then refused too: that owner's lock is invisible here, so the
+    directory was reached through another mount of it (an sshfs or NFS mount of a local path)."""
+    if lease is None:
+        return
+    if me.same_machine(lease.host, lease.boot):
+        if locked and lease.pid != me.pid and lease.live() and _alive(lease.pid):
+            raise OwnedElsewhere(directory, lease)
+        return
+    if lease.host == me.host and not lease.damaged:
+        return  # this host, an earlier boot: its processes are gone
+    if lease.live():
+        raise OwnedElsewhere(directory, lease)
+
+
+class LeaseHolder:
+    """This process's lease on ``directory``: taken at open, renewed, released at close."""
+
+    def __init__(self, directory: str, me: Identity) -> None:
+        self.directory = directory
+        self.me = me
+        self.token = secrets.token_hex(8)
+        self.renewed_at = time.monotonic()  # of the last successful write
+        self.renewals = 0
+        self.lost = False
+
+    def _write(self, released: bool = False) -> None:
+        fileio.write_atomic(lease_path(self.directory), _encode(self.me, self.token, released), 0o600)
+        self.renewed_at = time.monotonic()
+
+    def _ours(self, lease: Lease | None) -> bool:
+        return lease is not None and lease.token == self.token and not lease.damaged
+
+    def take(self, previous: Lease | None) -> None:
+        """Write this owner's lease (after :func:`refuse_if_foreign` passed).  Taking over a lease
+        another host wrote waits ``CONFIRM`` seconds and re-reads it: a host that wrote after us
+        keeps the directory (:class:`OwnedElsewhere`), and ours is withdrawn by it."""
+        self._write()
+        if previous is None or self.me.same_machine(previous.host, previous.boot):
+            return
+        log.warning(
+            "queue directory %s: taking over from %s; confirming in %.1f s",
+            self.directory,
+            previous.describe(),
+            CONFIRM,
+        )
+        time.sleep(CONFIRM)
+        now = read_lease(self.directory)
+        if not self._ours(now):
+            self.lost = True
+            raise OwnedElsewhere(self.directory, now if now is not None else previous)
+
+    def renew(self) -> None:
+        """Re-read the lease, then renew it if it is still ours; :class:`LeaseLost` if not."""
+        if self.lost:
+            raise self._lost_error(None)
+        now = read_lease(self.directory)
+        if not self._ours(now):
+            self.lost = True
+            raise self._lost_error(now)
+        self._write()
+        self.renewals += 1
+
+    def _lost_error(self, lease: Lease | None) -> LeaseLost:
+        who = "nobody (the lease file was removed)" if lease is None else lease.describe()
+        return LeaseLost(
+            errno.EBUSY,
+            f"this owner's lease was taken over: the directory is now {who}; the queue refuses "
+            "writes: close it",
+            self.directory,
+        )
+
+    def release(self) -> None:
+        """Mark the lease released (another host may take over at once), if it is still ours."""
+        if self.lost:
+            return
+        try:
+            if self._ours(read_lease(self.directory)):
+                self._write(released=True)
+        except OSError as exc:
+            log.warning("queue directory %s: could not release the lease: %s", self.directory, exc)
+        self.lost = True
