@@ -29,6 +29,7 @@ import os
 import secrets
 import signal
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from journaled.cli.inspection import UsageError
@@ -38,8 +39,7 @@ from journaled.offline.snapshot import queues_in
 from journaled.queue import JournaledQueue
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
+    from journaled.cli.httpserver import BoundedHTTPServer
     from journaled.cli.statuspage import StatusServer
     from journaled.metrics import QueueCollector
 
@@ -100,26 +100,36 @@ def _address(text: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
 
 
-def start_metrics(host: str, port: int) -> tuple[WSGIServer, QueueCollector, str]:
-    """Listen for Prometheus scrapes at ``host:port`` (a thread of its own); the server, the
-    collector to add queues to, and the URL (with the port chosen for port 0).  An address that
-    cannot be listened on, or prometheus_client missing, is a :class:`UsageError`."""
+def start_metrics(host: str, port: int) -> tuple[BoundedHTTPServer, QueueCollector, str]:
+    """Listen for Prometheus scrapes at ``host:port`` (cli/httpserver.py, threads of its own:
+    bounded like the status page); the server, the collector to add queues to, and the URL (with
+    the port chosen for port 0).  An address that cannot be listened on, or prometheus_client
+    missing, is a :class:`UsageError`."""
     try:
-        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+        from prometheus_client import CollectorRegistry, ProcessCollector
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
         from journaled.metrics import QueueCollector
     except ImportError:
         raise UsageError("--metrics needs prometheus_client: pip install 'journaled[metrics]'") from None
+    from journaled.cli.httpserver import BoundedHTTPServer, Request, Response
+
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     collector = QueueCollector()
     registry.register(collector)
+
+    def answer(req: Request) -> Response:
+        if req.path != "/metrics":
+            return Response(404, b"not found: the metrics are at /metrics\n")
+        return Response(200, bytes(generate_latest(registry)), CONTENT_TYPE_LATEST)
+
     shown = f"[{host}]" if ":" in host else host
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = BoundedHTTPServer(host, port, answer, "metrics")
     except OSError as exc:
         raise UsageError(f"--metrics {shown}:{port}: cannot listen there: {exc.strerror or exc}") from None
-    return server, collector, f"http://{shown}:{server.server_port}/metrics"
+    return server, collector, f"http://{shown}:{server.port}/metrics"
 
 
 def _http_address(text: str) -> tuple[str, int]:
@@ -131,7 +141,12 @@ def _http_address(text: str) -> tuple[str, int]:
 
 
 def start_status_page(
-    host: str, port: int, queues: list[JournaledQueue], token: bool, peek: bool
+    host: str,
+    port: int,
+    queues: list[JournaledQueue],
+    token: bool,
+    peek: bool,
+    allowed_hosts: Sequence[str] = (),
 ) -> tuple[StatusServer, str]:
     """The status page (cli/statuspage.py) for ``queues`` (filled as they are owned), listening
     before any is opened; with prometheus_client installed it serves ``/metrics`` too."""
@@ -160,7 +175,9 @@ def start_status_page(
     secret = secrets.token_urlsafe(24) if token else None
     shown = f"[{host}]" if ":" in host else host
     try:
-        page = StatusServer(queues, host, port, token=secret, peek=peek, metrics=metrics)
+        page = StatusServer(
+            queues, host, port, token=secret, peek=peek, metrics=metrics, allowed_hosts=allowed_hosts
+        )
     except OSError as exc:
         raise UsageError(f"--http {shown}:{port}: cannot listen there: {exc.strerror or exc}") from None
     return page, page.url()
@@ -169,7 +186,7 @@ def start_status_page(
 def cmd_serve(args: argparse.Namespace) -> int:
     for path in args.paths:  # all of them, before owning any
         check_path(path, args.create)
-    server: WSGIServer | None = None
+    server: BoundedHTTPServer | None = None
     collector: QueueCollector | None = None
     page: StatusServer | None = None
     queues: list[JournaledQueue] = []
@@ -178,7 +195,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"metrics at {url}", flush=True)
     if args.http is not None:
         host, port = args.http
-        page, url = start_status_page(host, port, queues, not args.no_token, args.peek)
+        page, url = start_status_page(host, port, queues, not args.no_token, args.peek, args.allow_host)
         print(f"status page at {url}", flush=True)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -205,8 +222,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for q in queues:
             q.close()
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()
         if page is not None:
             page.close()
     return 0
@@ -251,6 +267,14 @@ def add_serve_command(sub: Any) -> None:
         "--no-token",
         action="store_true",
         help="serve the status page without a token (any local user can read it)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a name the status page may be reached by besides its address and localhost (a request "
+        "naming any other Host is refused: DNS rebinding); may be given more than once",
     )
     p.add_argument(
         "--peek", action="store_true", help="show dead letters' payloads on the status page (escaped)"
