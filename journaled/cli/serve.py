@@ -8,7 +8,10 @@ over as after any owner's close.
 
 Each PATH must be a queue or an empty directory (a new queue, named after it): a missing path or
 a directory holding other things is refused before anything is opened (one line, exit 2), unless
-``--create`` asks for a new queue there, so a mistyped path is never turned into a queue.
+``--create`` asks for a new queue there, so a mistyped path is never turned into a queue.  Two
+paths of one queue name (or one path twice) are refused the same way.  A PATH that a queue
+served before it already opened in this process (a reader's dead-letter or ``expire_to``
+queue) is served through that instance, which stays that queue's.
 
 ``--metrics HOST:PORT`` (the ``journaled[metrics]`` extra) also serves Prometheus metrics of the
 queues it owns, and of this process, at ``http://HOST:PORT/metrics`` (journaled/metrics.py,
@@ -33,8 +36,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from journaled.cli.inspection import UsageError
-from journaled.config import QueueConfig
-from journaled.errors import QueueLocked
+from journaled.config import QueueConfig, validate_name
+from journaled.errors import InvalidName, QueueLocked
 from journaled.offline.snapshot import queues_in
 from journaled.queue import JournaledQueue
 
@@ -47,19 +50,65 @@ if TYPE_CHECKING:
 RETRY = 0.1
 
 
-def own(path: str, config: QueueConfig, stop: threading.Event) -> JournaledQueue | None:
-    """Open ``path`` as its owner, waiting while another process owns it (``None`` if stopped)."""
+def own(
+    path: str, config: QueueConfig, stop: threading.Event, served: Sequence[JournaledQueue] = ()
+) -> JournaledQueue | None:
+    """Open ``path`` as its owner, waiting while another process owns it (``None`` if stopped).
+
+    A queue this process owns already is one a served queue opened as a reader's destination
+    (a dead-letter or ``expire_to`` queue): that instance is returned, and it stays the served
+    queue's (closed with it).  Such a queue reached through none of ``served`` is a
+    :class:`UsageError`: waiting for a lock this process holds would never end."""
     while not stop.is_set():
         try:
             q = JournaledQueue(path, config)
-        except QueueLocked:  # held, and not serving (a repair): wait for it
-            stop.wait(RETRY)
+        except QueueLocked as exc:
+            if exc.pid == os.getpid():
+                found = owned_here(path, served)
+                if found is None:
+                    raise UsageError(
+                        f"{path}: this process owns it already, through none of the queues it serves"
+                    ) from None
+                return found
+            stop.wait(RETRY)  # held, and not serving (a repair): wait for it
             continue
         if q.is_owner:
             return q
         q.close()  # a client: someone else owns it now
         stop.wait(RETRY)
     return None
+
+
+def owned_here(path: str, served: Sequence[JournaledQueue]) -> JournaledQueue | None:
+    """The open queue at ``path`` among ``served`` and the destinations their readers write to
+    (dead letters, expired items: ``ReaderConfig.dead_letter`` / ``expire_to``), followed
+    transitively; ``None`` if none is."""
+    want = os.path.abspath(path)
+    todo, seen = list(served), set()
+    while todo:
+        q = todo.pop()
+        if id(q) in seen or q.closed:
+            continue
+        seen.add(id(q))
+        if q.path == want:
+            return q
+        for name in q.readers():
+            config = q.reader(name).config
+            todo.extend(s for s in (config.dead_letter, config.expire_to) if isinstance(s, JournaledQueue))
+    return None
+
+
+def served_name(path: str) -> str:
+    """The name the queue at ``path`` has (or will have: a new queue is named after its
+    directory), as ``JournaledQueue(path)`` finds it."""
+    if os.path.isdir(path):
+        names = queues_in(path)
+        if names:
+            return names[0]
+    try:
+        return validate_name(os.path.basename(os.path.abspath(path)), "queue name")
+    except InvalidName:
+        return "queue"
 
 
 def check_path(path: str, create: bool) -> None:
@@ -184,8 +233,15 @@ def start_status_page(
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    names: dict[str, str] = {}
     for path in args.paths:  # all of them, before owning any
         check_path(path, args.create)
+        name = served_name(path)
+        if name in names:
+            # --metrics and the status page tell queues apart by name, and one path twice would
+            # wait for its own lock
+            raise UsageError(f"{path}: {names[name]} is served too, and both are queues named {name!r}")
+        names[name] = path
     server: BoundedHTTPServer | None = None
     collector: QueueCollector | None = None
     page: StatusServer | None = None
@@ -203,14 +259,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = QueueConfig(sync=args.sync)
     try:
         for path in args.paths:
-            q = own(path, config, stop)
+            q = own(path, config, stop, queues)
             if q is None:
                 break
             queues.append(q)
             if collector is not None:
                 try:
                     collector.add(q)
-                except ValueError:
+                except ValueError:  # two names told apart above; a journal that names another
                     raise UsageError(
                         f"{path}: another queue served is named {q.name!r} too, and --metrics tells "
                         "queues apart by name"
