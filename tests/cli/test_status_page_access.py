@@ -6,6 +6,7 @@ or a loopback name is refused, with or without a token (DNS rebinding), unless n
 from __future__ import annotations
 
 import http.cookiejar
+import time
 import urllib.error
 import urllib.request
 from http import cookies
@@ -136,3 +137,25 @@ def test_allowed_hosts_names_more_hosts(tmp_path) -> None:
             assert _get(url, {"Host": f"other.example:{page.port}"})[0] == 403
         finally:
             page.close()
+
+
+def test_a_client_gone_mid_answer_prints_no_traceback(tmp_path, capfd) -> None:
+    import socket
+
+    with JournaledQueue(str(tmp_path / "jobs")) as q:
+        for i in range(2000):  # an answer of about a megabyte: it is still being sent
+            q.reader(f"reader{i}")
+        page = StatusServer([q], token=None)
+        try:
+            for _ in range(3):
+                s = socket.create_connection(("127.0.0.1", page.port), timeout=30)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                s.sendall(b"GET /api/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                s.recv(10)
+                s.close()  # linger 0: a reset mid-answer
+            time.sleep(1.0)
+            assert _get(f"http://127.0.0.1:{page.port}/api/status")[0] == 200  # and it goes on
+        finally:
+            page.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err[-3000:]
