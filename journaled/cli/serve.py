@@ -21,8 +21,11 @@ chose for port 0.
 
 ``--http [HOST:]PORT`` serves the status page (journaled/cli/statuspage.py): 127.0.0.1 unless a
 host is given, a token on every request (printed with the address; ``--no-token`` opts out),
-dead letters' payloads only with ``--peek``.  Like ``--metrics`` it listens before any queue is
-opened, and an address in use is one line and exit 2.
+dead letters' payloads only with ``--peek``, a request naming another ``Host`` refused (DNS
+rebinding; ``--allow-host NAME`` names more).  Like ``--metrics`` it listens before any queue is
+opened, and an address in use is one line and exit 2.  Both ports are served by
+cli/httpserver.py, bounded so that nothing reaching them can take the owner's resources
+(docs/design.md, "What listens on a port").
 """
 
 from __future__ import annotations

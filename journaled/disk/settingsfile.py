@@ -29,8 +29,8 @@ def load_settings(path: str) -> SettingsData:
     """The settings stored at ``path`` (empty when there is no file).
 
     Raises :class:`~journaled.errors.CorruptJournal` when the file is damaged (magic, CRC, a bad
-    line, an invalid reader name, or not a regular file: a FIFO is never read, it would block) and :class:`~journaled.errors.UnsafeDirectory` when it is a
-    symbolic link."""
+    line, an invalid reader name, or not a regular file: a FIFO is never read, it would block)
+    and :class:`~journaled.errors.UnsafeDirectory` when it is a symbolic link."""
     try:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:

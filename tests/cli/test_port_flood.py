@@ -136,10 +136,12 @@ def test_a_flood_of_idle_and_slow_connections_leaves_puts_the_page_and_the_metri
             problems.append(f"a scrape failed: {scrapes}")
         if max(fds) >= OWNER_FDS - FD_RESERVE:
             problems.append(f"the owner held {max(fds)} of its {OWNER_FDS} descriptors")
-        # a flood that is only held costs the owner little; one reopened as fast as the attacker
-        # can (tens of thousands of connections a second) costs it CPU, on a machine whose cores
-        # the attacker shares: puts go on, slower
-        if during <= (0.1 if reopen else 0.5) * before:
+        # puts go on (main's owner ran out of descriptors). Their rate is printed above: a held
+        # flood costs the owner little once its first burst is closed (0.9-1.3x on a quiet
+        # machine), one reopened as fast as the attacker can (thousands of connections a
+        # second) costs it CPU on cores the attacker shares (0.14-0.31x); the bounds here only
+        # catch a stall, as the machine running the suite is shared and its load varies
+        if during <= (0.05 if reopen else 0.15) * before:
             problems.append(f"puts/s fell from {before:.0f} to {during:.0f}")
         assert not problems, "\n".join(problems)
     finally:
