@@ -20,10 +20,11 @@ still under way) reports ``journaled_queue_up 0`` and nothing else until they ca
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 try:
@@ -35,7 +36,10 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
 from journaled.disk.bookmarks import read_bookmarks
 from journaled.disk.layout import inspect_journal, list_journal_files
 from journaled.errors import JournaledError, QueueClosed
+from journaled.format.display import escape
 from journaled.stats import QueueStats, ReaderStats
+
+log = logging.getLogger("journaled")
 
 __all__ = ["QueueCollector", "register", "unregister"]
 
@@ -92,6 +96,22 @@ READER_COUNTERS: tuple[tuple[str, str, str], ...] = (
 )
 READER_LABELS = ["queue", "reader"]
 Family = GaugeMetricFamily | CounterMetricFamily
+
+
+class Adds(Protocol):
+    """What a queue's samples are added to: a metric family, or :class:`_Pending`."""
+
+    def add_metric(self, labels: Sequence[str], value: float) -> None: ...
+
+
+class _Pending:
+    """One queue's samples of one family, held until all of its samples were made."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[Sequence[str], float]] = []
+
+    def add_metric(self, labels: Sequence[str], value: float) -> None:
+        self.added.append((labels, value))
 
 
 class QueueCollector(Collector):
@@ -159,14 +179,25 @@ class QueueCollector(Collector):
                 # rather than fail the whole scrape
                 families["up"].add_metric([q.name], 0)
                 continue
+            # a queue's samples are made apart and added whole: whatever one queue's figures
+            # (or the names in its directory) hold, the others are scraped
+            own = {key: _Pending() for key in families}
+            try:
+                self._queue_samples(own, q, st, now)
+                for r in st.readers:
+                    _reader_samples(own, q.name, r)
+                _bookmark_samples(own, q.name, st)
+            except Exception:
+                log.exception("journaled metrics: the figures of queue %s could not be reported", q.name)
+                families["up"].add_metric([q.name], 0)
+                continue
             families["up"].add_metric([q.name], 1)
-            self._queue_samples(families, q, st, now)
-            for r in st.readers:
-                _reader_samples(families, q.name, r)
-            _bookmark_samples(families, q.name, st)
+            for key, pending in own.items():
+                for labels, value in pending.added:
+                    families[key].add_metric(labels, value)
         return (f for f in families.values() if f.samples)
 
-    def _queue_samples(self, families: dict[str, Family], q: Observed, st: QueueStats, now: float) -> None:
+    def _queue_samples(self, families: Mapping[str, Adds], q: Observed, st: QueueStats, now: float) -> None:
         h = st.health
         name = q.name
         labels = [name]
@@ -197,7 +228,7 @@ class QueueCollector(Collector):
         families["owner_changes"].add_metric(labels, int(getattr(q, "generation", 0)))
 
 
-def _reader_samples(families: dict[str, Family], queue: str, r: ReaderStats) -> None:
+def _reader_samples(families: Mapping[str, Adds], queue: str, r: ReaderStats) -> None:
     labels = [queue, r.name]
     for metric, _help, field in READER_GAUGES + READER_COUNTERS:
         families["reader_" + metric].add_metric(labels, getattr(r, field))
@@ -293,7 +324,7 @@ READER_DERIVED: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _bookmark_samples(families: dict[str, Family], queue: str, st: QueueStats) -> None:
+def _bookmark_samples(families: Mapping[str, Adds], queue: str, st: QueueStats) -> None:
     """External readers' bookmarks (a Spark query's committed offset), read from the directory
     as ``journaled stat`` reads them: the head, and the lag ``next_id - max(head, first id on
     disk)`` (ids archived ahead of a bookmark are not counted as lag).  Nothing without one."""
@@ -305,7 +336,9 @@ def _bookmark_samples(families: dict[str, Family], queue: str, st: QueueStats) -
         return
     first = _first_id(st.path, st.name)
     for name, head in sorted(marks.items()):
-        labels = [queue, name]
+        # an entry of external/ is any name someone left there: one that is not UTF-8 would
+        # fail the encoding of the whole exposition, every queue's
+        labels = [queue, escape(name)]
         families["bookmark_head"].add_metric(labels, head)
         families["bookmark_lag"].add_metric(labels, max(0, st.next_id - max(head, first)))
 

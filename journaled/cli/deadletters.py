@@ -100,7 +100,12 @@ def redrive_key(queue: str, dead_id: int, dead_add_ms: int, data: bytes) -> str:
 
 
 def _when(ms: float) -> str:
-    return f"{_dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc):%Y-%m-%d %H:%M:%S.%f}"[:-3]
+    """A time for a person: a UTC date, or the seconds themselves when no date can show them
+    (an envelope written by anyone may say ``1e300`` or ``nan``)."""
+    try:
+        return f"{_dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc):%Y-%m-%d %H:%M:%S.%f}"[:-3]
+    except (OverflowError, ValueError, OSError):
+        return f"{ms / 1000!r}s"
 
 
 def _selection(args: argparse.Namespace) -> Selection:

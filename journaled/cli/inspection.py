@@ -25,6 +25,7 @@ import attrs
 from journaled.cli.finding import add_filter_options, filter_from
 from journaled.errors import JournaledError, QueueLocked
 from journaled.format import speedups
+from journaled.format.display import escape as escape  # re-exported: top, dump, dead-letters, the page
 from journaled.format.record import Put, PutX
 from journaled.inspection import inspect_queue
 from journaled.offline import repair
@@ -34,22 +35,6 @@ from journaled.offline.snapshot import queue_name, reader_state
 
 class UsageError(Exception):
     """A wrong path or option: the command prints the message on one line and exits 2."""
-
-
-def escape(text: str) -> str:
-    """``text`` with every control, format and line-separator character shown as an escape, so
-    a payload can never move the cursor, clear the screen or retitle the terminal."""
-    if text.isprintable():
-        return text
-    out = []
-    for c in text:
-        if c.isprintable():
-            out.append(c)
-        elif c in "\n\r\t":
-            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c])
-        else:
-            out.append(f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-    return "".join(out)
 
 
 def _preview(data: bytes, width: int = 40) -> str:
@@ -215,23 +200,25 @@ def collect_stat(path: str, name: str | None = None) -> dict[str, Any]:
 
 def cmd_stat(args: argparse.Namespace) -> int:
     st = collect_stat(args.path, args.name)
+    # every name in these lines came from disk or from the owner (the path, external/ entries,
+    # *.damaged files, errors): one escaping for all of them, as top, dump and dead-letters
     if args.json:
         print(json.dumps(st))
         return 0
     owner = st["owner_pid"]
-    print(f"queue {st['queue']} at {st['path']}" + (f" (open by pid {owner})" if owner else " (not open)"))
-    print(
+    _say(f"queue {st['queue']} at {st['path']}" + (f" (open by pid {owner})" if owner else " (not open)"))
+    _say(
         f"  files {st['files']}, {st['bytes']} bytes, ids {st['first_id']}..{st['next_id'] - 1} "
         f"({st['items']} items)"
     )
     if st["oldest_item_age_s"] is not None:
-        print(
+        _say(
             f"  oldest item {st['oldest_item_age_s']:.1f} s old, "
             f"newest file {st['newest_file_age_s']:.1f} s old"
         )
     for r in st["readers"]:
         age = r["oldest_uncommitted_age_s"]
-        print(
+        _say(
             f"  reader {r['name']}: head {r['head']}, backlog_items {r['backlog_items']} "
             f"({r['backlog_bytes']} bytes"
             + ("" if age is None else f", oldest uncommitted {age:.1f} s old")
@@ -240,23 +227,23 @@ def cmd_stat(args: argparse.Namespace) -> int:
             + (" (figures from the live owner)" if r["live"] else "")
         )
         if r["open_reads"] is not None:
-            print(
+            _say(
                 f"    open reads {r['open_reads']}, delayed {r['items_delayed']}, "
                 f"not yet due {r['items_not_due']}, "
                 f"dead-lettered {r['dead_lettered']}, expired {r['expired']}"
             )
     for r in st["external_readers"]:
         age = "" if r["bookmark_age_s"] is None else f", bookmark {r['bookmark_age_s']:.1f} s old"
-        print(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
+        _say(f"  external reader {r['name']}: head {r['head']}, lag {r['lag']}{age}")
     for d in st["damaged_files_kept"]:
-        print(f"  kept aside by recovery: {d}")
+        _say(f"  kept aside by recovery: {d}")
     live = st["owner"]
     if live is not None and "error" in live:
-        print(f"  owner: {live['error']}")
+        _say(f"  owner: {live['error']}")
     elif live is not None:
         health = live["health"]
         if health is None or health["ok"]:
-            print("  health: ok")
+            _say("  health: ok")
         else:
             problems = []
             if health["poisoned"]:
@@ -272,20 +259,24 @@ def cmd_stat(args: argparse.Namespace) -> int:
             if health.get("stopped_readers"):
                 held = ", ".join(health["stopped_readers"])
                 problems.append(f"stopped at a record of a newer format (see their 'stopped'): {held}")
-            print(f"  health: {'; '.join(problems) or 'not ok'}")
+            _say(f"  health: {'; '.join(problems) or 'not ok'}")
             if health["last_error"]:
-                print(f"    last error: {health['last_error']}")
+                _say(f"    last error: {health['last_error']}")
         for c in live["clients"]:
             reads = ", ".join(f"{n} {k}" for n, k in sorted(c["open_reads"].items())) or "none"
-            print(f"  client pid {c['pid']}: {c['connections']} connection(s), open reads: {reads}")
+            _say(f"  client pid {c['pid']}: {c['connections']} connection(s), open reads: {reads}")
         if not live["clients"]:
-            print("  no other process is using it")
-    print(f"  hot path (this process): {speedups.describe()}")
+            _say("  no other process is using it")
+    _say(f"  hot path (this process): {speedups.describe()}")
     from journaled.core import twin  # the queue's parts: only for this line
     from journaled.owner import fastput
 
-    print(f"  reader core and reader: {twin.describe()}; single put: {fastput.describe()}")
+    _say(f"  reader core and reader: {twin.describe()}; single put: {fastput.describe()}")
     return 0
+
+
+def _say(line: str) -> None:
+    print(escape(line))
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -8,7 +8,10 @@ over as after any owner's close.
 
 Each PATH must be a queue or an empty directory (a new queue, named after it): a missing path or
 a directory holding other things is refused before anything is opened (one line, exit 2), unless
-``--create`` asks for a new queue there, so a mistyped path is never turned into a queue.
+``--create`` asks for a new queue there, so a mistyped path is never turned into a queue.  Two
+paths of one queue name (or one path twice) are refused the same way.  A PATH that a queue
+served before it already opened in this process (a reader's dead-letter or ``expire_to``
+queue) is served through that instance, which stays that queue's.
 
 ``--metrics HOST:PORT`` (the ``journaled[metrics]`` extra) also serves Prometheus metrics of the
 queues it owns, and of this process, at ``http://HOST:PORT/metrics`` (journaled/metrics.py,
@@ -18,8 +21,11 @@ chose for port 0.
 
 ``--http [HOST:]PORT`` serves the status page (journaled/cli/statuspage.py): 127.0.0.1 unless a
 host is given, a token on every request (printed with the address; ``--no-token`` opts out),
-dead letters' payloads only with ``--peek``.  Like ``--metrics`` it listens before any queue is
-opened, and an address in use is one line and exit 2.
+dead letters' payloads only with ``--peek``, a request naming another ``Host`` refused (DNS
+rebinding; ``--allow-host NAME`` names more).  Like ``--metrics`` it listens before any queue is
+opened, and an address in use is one line and exit 2.  Both ports are served by
+cli/httpserver.py, bounded so that nothing reaching them can take the owner's resources
+(docs/design.md, "What listens on a port").
 """
 
 from __future__ import annotations
@@ -29,17 +35,17 @@ import os
 import secrets
 import signal
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from journaled.cli.inspection import UsageError
-from journaled.config import QueueConfig
-from journaled.errors import QueueLocked
+from journaled.config import QueueConfig, validate_name
+from journaled.errors import InvalidName, QueueLocked
 from journaled.offline.snapshot import queues_in
 from journaled.queue import JournaledQueue
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
+    from journaled.cli.httpserver import BoundedHTTPServer
     from journaled.cli.statuspage import StatusServer
     from journaled.metrics import QueueCollector
 
@@ -47,19 +53,65 @@ if TYPE_CHECKING:
 RETRY = 0.1
 
 
-def own(path: str, config: QueueConfig, stop: threading.Event) -> JournaledQueue | None:
-    """Open ``path`` as its owner, waiting while another process owns it (``None`` if stopped)."""
+def own(
+    path: str, config: QueueConfig, stop: threading.Event, served: Sequence[JournaledQueue] = ()
+) -> JournaledQueue | None:
+    """Open ``path`` as its owner, waiting while another process owns it (``None`` if stopped).
+
+    A queue this process owns already is one a served queue opened as a reader's destination
+    (a dead-letter or ``expire_to`` queue): that instance is returned, and it stays the served
+    queue's (closed with it).  Such a queue reached through none of ``served`` is a
+    :class:`UsageError`: waiting for a lock this process holds would never end."""
     while not stop.is_set():
         try:
             q = JournaledQueue(path, config)
-        except QueueLocked:  # held, and not serving (a repair): wait for it
-            stop.wait(RETRY)
+        except QueueLocked as exc:
+            if exc.pid == os.getpid():
+                found = owned_here(path, served)
+                if found is None:
+                    raise UsageError(
+                        f"{path}: this process owns it already, through none of the queues it serves"
+                    ) from None
+                return found
+            stop.wait(RETRY)  # held, and not serving (a repair): wait for it
             continue
         if q.is_owner:
             return q
         q.close()  # a client: someone else owns it now
         stop.wait(RETRY)
     return None
+
+
+def owned_here(path: str, served: Sequence[JournaledQueue]) -> JournaledQueue | None:
+    """The open queue at ``path`` among ``served`` and the destinations their readers write to
+    (dead letters, expired items: ``ReaderConfig.dead_letter`` / ``expire_to``), followed
+    transitively; ``None`` if none is."""
+    want = os.path.abspath(path)
+    todo, seen = list(served), set()
+    while todo:
+        q = todo.pop()
+        if id(q) in seen or q.closed:
+            continue
+        seen.add(id(q))
+        if q.path == want:
+            return q
+        for name in q.readers():
+            config = q.reader(name).config
+            todo.extend(s for s in (config.dead_letter, config.expire_to) if isinstance(s, JournaledQueue))
+    return None
+
+
+def served_name(path: str) -> str:
+    """The name the queue at ``path`` has (or will have: a new queue is named after its
+    directory), as ``JournaledQueue(path)`` finds it."""
+    if os.path.isdir(path):
+        names = queues_in(path)
+        if names:
+            return names[0]
+    try:
+        return validate_name(os.path.basename(os.path.abspath(path)), "queue name")
+    except InvalidName:
+        return "queue"
 
 
 def check_path(path: str, create: bool) -> None:
@@ -100,26 +152,36 @@ def _address(text: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]") or "0.0.0.0", int(port)
 
 
-def start_metrics(host: str, port: int) -> tuple[WSGIServer, QueueCollector, str]:
-    """Listen for Prometheus scrapes at ``host:port`` (a thread of its own); the server, the
-    collector to add queues to, and the URL (with the port chosen for port 0).  An address that
-    cannot be listened on, or prometheus_client missing, is a :class:`UsageError`."""
+def start_metrics(host: str, port: int) -> tuple[BoundedHTTPServer, QueueCollector, str]:
+    """Listen for Prometheus scrapes at ``host:port`` (cli/httpserver.py, threads of its own:
+    bounded like the status page); the server, the collector to add queues to, and the URL (with
+    the port chosen for port 0).  An address that cannot be listened on, or prometheus_client
+    missing, is a :class:`UsageError`."""
     try:
-        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+        from prometheus_client import CollectorRegistry, ProcessCollector
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
         from journaled.metrics import QueueCollector
     except ImportError:
         raise UsageError("--metrics needs prometheus_client: pip install 'journaled[metrics]'") from None
+    from journaled.cli.httpserver import BoundedHTTPServer, Request, Response
+
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     collector = QueueCollector()
     registry.register(collector)
+
+    def answer(req: Request) -> Response:
+        if req.path != "/metrics":
+            return Response(404, b"not found: the metrics are at /metrics\n")
+        return Response(200, bytes(generate_latest(registry)), CONTENT_TYPE_LATEST)
+
     shown = f"[{host}]" if ":" in host else host
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = BoundedHTTPServer(host, port, answer, "metrics")
     except OSError as exc:
         raise UsageError(f"--metrics {shown}:{port}: cannot listen there: {exc.strerror or exc}") from None
-    return server, collector, f"http://{shown}:{server.server_port}/metrics"
+    return server, collector, f"http://{shown}:{server.port}/metrics"
 
 
 def _http_address(text: str) -> tuple[str, int]:
@@ -131,7 +193,12 @@ def _http_address(text: str) -> tuple[str, int]:
 
 
 def start_status_page(
-    host: str, port: int, queues: list[JournaledQueue], token: bool, peek: bool
+    host: str,
+    port: int,
+    queues: list[JournaledQueue],
+    token: bool,
+    peek: bool,
+    allowed_hosts: Sequence[str] = (),
 ) -> tuple[StatusServer, str]:
     """The status page (cli/statuspage.py) for ``queues`` (filled as they are owned), listening
     before any is opened; with prometheus_client installed it serves ``/metrics`` too."""
@@ -160,16 +227,25 @@ def start_status_page(
     secret = secrets.token_urlsafe(24) if token else None
     shown = f"[{host}]" if ":" in host else host
     try:
-        page = StatusServer(queues, host, port, token=secret, peek=peek, metrics=metrics)
+        page = StatusServer(
+            queues, host, port, token=secret, peek=peek, metrics=metrics, allowed_hosts=allowed_hosts
+        )
     except OSError as exc:
         raise UsageError(f"--http {shown}:{port}: cannot listen there: {exc.strerror or exc}") from None
     return page, page.url()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    names: dict[str, str] = {}
     for path in args.paths:  # all of them, before owning any
         check_path(path, args.create)
-    server: WSGIServer | None = None
+        name = served_name(path)
+        if name in names:
+            # --metrics and the status page tell queues apart by name, and one path twice would
+            # wait for its own lock
+            raise UsageError(f"{path}: {names[name]} is served too, and both are queues named {name!r}")
+        names[name] = path
+    server: BoundedHTTPServer | None = None
     collector: QueueCollector | None = None
     page: StatusServer | None = None
     queues: list[JournaledQueue] = []
@@ -178,7 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"metrics at {url}", flush=True)
     if args.http is not None:
         host, port = args.http
-        page, url = start_status_page(host, port, queues, not args.no_token, args.peek)
+        page, url = start_status_page(host, port, queues, not args.no_token, args.peek, args.allow_host)
         print(f"status page at {url}", flush=True)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -186,14 +262,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = QueueConfig(sync=args.sync)
     try:
         for path in args.paths:
-            q = own(path, config, stop)
+            q = own(path, config, stop, queues)
             if q is None:
                 break
             queues.append(q)
             if collector is not None:
                 try:
                     collector.add(q)
-                except ValueError:
+                except ValueError:  # two names told apart above; a journal that names another
                     raise UsageError(
                         f"{path}: another queue served is named {q.name!r} too, and --metrics tells "
                         "queues apart by name"
@@ -205,8 +281,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for q in queues:
             q.close()
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()
         if page is not None:
             page.close()
     return 0
@@ -251,6 +326,14 @@ def add_serve_command(sub: Any) -> None:
         "--no-token",
         action="store_true",
         help="serve the status page without a token (any local user can read it)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="a name the status page may be reached by besides its address and localhost (a request "
+        "naming any other Host is refused: DNS rebinding); may be given more than once",
     )
     p.add_argument(
         "--peek", action="store_true", help="show dead letters' payloads on the status page (escaped)"

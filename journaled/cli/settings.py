@@ -22,7 +22,7 @@ from journaled.config import STORED_FIELDS, ReaderConfig, reader_settings
 from journaled.disk import checkpointfiles
 from journaled.disk.settingsfile import load_settings, settings_path
 from journaled.errors import CorruptJournal, UnknownReader
-from journaled.offline.snapshot import NotAQueue, queue_name
+from journaled.offline.snapshot import NotAQueue, queue_name, queues_in
 
 #: Options of ``journaled config PATH reader NAME``: field -> how its value is read.  ``none``
 #: clears a limit (or a destination).
@@ -55,6 +55,27 @@ def _destination(text: str) -> str | None:
     return None if text.lower() == "none" else text
 
 
+def _check_destination(field: str, path: str) -> None:
+    """Refuse (:class:`UsageError`) a destination the owner would turn into a queue beside other
+    things (a typo: ``--dead-letter ~``), as ``serve`` and every other command refuse such a
+    path: a directory holding something but no queue, several queues, or a file.  A queue, an
+    empty directory and a missing one (the owner opens it once it exists, never creates it)
+    are taken."""
+    option = "--" + field.replace("_", "-")
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise UsageError(f"{option} {path}: not a directory")
+    names = queues_in(path)
+    if len(names) > 1:
+        raise UsageError(f"{option} {path}: holds several queues ({', '.join(names)}); a destination is one")
+    if not names and os.listdir(path):
+        raise UsageError(
+            f"{option} {path}: holds no journaled queue and is not empty (a destination is a queue's "
+            "directory, or an empty one)"
+        )
+
+
 def _changes(args: argparse.Namespace) -> dict[str, Any]:
     """The settings named on the command line (and in ``--from FILE``), nothing else."""
     changes: dict[str, Any] = {}
@@ -76,6 +97,7 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
     for field in _DEST_FIELDS:  # a destination is a directory: relative to where the command runs
         if isinstance(changes.get(field), str):
             changes[field] = os.path.abspath(changes[field])
+            _check_destination(field, changes[field])
     unknown = sorted(set(changes) - set(STORED_FIELDS))
     if unknown:
         raise UsageError(f"unknown settings {unknown} (known: {', '.join(STORED_FIELDS)})")

@@ -1,5 +1,5 @@
 """The status page of ``journaled serve ... --http HOST:PORT``: a small read-only HTML page and the
-JSON it is drawn from, served by the standard library's HTTP server (no framework, no build step).
+JSON it is drawn from, served by cli/httpserver.py (no framework, no build step).
 
 * ``/`` the page: per queue its health, clients, put rate, journal size, and per reader the
   backlog, commit rate, oldest age, open reads, delayed items and dead letters, with the backlog
@@ -10,9 +10,14 @@ JSON it is drawn from, served by the standard library's HTTP server (no framewor
 
 **Access.**  Bound to 127.0.0.1 unless told otherwise.  Any local user can connect to a local
 port, so every request needs the token printed at start (as Jupyter does): ``?token=...`` on the
-first visit, which sets a cookie (``HttpOnly``, ``SameSite=Strict``) for the rest; or an
-``Authorization: Bearer ...`` header for a scraper.  Without a token the answer is 401, with a
-wrong one 403.  ``token=None`` (``--no-token``) opts out.  Payloads are never shown unless
+first visit, which sets a cookie for the rest; or an ``Authorization: Bearer ...`` header for a
+scraper.  The cookie holds a random session value, never the token (a browser sends a host's
+cookies to all its ports, so to every other server on it), under a name that carries the port
+(two pages on one host keep apart), ``HttpOnly`` and ``SameSite=Strict``.  Without a token the
+answer is 401, with a wrong one (or an unknown session) 403.  ``token=None`` (``--no-token``)
+opts out of the token, never of the ``Host`` check: a request whose ``Host`` is not the bound
+address or a loopback name (or one of ``allowed_hosts``) is refused, so a web site cannot read
+the page through DNS rebinding.  Payloads are never shown unless
 ``peek`` (``--peek``), and then escaped, at most :data:`PEEK_BYTES` of each.  Nothing here
 changes a queue: every route only reads stats and the dead-letter queues' files.
 """
@@ -22,18 +27,18 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from http import cookies
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
+from journaled.cli.httpserver import BoundedHTTPServer, Request, Response, host_allowed
 from journaled.cli.inspection import escape
 
 #: how far back the page's plots reach, and how often a sample is taken for them
@@ -42,7 +47,8 @@ SAMPLE_EVERY = 2.0
 #: at most this many dead letters listed per dead-letter queue, and payload bytes shown per item
 DEAD_LETTERS_SHOWN = 20
 PEEK_BYTES = 200
-_COOKIE = "journaled_token"
+#: sessions remembered at once (each a browser that opened the page with the token)
+MAX_SESSIONS = 64
 
 
 def _page() -> bytes:
@@ -157,7 +163,10 @@ def status(queues: Sequence[Any], history: History, peek: bool) -> dict[str, Any
 
 class StatusServer:
     """The page's HTTP server on ``(host, port)`` (0: any free port; :attr:`port` says which),
-    serving until :meth:`close`."""
+    serving until :meth:`close` (cli/httpserver.py: bounded connections, deadlines and sizes).
+
+    ``allowed_hosts`` names the hosts a request's ``Host`` may carry besides the bound address
+    and the loopback names."""
 
     def __init__(
         self,
@@ -167,99 +176,100 @@ class StatusServer:
         token: str | None = None,
         peek: bool = False,
         metrics: Callable[[], bytes] | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         # the caller's list, not a copy: ``journaled serve`` adds each queue once it owns it
         self.queues, self.token, self.peek, self.metrics = queues, token, peek, metrics
+        self.allowed_hosts = frozenset(h.lower().strip("[]").rstrip(".") for h in allowed_hosts)
+        #: the session values handed out for the token, newest last (a browser's cookie carries
+        #: one of them, never the token: cookies are sent to every port of a host)
+        self.sessions: dict[str, None] = {}
+        self._sessions_lock = threading.Lock()
+        self.httpd = BoundedHTTPServer(host, port, self.answer, "status")
         self.history = History(self.queues)
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib's name)
-                pass  # a page polled every two seconds must not fill the serve command's output
-
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-                server.answer(self)
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.host, self.port = host, int(self.httpd.server_address[1])
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="journaled-status", daemon=True)
-        self.thread.start()
+        self.host, self.port = host, self.httpd.port
+        #: the cookie's name carries the port: two pages on one host keep their own sessions
+        self.cookie = f"journaled_session_{self.port}"
 
     def url(self) -> str:
         """The page's address, with the token to paste into a browser."""
         query = f"?token={self.token}" if self.token else ""
-        return f"http://{self.host}:{self.port}/{query}"
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{shown}:{self.port}/{query}"
 
-    def _allowed(self, req: BaseHTTPRequestHandler, query: dict[str, list[str]]) -> int:
-        """200 if the request carries the token, else 401 (none) or 403 (a wrong one)."""
+    def _allowed(self, req: Request) -> int:
+        """200 if the request carries the token (or a session it opened), else 401 (none) or
+        403 (a wrong one)."""
         if self.token is None:
             return 200
         given = None
-        if "token" in query:
-            given = query["token"][0]
-        elif (auth := req.headers.get("Authorization", "")).startswith("Bearer "):
+        if "token" in req.query:
+            given = req.query["token"][0]
+        elif (auth := req.headers.get("authorization", "")).startswith("Bearer "):
             given = auth[len("Bearer ") :]
-        elif (raw := req.headers.get("Cookie")) is not None:
+        elif (raw := req.headers.get("cookie")) is not None:
             jar = cookies.SimpleCookie()
             try:
                 jar.load(raw)
             except cookies.CookieError:
                 return 403
-            if _COOKIE in jar:
-                given = jar[_COOKIE].value
+            if self.cookie in jar:
+                with self._sessions_lock:
+                    return 200 if jar[self.cookie].value in self.sessions else 403
         if given is None:
             return 401
         return 200 if hmac.compare_digest(given.encode(), self.token.encode()) else 403
 
-    def answer(self, req: BaseHTTPRequestHandler) -> None:
-        parts = urlsplit(req.path)
-        query = parse_qs(parts.query)
-        code = self._allowed(req, query)
+    def _new_session(self) -> str:
+        value = secrets.token_urlsafe(32)
+        with self._sessions_lock:
+            self.sessions[value] = None
+            while len(self.sessions) > MAX_SESSIONS:  # the oldest browser logs in again
+                del self.sessions[next(iter(self.sessions))]
+        return value
+
+    def answer(self, req: Request) -> Response:
+        """The answer to one request (called by the server's worker threads)."""
+        if not host_allowed(req, self.host, self.allowed_hosts):
+            why = (
+                f"this page is not served as {req.headers.get('host', '')!r} (serve --allow-host names more)"
+            )
+            return Response(403, why.encode())
+        code = self._allowed(req)
         if code != 200:
             why = (
                 "a token is needed: open the address journaled serve printed"
                 if code == 401
                 else "wrong token"
             )
-            self._send(req, code, "text/plain; charset=utf-8", why.encode())
-            return
-        extra = {}
-        if self.token is not None and "token" in query:
-            extra["Set-Cookie"] = f"{_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
-        if parts.path == "/":
-            self._send(req, 200, "text/html; charset=utf-8", _page(), extra)
-        elif parts.path == "/api/status":
+            return Response(code, why.encode())
+        extra: list[tuple[str, str]] = [
+            ("Cache-Control", "no-store"),
+            # the page runs only its own inline script and talks only to this server
+            (
+                "Content-Security-Policy",
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                "connect-src 'self'",
+            ),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        if self.token is not None and "token" in req.query:
+            extra.append(
+                ("Set-Cookie", f"{self.cookie}={self._new_session()}; HttpOnly; SameSite=Strict; Path=/")
+            )
+        if req.path == "/":
+            return Response(200, _page(), "text/html; charset=utf-8", tuple(extra))
+        if req.path == "/api/status":
             body = json.dumps(status(self.queues, self.history, self.peek), default=str).encode()
-            self._send(req, 200, "application/json", body, extra)
-        elif parts.path == "/metrics" and self.metrics is not None:
-            self._send(req, 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics(), extra)
-        else:
-            self._send(req, 404, "text/plain; charset=utf-8", b"not found")
-
-    @staticmethod
-    def _send(
-        req: BaseHTTPRequestHandler, code: int, kind: str, body: bytes, extra: dict[str, str] | None = None
-    ) -> None:
-        req.send_response(code)
-        req.send_header("Content-Type", kind)
-        req.send_header("Content-Length", str(len(body)))
-        req.send_header("Cache-Control", "no-store")
-        # the page runs only its own inline script and talks only to this server
-        req.send_header(
-            "Content-Security-Policy",
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
-        )
-        req.send_header("X-Content-Type-Options", "nosniff")
-        for k, v in (extra or {}).items():
-            req.send_header(k, v)
-        req.end_headers()
-        req.wfile.write(body)
+            return Response(200, body, "application/json", tuple(extra))
+        if req.path == "/metrics" and self.metrics is not None:
+            return Response(200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8", tuple(extra))
+        return Response(404, b"not found", headers=tuple(extra))
 
     def close(self) -> None:
+        """Stop serving."""
         self.history.stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.close()
 
 
 __all__ = ["HISTORY_SECONDS", "History", "StatusServer", "status"]

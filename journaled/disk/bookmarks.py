@@ -23,6 +23,8 @@ log = logging.getLogger("journaled")
 
 BOOKMARK_DIR = "external"
 _MAGIC = "journaled-bookmark 1"
+#: entries of ``external/`` skipped as not regular files, logged once each
+_SKIPPED: set[str] = set()
 
 
 def bookmark_path(queue_dir: str, name: str) -> str:
@@ -48,6 +50,13 @@ def _read(path: str) -> int | None:
     try:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:
+        return None
+    except fileio.NotRegularFile as exc:
+        # never a bookmark (those are written atomically, as regular files): skipped, so that
+        # archiving goes on; said once per path, not at every archiving pass
+        if path not in _SKIPPED and len(_SKIPPED) < 1000:
+            _SKIPPED.add(path)
+            log.warning("%s %s: not a bookmark, skipped", path, exc.strerror)
         return None
     entries = decode_crc_text(raw, _MAGIC)
     if entries is not None and len(entries) == 1 and entries[0].isdigit():

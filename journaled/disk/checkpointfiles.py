@@ -46,6 +46,9 @@ def read_checkpoint(path: str) -> CheckpointData | None:
     except FileNotFoundError:
         log.warning("checkpoint %s is missing; the reader replays from the earliest item", path)
         return None
+    except fileio.NotRegularFile as exc:  # a FIFO must not block the open: as damaged
+        log.warning("checkpoint %s %s; the reader replays from the earliest item", path, exc.strerror)
+        return None
     try:
         return decode_checkpoint(raw, path)
     except CorruptJournal as exc:
@@ -75,6 +78,9 @@ def read_registry(path: str) -> list[str] | None:
     try:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:
+        return None
+    except fileio.NotRegularFile as exc:
+        log.warning("reader registry %s %s; using checkpoint files alone", path, exc.strerror)
         return None
     entries = decode_crc_text(raw, _REGISTRY_MAGIC)
     if entries is None:

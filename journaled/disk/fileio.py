@@ -44,11 +44,28 @@ def open_nofollow(path: str, flags: int, mode: int = 0o600) -> int:
         raise
 
 
+class NotRegularFile(OSError):
+    """A FIFO, a device or a socket where journaled reads a file of its own (a checkpoint, the
+    registry, the settings file, a bookmark): never read (a FIFO would block the queue); each
+    caller skips it as it skips a damaged file (a directory there stays ``IsADirectoryError``)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.EINVAL, "is not a regular file (a FIFO, a device or a socket)", path)
+
+
 def read_nofollow(path: str, size: int = -1) -> bytes:
-    """Up to ``size`` bytes (``-1``: all) of the file at ``path``, a link refused.  The
-    descriptor is closed whatever happens (``os.fdopen`` of a directory raises without)."""
-    fd = open_nofollow(path, os.O_RDONLY)
+    """Up to ``size`` bytes (``-1``: all) of the file at ``path``, a link refused
+    (:class:`UnsafeDirectory`), a directory (``IsADirectoryError``) and anything else that is
+    not a regular file too (:class:`NotRegularFile`), without blocking: it is opened
+    ``O_NONBLOCK`` and checked with ``fstat`` before any read.
+    The descriptor is closed whatever happens."""
+    fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):  # refused as before: nothing could ever replace it
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path)
         f = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

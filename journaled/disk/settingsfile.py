@@ -29,12 +29,14 @@ def load_settings(path: str) -> SettingsData:
     """The settings stored at ``path`` (empty when there is no file).
 
     Raises :class:`~journaled.errors.CorruptJournal` when the file is damaged (magic, CRC, a bad
-    line, an invalid reader name) and :class:`~journaled.errors.UnsafeDirectory` when it is a
-    symbolic link."""
+    line, an invalid reader name, or not a regular file: a FIFO is never read, it would block)
+    and :class:`~journaled.errors.UnsafeDirectory` when it is a symbolic link."""
     try:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:
         return SettingsData()
+    except fileio.NotRegularFile as exc:  # a FIFO must not block the open: as damaged
+        raise CorruptJournal(path, 0, f"settings file {exc.strerror}") from None
     data = decode_settings(raw, path)
     for name in data.readers:
         try:
@@ -60,7 +62,7 @@ def write_settings(path: str, data: SettingsData, mode: int) -> None:
     copy is not overwritten)."""
     try:
         raw = fileio.ops.read_file(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, fileio.NotRegularFile):  # no bytes of anyone's to keep
         raw = None
     if raw is not None:
         try:
