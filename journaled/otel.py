@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -128,61 +128,42 @@ class _Tracing:
         self.tracer = tracer
 
     # ------------------------------------------------------------------ producer
-    def put(self, original: Callable[..., int]) -> Callable[..., int]:
+    def _sending(self, original: Callable[..., Any], operation: str) -> Callable[..., Any]:
+        """``put`` or ``put_many`` (``operation``) in a ``send`` span whose context the items'
+        headers carry, when a span is current; else the original call, untouched."""
         tracer = self.tracer
 
         @functools.wraps(original)
-        def put(
-            queue: Any, data: Any, *args: Any, headers: Mapping[str, bytes] | None = None, **kw: Any
-        ) -> int:
+        def send(
+            queue: Any, what: Any, *args: Any, headers: Mapping[str, bytes] | None = None, **kw: Any
+        ) -> Any:
             if otel_context.get_value(_SENDING) or not trace.get_current_span().get_span_context().is_valid:
-                return original(queue, data, *args, headers=headers, **kw)
+                return original(queue, what, *args, headers=headers, **kw)
             attrs = {
                 "messaging.system": SYSTEM,
                 "messaging.destination.name": str(queue.name),
                 "messaging.operation.type": "send",
-                "messaging.operation.name": "put",
+                "messaging.operation.name": operation,
             }
             with tracer.start_as_current_span(
                 f"send {queue.name}", kind=SpanKind.PRODUCER, attributes=attrs
             ) as span:
-                item_id: int = _inside(
-                    _SENDING, lambda: original(queue, data, *args, headers=_with_trace(headers), **kw)
+                got = _inside(
+                    _SENDING, lambda: original(queue, what, *args, headers=_with_trace(headers), **kw)
                 )
-                span.set_attribute("messaging.message.id", str(item_id))
-                return item_id
+                if isinstance(got, list):
+                    span.set_attribute("messaging.batch.message_count", len(got))
+                else:
+                    span.set_attribute("messaging.message.id", str(got))
+                return got
 
-        return put
+        return send
+
+    def put(self, original: Callable[..., int]) -> Callable[..., int]:
+        return self._sending(original, "put")
 
     def put_many(self, original: Callable[..., list[int]]) -> Callable[..., list[int]]:
-        tracer = self.tracer
-
-        @functools.wraps(original)
-        def put_many(
-            queue: Any,
-            items: Iterable[Any],
-            *args: Any,
-            headers: Mapping[str, bytes] | None = None,
-            **kw: Any,
-        ) -> list[int]:
-            if otel_context.get_value(_SENDING) or not trace.get_current_span().get_span_context().is_valid:
-                return original(queue, items, *args, headers=headers, **kw)
-            attrs = {
-                "messaging.system": SYSTEM,
-                "messaging.destination.name": str(queue.name),
-                "messaging.operation.type": "send",
-                "messaging.operation.name": "put_many",
-            }
-            with tracer.start_as_current_span(
-                f"send {queue.name}", kind=SpanKind.PRODUCER, attributes=attrs
-            ) as span:
-                ids: list[int] = _inside(
-                    _SENDING, lambda: original(queue, items, *args, headers=_with_trace(headers), **kw)
-                )
-                span.set_attribute("messaging.batch.message_count", len(ids))
-                return ids
-
-        return put_many
+        return self._sending(original, "put_many")
 
     # ------------------------------------------------------------------ consumer
     def received(self, reader: Any, item: Item, operation: str) -> None:

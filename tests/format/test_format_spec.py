@@ -389,15 +389,10 @@ def test_zeros_and_type_zero_are_damage_and_the_scan_goes_on(tmp_path) -> None:
     assert os.path.getsize(files[0]) == len(data)
 
 
-@pytest.mark.parametrize(
-    "damage, action, kept",
-    [("cut", "truncated-tail", False), ("zeros", "truncated-tail", False), ("crc", "cut-at-damage", True)],
-)
-def test_only_a_cut_off_record_or_zeros_is_a_torn_tail(
-    tmp_path, damage: str, action: str, kept: bool
-) -> None:
-    """[F-17]: a CRC mismatch in the last record is damage: cut, its bytes kept aside."""
-    path = str(tmp_path / "q")
+def damaged_tail(path: str, damage: str) -> tuple[str, int]:
+    """One journal file of five items whose end is ``damage``: "cut" (the last record cut
+    short), "zeros" (100 zero bytes after it) or "crc" (a byte of the last record flipped);
+    returns the file and the last record's offset."""
     files = fill(path, 5)
     last = HL + 4 * REC
     size = os.path.getsize(files[0])
@@ -407,7 +402,20 @@ def test_only_a_cut_off_record_or_zeros_is_a_torn_tail(
         patch(files[0], size, bytes(100))
     else:
         flip(files[0], last + 30)
-    data = open(files[0], "rb").read()
+    return files[0], last
+
+
+@pytest.mark.parametrize(
+    "damage, action, kept",
+    [("cut", "truncated-tail", False), ("zeros", "truncated-tail", False), ("crc", "cut-at-damage", True)],
+)
+def test_only_a_cut_off_record_or_zeros_is_a_torn_tail(
+    tmp_path, damage: str, action: str, kept: bool
+) -> None:
+    """[F-17]: a CRC mismatch in the last record is damage: cut, its bytes kept aside."""
+    path = str(tmp_path / "q")
+    newest, last = damaged_tail(path, damage)
+    data = open(newest, "rb").read()
     salt = spec.parse_header(data, "q", 1)[0].salt  # type: ignore[union-attr]
     puts, spans = spec.walk(data, salt, HL, len(data), 1)
     assert [p[0] for p in puts] == ([1, 2, 3, 4, 5] if damage == "zeros" else [1, 2, 3, 4])
@@ -431,25 +439,17 @@ def test_tolerate_tail_cuts_the_last_span_of_the_newest_file_and_keeps_damage_as
     zeros after it, which only its place tells from damage -- and keeps damaged bytes aside
     before cutting them, as the default mode does; any other span refuses the open."""
     path = str(tmp_path / "q")
-    files = fill(path, 5)
-    last = HL + 4 * REC
-    size = os.path.getsize(files[0])
-    if damage == "cut":
-        os.truncate(files[0], size - 7)
-    elif damage == "zeros":
-        patch(files[0], size, bytes(100))
-    else:
-        flip(files[0], last + 30)
-    before = open(files[0], "rb").read()
+    newest, last = damaged_tail(path, damage)
+    before = open(newest, "rb").read()
     ids, events = drain(path, recovery="tolerate_tail")
     assert ids == ([1, 2, 3, 4, 5] if damage == "zeros" else [1, 2, 3, 4])
     assert [e.action for e in events] == [action]
     if action == "cut-at-damage":
         assert open(events[0].kept, "rb").read() == before[last:]
-    flip(files[0], HL + 2 * REC + 30)  # damage before the last valid record: refused
+    flip(newest, HL + 2 * REC + 30)  # damage before the last valid record: refused
     with pytest.raises(CorruptJournal) as raised:
         drain(path, recovery="tolerate_tail")
-    assert (raised.value.path, raised.value.offset) == (files[0], HL + 2 * REC)
+    assert (raised.value.path, raised.value.offset) == (newest, HL + 2 * REC)
 
 
 def damage_all(path: str, files: list[str], per_file: int) -> None:
