@@ -171,9 +171,12 @@ class ReaderModel:
         if item.id not in allowed:
             why = "never this reader's or gone" if item.id in self.gone or item.id < self.start else ""
             why = why or ("open already (a duplicate)" if item.id in self.open else "")
+            spec = items.get(item.id)
             raise Refused(
                 f"{self.name}: delivered id {item.id} {why}; allowed now: {sorted(allowed)} "
-                f"(returned {self.returned}, delayed {self.delayed}, open {sorted(self.open)})"
+                f"(returned {self.returned}, delayed {self.delayed}, open {sorted(self.open)}); "
+                f"now {now_ms}, the item: {spec}, error_count {item.error_count}, model errors "
+                f"{self.error_range(item.id)}, max_errors {self.max_errors}, maybe {item.id in self.maybe}"
             )
         lo, hi = self.error_range(item.id)
         if not lo <= item.error_count <= hi:
