@@ -40,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink", action="store_true", help="minimise a failure (slow: minutes)")
     ap.add_argument("--bug", action="append", default=[], help="a KNOWN_BUG_* switch to turn off")
     ap.add_argument("--stop", action="store_true", help="stop at the first failing seed")
+    ap.add_argument(
+        "--machine",
+        choices=("model", "procs", "both"),
+        default="model",
+        help="model: tests/whole/test_queue_model.py (default); procs: test_queue_model_procs.py\n"
+        "(processes, kill -9, takeover; slower); both: alternate",
+    )
     args = ap.parse_args(argv)
     if args.minutes <= 0 or args.examples < 1 or args.steps < 1:
         ap.error("--minutes, --examples and --steps must be positive")
@@ -47,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "whole")]
     logging.disable(logging.CRITICAL)  # retention and dead letters warn by design
     import test_queue_model as machine
+    import test_queue_model_procs as procs
     from hypothesis import Phase, seed, settings
 
     for name in args.bug:
@@ -54,14 +62,16 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"no switch {name!r} in tests/whole/test_queue_model.py")
         setattr(machine, name, False)
     phases = [Phase.generate, Phase.shrink] if args.shrink else [Phase.generate]
-    base = machine.QueueModelMachine.TestCase
-    base.settings = settings(
-        base.settings,
-        max_examples=args.examples,
-        stateful_step_count=args.steps,
-        phases=phases,
-        database=None,
-    )
+    cases = {"model": [machine.TestQueueModel], "procs": [procs.TestQueueModelProcs]}
+    cases["both"] = cases["model"] + cases["procs"]
+    for case in cases["both"]:
+        case.settings = settings(
+            case.settings,
+            max_examples=args.examples,
+            stateful_step_count=args.steps,
+            phases=phases,
+            database=None,
+        )
     from journaled.format import speedups
 
     print(f"hot path: {speedups.describe()}  examples/seed {args.examples}  steps {args.steps}", flush=True)
@@ -69,17 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     rounds = failures = 0
     while True:
         s = args.seed if args.seed is not None else random.getrandbits(64)
+        case = cases[args.machine][rounds % len(cases[args.machine])]
         out = io.StringIO()
-        suite = unittest.defaultTestLoader.loadTestsFromTestCase(seed(s)(machine.TestQueueModel))
+        suite = unittest.defaultTestLoader.loadTestsFromTestCase(seed(s)(case))
         result = unittest.TextTestRunner(stream=out, verbosity=0).run(suite)
         rounds += 1
         if result.wasSuccessful():
-            print(f"seed {s}: ok ({args.examples} examples)", flush=True)
+            print(f"seed {s}: ok ({case.__name__}, {args.examples} examples)", flush=True)
         else:
             failures += 1
             report = out.getvalue()
             last = [ln for ln in report.splitlines() if "Error" in ln or "Refused" in ln][-1:]
-            print(f"seed {s}: FAILED {last[0].strip() if last else ''}", flush=True)
+            print(f"seed {s}: FAILED ({case.__name__}) {last[0].strip() if last else ''}", flush=True)
             print(report, flush=True)
             print(
                 f"replay: PYTHONPATH={ROOT} {sys.executable} {__file__} --seed {s} --shrink "
