@@ -72,6 +72,8 @@ KNOWN_BUG_5_NOT_BEFORE_ORDER = True
 KNOWN_BUG_7_SELF_DEAD_LETTER = True
 
 NAMES = ("r0", "r1")
+#: Ids readers lost to point 1 in this process while its switch tolerated them (soak_model.py prints it).
+POINT1_LOSSES = [0]
 TICK_MS = 125  # delays, ttls and not-befores are multiples: exact in binary, whole ms
 CLOCKED = (readercore, retry, policies, stats_module, putpath, fastput, adoption, log_state, queue_module)
 
@@ -334,6 +336,7 @@ class QueueModelMachine(RuleBasedStateMachine):
                 if i not in m.gone:
                     m.gone.add(i)
                     self.point1_losses += 1
+                    POINT1_LOSSES[0] += 1
 
     def _deliver(self, m: ReaderModel, item) -> None:
         self._point1()
