@@ -676,8 +676,8 @@ def _force_delivery(m: ReaderModel, item, items, now_ms: int) -> None:
 QueueModelMachine.TestCase.settings = settings(
     # CI's size (about a minute each, compiled and pure): a fixed set of examples, so CI is
     # stable; scripts/soak_model.py explores with fresh seeds.  The variables override it.
-    max_examples=int(os.environ.get("JOURNALED_MODEL_EXAMPLES", "100")),
-    stateful_step_count=int(os.environ.get("JOURNALED_MODEL_STEPS", "50")),
+    max_examples=int(os.environ.get("JOURNALED_MODEL_EXAMPLES", "200")),
+    stateful_step_count=int(os.environ.get("JOURNALED_MODEL_STEPS", "60")),
     derandomize=True,
     database=None,
     deadline=None,
