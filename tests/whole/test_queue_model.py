@@ -619,6 +619,7 @@ class QueueModelMachine(RuleBasedStateMachine):
         if self.q is None:
             return
         self._flush_policies()
+        self._point1()  # a refill or a sweep may have read behind (and met point 1) at any step
         self._learn_new_ids()
         self._retention_check()
         self._drain_dlq()
