@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet = logging.getLogger("journaled")
     quiet.addHandler(logging.NullHandler())
     quiet.propagate = False
-    import test_queue_model as machine
-    import test_queue_model_procs as procs
+    import test_queue_model as machine  # type: ignore[import-not-found]
+    import test_queue_model_procs as procs  # type: ignore[import-not-found]
     from hypothesis import Phase, seed, settings
 
     for name in args.bug:

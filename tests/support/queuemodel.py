@@ -75,7 +75,7 @@ class Spec:
         """F-31/F-41: expired at ``now_ms``, or expiring before it is ever due."""
         if not self.expire_ms:
             return False
-        return self.expire_ms <= now_ms or (self.not_before_ms and self.expire_ms <= self.not_before_ms)
+        return self.expire_ms <= now_ms or (self.not_before_ms > 0 and self.expire_ms <= self.not_before_ms)
 
     def due(self, now_ms: int) -> bool:
         return self.not_before_ms <= now_ms
@@ -299,7 +299,7 @@ def check_metadata(reader: str, item: Any, spec: Spec) -> None:
     if spec.envelope:
         return  # checked against the dead letters by the machine
     if item.data != spec.data:
-        raise Refused(f"{where}: payload {item.data[:16]!r}..., want {spec.data[:16]!r}...")
+        raise Refused(f"{where}: payload {item.data[:16]!r}..., want {(spec.data or b'')[:16]!r}...")
     if item.key != spec.key:
         raise Refused(f"{where}: key {item.key!r}, want {spec.key!r}")
     if dict(item.headers) != dict(spec.headers):
