@@ -107,6 +107,7 @@ class ReaderModel:
     delayed: dict[int, int] = attrs.field(factory=dict)  # id -> due tick (ms; "may" at, "must" after)
     errors: dict[int, tuple[int, int]] = attrs.field(factory=dict)  # id -> (least, most) error count
     maybe: set[int] = attrs.field(factory=set)  # settled before a crash, after the last checkpoint
+    doomed: set[int] = attrs.field(factory=set)  # reached a lowered max_errors: may be dead-lettered
     since_ckpt: set[int] = attrs.field(factory=set)  # settled since the last checkpoint
     ckpt_errors: dict[int, tuple[int, int]] = attrs.field(factory=dict)
     lost_to_retention: int = 0
@@ -128,7 +129,7 @@ class ReaderModel:
                 return "never"  # dead-lettered at the head (design.md, "Poison items")
             if hi >= self.max_errors:
                 return "may"
-        return "may" if spec.id in self.maybe else "must"
+        return "may" if spec.id in self.maybe or spec.id in self.doomed else "must"
 
     def fresh(self, items: Mapping[int, Spec]) -> list[int]:
         """Ids waiting in id order (F-31, F-41)."""
@@ -194,6 +195,7 @@ class ReaderModel:
             self.returned.remove(item.id)
         self.delayed.pop(item.id, None)
         self.maybe.discard(item.id)
+        self.doomed.discard(item.id)
         self.errors[item.id] = (item.error_count, item.error_count)
         self.open[item.id] = Open(item, item.error_count)
 
@@ -261,6 +263,7 @@ class ReaderModel:
         """``seek``: everything from ``head`` on again, nothing below; error counts and delays
         forgotten, open reads taken back."""
         self.open, self.returned, self.delayed, self.errors, self.maybe = {}, [], {}, {}, set()
+        self.doomed = set()
         self.gone = {i for i in items if i < head}
         self.start = min(self.start, head)
         self.since_ckpt = set()
