@@ -139,15 +139,15 @@ class ReaderModel:
     def candidates(self, items: Mapping[int, Spec], now_ms: int) -> tuple[set[int], bool]:
         """The ids the next delivery may be, and whether ``Empty`` would break a promise."""
         allowed: set[int] = set()
+        must = False
         for i, due_ms in self.delayed.items():  # a delay that ended is back at the head
             st = self._status(items[i], now_ms)
             if due_ms <= now_ms and st != "never":
                 allowed.add(i)
-                if due_ms < now_ms and st == "must":
-                    return allowed | self._first_must(items, now_ms), True
+                must = must or (due_ms < now_ms and st == "must")
         first = self._first_must(items, now_ms)
         allowed |= first
-        return allowed, any(self._status(items[i], now_ms) == "must" for i in first)
+        return allowed, must or any(self._status(items[i], now_ms) == "must" for i in first)
 
     def _first_must(self, items: Mapping[int, Spec], now_ms: int) -> set[int]:
         """The returned stack from its top, then the fresh ids in order: every id up to and
