@@ -140,15 +140,16 @@ def take_in(
     return added, None
 
 
-def merge_due(mem: deque[Item], items: list[Item], load_id: int | None, errors: dict[int, int]) -> int:
+def merge_due(mem: deque[Item], items: list[Item], load_id: int | None, returned: set[int]) -> int:
     """Put ``items``, which fell due, among the waiting items ``mem`` in id order (F-41: "in id
     order among the due"), not simply at its head: items falling due one at a time must not
     come out in reverse, nor ahead of earlier ids still waiting.  ``mem`` is a run in id order
-    after the reads given back to its head (abort, release: a stack, delivered first; each has
-    an entry in ``errors``, the core's), which keep their place.  An item at or past ``load_id``
-    is left out (read-behind meets its record in its place; a core never holds one).  Returns
-    the payload bytes added."""
+    after the reads given back to its head (abort, release: a stack, delivered first; their ids
+    are in ``returned``, the core's ``given_back``), which keep their place.  An item at or past
+    ``load_id`` is left out (read-behind meets its record in its place; a core never holds one).
+    Returns the payload bytes added."""
     added = 0
+    start = _returned_count(mem, returned)
     for item in sorted(items, key=_item_id, reverse=True):  # descending: most go to the head
         i = item.id
         if load_id is not None and i >= load_id:
@@ -156,22 +157,29 @@ def merge_due(mem: deque[Item], items: list[Item], load_id: int | None, errors: 
         if not mem or i > mem[-1].id:
             mem.append(item)
         else:
-            mem.insert(bisect.bisect_left(mem, i, lo=_run_start(mem, errors), key=_item_id), item)
+            mem.insert(bisect.bisect_left(mem, i, lo=start, key=_item_id), item)
         added += len(item.data)
     return added
 
 
-def _run_start(mem: deque[Item], errors: dict[int, int]) -> int:
-    """Where the run in id order that ends ``mem`` starts: after the last descent among the
-    leading items with an ``errors`` entry (every read given back has one), usually none."""
-    start, prev = 0, -1
-    for j, it in enumerate(mem):
-        if it.id < prev:
-            start = j
-        if it.id not in errors:
+def _returned_count(mem: deque[Item], returned: set[int]) -> int:
+    """How many items at the head of ``mem`` were given back (their ids in ``returned``)."""
+    n = 0
+    for it in mem:
+        if it.id not in returned:
             break
-        prev = it.id
-    return start
+        n += 1
+    return n
+
+
+def given_back(mem: deque[Item], returned: set[int], item_id: int) -> set[int]:
+    """``returned`` with ``item_id``, given back to the head of ``mem`` now.  An id stays in it
+    after its item was taken again (the fast path takes without asking), so once the set has
+    grown past what the head could hold it is cut back to the ids still at the head."""
+    if len(returned) > 2 * len(mem) + 64:
+        returned = {it.id for _, it in zip(range(_returned_count(mem, returned)), mem)}
+    returned.add(item_id)
+    return returned
 
 
 def drop_below(mem: deque[Item], first: int) -> int:

@@ -22,13 +22,12 @@ on :class:`ReaderCore` and asks:
   ``commit(item)``; ``abort(item, delay)``, ``error_count + 1`` and to the dead letters at
   ``max_errors``, else back at once or parked (core/retry.py); ``reject(item, reason)``, to the
   dead letters without a retry; ``release(item)`` / ``release_id(id)``, back, no error counted.
-* upkeep (core/policies.py, the engine, ``flush``): ``release_due(now)``, ``expire_head(now)``,
-  ``expire_in_memory(now)``, ``time_out_reads(now_mono)``, ``discard_waiting(limit)`` (counted as
-  discarded); ``end_disposal(item)``, a sink has the item: settled.
-* state: ``reset_to(head)``, a new reader's state at ``head`` (seek), counters kept; ``skip_to(id)``,
-  retention archived the ids below: only they go; ``checkpoint_state()`` (with ``counts()``), then
-  ``mark_clean()``, or ``mark_dirty()`` to write it again; ``reconfigure(config)``, ``close(wake)``,
-  ``close_in_child(lock)``; reading ``charged()``, ``backlog_items()``, ``backlog_payload()``.
+* upkeep (core/policies.py, the engine, ``flush``): ``release_due``, ``expire_head``,
+  ``expire_in_memory``, ``time_out_reads``, ``discard_waiting`` (counted as discarded);
+  ``end_disposal(item)``, a sink has the item: settled.
+* state: ``reset_to(head)`` (seek, counters kept); ``skip_to(id)`` (retention: only ids below go);
+  ``checkpoint_state()``, ``counts()``, then ``mark_clean()``/``mark_dirty()``; ``reconfigure``,
+  ``close``, ``close_in_child``; reading ``charged()``, ``backlog_items()``, ``backlog_payload()``.
 
 A read is identified by its delivery, not by its item id: every time an item is handed out it is
 a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
@@ -53,6 +52,7 @@ from journaled.core.readbehind import (
     LogSource,
     drop_below,
     estimate_backlog_bytes,
+    given_back,
     keep_window,
     merge_due,
     payload_of,
@@ -141,9 +141,9 @@ class ReaderCore:
         self.mem: deque[Item] = deque()
         self.mem_bytes = 0
         self.parked = retry.Parked()
+        self.given_back: set[int] = set()  # ids put back at the head, the first delivered (F-41)
         self.disposing: dict[int, tuple[DeadLetter, Sink]] = {}
-        # Everything from the head on is on disk and must be read back.
-        self.load_id: int | None = head if head < self.journal.next_id else None
+        self.load_id: int | None = head if head < self.journal.next_id else None  # the rest: on disk
         # where the head's record is, from the checkpoint: a hint, verified before it is used
         self.load_cursor = Cursor(state.file_ms, state.file_offset, -1) if state.file_ms else None
         self.backlog_bytes = estimate_backlog_bytes(self.journal, head, state.file_ms, state.file_offset)
@@ -229,8 +229,7 @@ class ReaderCore:
         return item_id in self.disposing or item_id in self.parked
 
     def _lost(self, first: int, last: int) -> None:
-        """Ids ``first..last`` can never be delivered (damaged or archived): treat as committed
-        so the head does not wait for them forever."""
+        """Ids ``first..last`` can never be delivered (damaged, archived): committed, so the head goes on."""
         log.warning("reader %s: items %d..%d are lost (journal damage); skipping", self.name, first, last)
         for i in range(max(first, self.head), last + 1):
             self._commit_id(i)
@@ -384,6 +383,7 @@ class ReaderCore:
     def _requeue(self, item: Item) -> None:
         """Put ``item`` back at the head (it is the next one delivered) and serve waiters."""
         self.errors[item.id] = item.error_count
+        self.given_back = given_back(self.mem, self.given_back, item.id)
         self.mem.appendleft(item)
         self.mem_bytes += len(item.data)
         self.dirty = True
@@ -445,7 +445,7 @@ class ReaderCore:
     def _unpark(self, now: float) -> int:
         back = self.parked.unpark_due(now)
         if back:  # among the waiting items in id order (F-41), not all at the head
-            self.mem_bytes += merge_due(self.mem, back, self.load_id, self.errors)
+            self.mem_bytes += merge_due(self.mem, back, self.load_id, self.given_back)
         return len(back)
 
     def expire_head(self, now: float) -> int:

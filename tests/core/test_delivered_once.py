@@ -125,6 +125,21 @@ def test_a_read_given_back_stays_first_and_an_item_falling_due_goes_in_id_order_
         assert drain(r) == [3, 1, 2, 4]
 
 
+@pytest.mark.parametrize("give_back", ["release", "abort"])
+def test_a_read_given_back_goes_first_even_before_a_lower_id_that_falls_due(tmp_path, clock, give_back):
+    # The returned item is the next one delivered (README: abort puts it back at the head), also
+    # when what sits behind it is in id order and an item with a lower id falls due meanwhile.
+    with JournaledQueue(str(tmp_path / "q"), FAST) as q:
+        r = q.reader("r")
+        q.put(b"a", not_before=clock.wall + 1)  # 1
+        q.put_many([b"b", b"c", b"d"])  # 2, 3, 4
+        second = r.get(block=False)
+        getattr(r, give_back)(second)  # given back: 2 is next
+        clock.advance(1)
+        q.run_policies()  # 1 falls due: behind 2, ahead of 3
+        assert drain(r) == [2, 1, 3, 4]
+
+
 def test_an_item_aborted_with_a_delay_comes_back_ahead_of_later_ids(tmp_path, clock):
     with JournaledQueue(str(tmp_path / "q"), FAST) as q:
         r = q.reader("r")

@@ -54,22 +54,22 @@ from support.queuemodel import DedupModel, ModelClock, ReaderModel, Refused, Spe
 #: While True, no plain put is steered to a zero first CRC byte (sizes still vary at random), and
 #: the ids a reader logs as "lost (journal damage)" are taken as gone (the journal is clean: the
 #: machine never damages it, so every such line is this bug).
-KNOWN_BUG_1_ZERO_CRC_WINDOW = True
+KNOWN_BUG_1_ZERO_CRC_WINDOW = False
 #: Point 2: an item put with a delay/not_before under read-behind is delivered twice.  While True,
 #: delayed puts are only made while every reader holds its whole backlog in memory.
-KNOWN_BUG_2_DELAYED_READBEHIND = True
+KNOWN_BUG_2_DELAYED_READBEHIND = False
 #: Point 3: dedup forgets keys whose journal file was archived, after a reopen.  While True, a
 #: key whose original record's file was archived is not put again after a reopen.
-KNOWN_BUG_3_DEDUP_ARCHIVED = True
+KNOWN_BUG_3_DEDUP_ARCHIVED = False
 #: Point 4: retention drops done sets and error counts above the new head.  While True, the
 #: machine does not archive past retention while a reader has done ids or errors above its head.
-KNOWN_BUG_4_RETENTION_DONE = True
+KNOWN_BUG_4_RETENTION_DONE = False
 #: Point 5: due not-before items are delivered ahead of earlier due items.  While True, the
 #: order of a due not-before item against the other fresh items is not checked.
-KNOWN_BUG_5_NOT_BEFORE_ORDER = True
+KNOWN_BUG_5_NOT_BEFORE_ORDER = False
 #: Point 7: a dead-letter queue that is the queue itself is lost at reopen.  While True, a
 #: reader's dead letter is never the queue itself.
-KNOWN_BUG_7_SELF_DEAD_LETTER = True
+KNOWN_BUG_7_SELF_DEAD_LETTER = False
 
 NAMES = ("r0", "r1")
 #: Ids readers lost to point 1 in this process while its switch tolerated them (soak_model.py prints it).
