@@ -32,6 +32,12 @@ import attrs
 
 from journaled.core import retry
 
+#: The model clock's start (2026-01-01T00:00:00Z), the same in every run.
+EPOCH_MS = 1_767_225_600_000
+#: Its monotonic clock at that start, fixed too: deadlines are sums of it and delays, so their
+#: float rounding is the same in every run.
+MONO0 = 1_000_000.0
+
 
 class ModelClock:
     """The ``time`` module as the library's modules see it in a model run: ``time()``,
@@ -39,8 +45,9 @@ class ModelClock:
     (``sleep``, ``perf_counter``) is the real module's."""
 
     def __init__(self) -> None:
-        self.ms = int(math.ceil(_time.time())) * 1000  # whole seconds: not_before values stay exact
-        self.mono0 = _time.monotonic() + 1000.0
+        # a fixed start, whole seconds (not_before values stay exact): the add times go into
+        # every record's CRC, so a start read from the real clock made each run's records differ
+        self.ms = EPOCH_MS
 
     def time(self) -> float:
         return (self.ms + 0.5) / 1000.0
@@ -49,7 +56,7 @@ class ModelClock:
         return self.ms * 1_000_000 + 500_000
 
     def monotonic(self) -> float:
-        return self.mono0 + (self.ms + 0.5) / 1000.0
+        return MONO0 + (self.ms - EPOCH_MS + 0.5) / 1000.0
 
     def advance(self, ms: int) -> None:
         self.ms += ms

@@ -42,7 +42,7 @@ from journaled import DeadLetter, Empty, JournaledQueue, QueueConfig, UnknownRea
 from journaled import queue as queue_module
 from journaled import stats as stats_module
 from journaled.core import policies, readercore, retry
-from journaled.disk import fileio
+from journaled.disk import dedupindex, fileio
 from journaled.format import record
 from journaled.log import state as log_state
 from journaled.log import writer
@@ -75,7 +75,9 @@ NAMES = ("r0", "r1")
 #: Ids readers lost to point 1 in this process while its switch tolerated them (soak_model.py prints it).
 POINT1_LOSSES = [0]
 TICK_MS = 125  # delays, ttls and not-befores are multiples: exact in binary, whole ms
+#: Every module whose clock reads the model controls (dedupindex: the key window saved before archiving).
 CLOCKED = (readercore, retry, policies, stats_module, putpath, fastput, adoption, log_state, queue_module)
+CLOCKED += (dedupindex,)
 
 
 class DamageLog(logging.Handler):
@@ -137,8 +139,13 @@ class QueueModelMachine(RuleBasedStateMachine):
         # The background threads would apply policies, dispose and archive at moments of their
         # own: the machine runs each of those steps itself (run_policies, archive, checkpoint),
         # so a failing run replays exactly.  Their timing is the concurrency tests' business.
+        # The lease thread too (Engine.watch_directory): it wakes on the real clock to renew
+        # the lease file (a write that may land while crash() copies the directory) and to
+        # ask for archiving when bookmarks move.
         self._engine_start = engine.Engine.start
+        self._engine_watch = engine.Engine.watch_directory
         engine.Engine.start = lambda self: None  # type: ignore[method-assign]
+        engine.Engine.watch_directory = lambda self, *a: None  # type: ignore[method-assign]
         self._secrets = writer.secrets
         self.salts = Salts()
         writer.secrets = self.salts  # type: ignore[assignment]
@@ -206,6 +213,7 @@ class QueueModelMachine(RuleBasedStateMachine):
             for m, t in self._saved.items():
                 m.time = t  # type: ignore[attr-defined]
             engine.Engine.start = self._engine_start  # type: ignore[method-assign]
+            engine.Engine.watch_directory = self._engine_watch  # type: ignore[method-assign]
             writer.secrets = self._secrets
             logging.getLogger("journaled").removeHandler(self.damage)
 
