@@ -278,19 +278,20 @@ class ReaderModel:
     def retention_moved(self, keep: int, items: Mapping[int, Spec], now_ms: int) -> tuple[int, int]:
         """Files below ``keep`` were archived past retention: only the head may move (F-36,
         issue 34 point 4).  Returns the least and most the reader's lost count may grow by
-        (an item that expired meanwhile may or may not have been counted)."""
+        (an item that expired meanwhile, or whose error count reached ``max_errors`` and which a
+        take may have dead-lettered, may or may not have been counted)."""
         lo = hi = 0
         for i in list(items):
             if i < keep and i >= self.start and i not in self.gone and i not in self.open:
-                if i in self.maybe:
-                    hi += 1
-                elif items[i].expired(now_ms):
-                    hi += 1
+                at_limit = self.max_errors is not None and self.error_range(i)[1] >= self.max_errors
+                if i in self.maybe or i in self.doomed or at_limit or items[i].expired(now_ms):
+                    hi += 1  # perhaps settled, dead-lettered by a take, or expired: not counted then
                 else:
                     lo += 1
                     hi += 1
                 self.gone.add(i)
                 self.maybe.discard(i)
+                self.doomed.discard(i)
                 self.errors.pop(i, None)
                 if i in self.returned:
                     self.returned.remove(i)

@@ -476,6 +476,11 @@ class QueueModelMachine(RuleBasedStateMachine):
         name, m = self._reader(data)
         assert self.q is not None
         self.q.set_reader_settings(name, {"max_errors": max_errors})
+        if m.max_errors is not None:
+            # likewise an item that reached the old limit after it was set (a read open then,
+            # given back by a release or a reopen with its count): a take may have met it and
+            # dead-lettered it already, which raising the limit does not undo
+            m.doomed |= {i for i, (_, hi) in m.errors.items() if hi >= m.max_errors and i not in m.open}
         m.max_errors = max_errors
         if max_errors is not None:
             # an item whose error count reached the new limit is dead-lettered when a take meets

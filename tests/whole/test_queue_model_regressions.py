@@ -1,0 +1,85 @@
+"""Fixed step sequences of the whole-queue model (tests/whole/test_queue_model.py) that once broke
+it: each replays the shape of a soak failure (scripts/soak_model.py) step by step, with every
+promise checked after each step as the state machine does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_queue_model import QueueModelMachine
+
+
+class Draws:
+    """Stands in for hypothesis' ``data`` argument: hands out the given values in order."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any, label: str | None = None) -> Any:
+        return self.values.pop(0)
+
+
+@pytest.fixture
+def machine() -> Iterator[QueueModelMachine]:
+    m = QueueModelMachine()
+    try:
+        yield m
+    finally:
+        m.teardown()
+
+
+def run(m: QueueModelMachine, *steps: tuple[str, dict[str, Any]]) -> None:
+    for name, kw in steps:
+        getattr(m, name)(**kw)
+        m.promises_hold()
+
+
+def plain(n: int, size: int = 40) -> dict[str, Any]:
+    return {"sizes_": [size] * n, "seed": 7, "ks": [None] * 8, "hdrs": None, "ttl_ms": None, "delay_ms": None}
+
+
+def redelivered_at_limit(reader: str) -> list[tuple[str, dict[str, Any]]]:
+    """``reader`` gets id 1, aborts it (error count 1), gets it again and, while it is open,
+    ``max_errors`` becomes 1; the release gives it back at the limit, so the next take
+    dead-letters it (no destination: dropped) and delivers id 2."""
+    return [
+        ("get", {"data": Draws(reader), "n": 1}),
+        ("abort", {"data": Draws(reader, 1), "delay_ms": None}),
+        ("get", {"data": Draws(reader), "n": 1}),
+        ("set_max_errors", {"data": Draws(reader), "max_errors": 1}),
+        ("release", {"data": Draws(reader, 1)}),
+        ("get", {"data": Draws(reader), "n": 1}),
+    ]
+
+
+def test_raising_max_errors_keeps_an_item_dead_lettered_by_a_take(machine: QueueModelMachine) -> None:
+    """Soak failure "r0: head 7 passed id 5, which is not settled": an item given back at the
+    limit after the limit was set (it was open then) is dead-lettered by the next take; raising
+    the limit afterwards does not make the model expect it again."""
+    machine.start(journal_size=700, reader_mems=[1 << 20, 1 << 20], window_s=2.0, salt_seed=1)
+    run(
+        machine,
+        ("put_many", plain(3)),
+        *redelivered_at_limit("r0"),
+        ("set_max_errors", {"data": Draws("r0"), "max_errors": 3}),
+    )
+    assert machine.q is not None and machine.q.reader("r0").head == 2
+
+
+def test_retention_does_not_count_an_item_dead_lettered_at_the_head(machine: QueueModelMachine) -> None:
+    """Soak failure "r1: items_lost_to_retention 12, model 13..13": an item dead-lettered at the
+    head (the head moved past it) is not one retention loses when it archives past the head."""
+    machine.start(journal_size=300, reader_mems=[1 << 20, 1 << 20], window_s=2.0, salt_seed=1)
+    run(
+        machine,
+        ("put_many", plain(8, 250)),
+        ("put_many", plain(8, 250)),
+        *redelivered_at_limit("r1"),
+        ("commit", {"data": Draws("r1", 2)}),
+        ("reopen", {"retention": {"retention_bytes": 1500}}),
+        ("archive", {}),
+    )
+    assert machine.q is not None
+    assert machine.q.journal.files[0].first_id > 3, "retention archived past r1's head"
