@@ -191,8 +191,10 @@ class ReaderModel:
             raise Refused(f"{self.name}: id {item.id} error_count {item.error_count}, want {lo}..{hi}")
         spec = items[item.id]
         check_metadata(self.name, item, spec)
-        # every id passed over on the way to this one had only "may" (or was never due): settled
-        for i in [*reversed(self.returned), *self.fresh(items)]:
+        # every id passed over on the way to this one had only "may" (or was never due): settled.
+        # An item whose delay ended comes from outside that order and passes over nothing.
+        order = [*reversed(self.returned), *self.fresh(items)]
+        for i in order if item.id in order else ():
             if i == item.id:
                 break
             if i in self.maybe:
