@@ -265,6 +265,7 @@ class _Tracing:
         return aprocess
 
     def transaction(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``transaction`` and ``atransaction``: the context they return, its block traced."""
         tracing = self
 
         @functools.wraps(original)
@@ -273,14 +274,7 @@ class _Tracing:
 
         return transaction
 
-    def atransaction(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        tracing = self
-
-        @functools.wraps(original)
-        def atransaction(reader: Any, *args: Any, **kw: Any) -> _TracedAsyncTransaction:
-            return _TracedAsyncTransaction(tracing, reader, original(reader, *args, **kw))
-
-        return atransaction
+    atransaction = transaction
 
 
 class _current:
@@ -307,7 +301,8 @@ class _current:
 
 
 class _TracedTransaction:
-    """A transaction context whose block runs inside a ``process`` span."""
+    """A transaction context (``with`` or ``async with``, as the one it wraps) whose block runs
+    inside a ``process`` span."""
 
     def __init__(self, tracing: _Tracing, reader: Any, inner: Any) -> None:
         self._tracing, self._reader, self._inner = tracing, reader, inner
@@ -316,44 +311,36 @@ class _TracedTransaction:
     def __getattr__(self, name: str) -> Any:  # item, lost: as the transaction has them
         return getattr(self._inner, name)
 
-    def __enter__(self) -> Item:
-        item: Item = self._inner.__enter__()
+    def _begin(self, item: Item) -> Item:
         self._span = _current(self._tracing.process_span(self._reader, item, "transaction"))
         self._span.__enter__()
         return item
+
+    def _end(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._span is not None:
+            self._span.__exit__(exc_type, exc, tb)
+
+    def __enter__(self) -> Item:
+        return self._begin(self._inner.__enter__())
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
         try:
-            if self._span is not None:
-                self._span.__exit__(exc_type, exc, tb)
+            self._end(exc_type, exc, tb)
         finally:
             return self._inner.__exit__(exc_type, exc, tb)
 
-
-class _TracedAsyncTransaction:
-    """An asyncio transaction context whose block runs inside a ``process`` span."""
-
-    def __init__(self, tracing: _Tracing, reader: Any, inner: Any) -> None:
-        self._tracing, self._reader, self._inner = tracing, reader, inner
-        self._span: _current | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
     async def __aenter__(self) -> Item:
-        item: Item = await self._inner.__aenter__()
-        self._span = _current(self._tracing.process_span(self._reader, item, "transaction"))
-        self._span.__enter__()
-        return item
+        return self._begin(await self._inner.__aenter__())
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> Any:
         try:
-            if self._span is not None:
-                self._span.__exit__(exc_type, exc, tb)
+            self._end(exc_type, exc, tb)
         finally:
             return await self._inner.__aexit__(exc_type, exc, tb)
 

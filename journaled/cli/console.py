@@ -28,6 +28,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from journaled.cli.finding import parse_header
 from journaled.cli.inspection import UsageError, escape, show_bytes, show_payload
 from journaled.errors import Empty
 from journaled.item import Item
@@ -40,13 +41,6 @@ def _open(path: str, name: str | None, create: bool = False) -> Any:
     if create and (not os.path.isdir(path) or not os.listdir(path)):
         return JournaledQueue(path, name=name)  # a new queue in a missing or empty directory
     return JournaledQueue(path, name=queue_name(path, name))
-
-
-def _header(text: str) -> tuple[str, bytes]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"not NAME=VALUE: {text!r}")
-    return name, value.encode("utf-8", "surrogateescape")
 
 
 def _seconds(text: str) -> float:
@@ -173,7 +167,7 @@ def add_console_commands(sub: Any) -> None:
     p.add_argument("--file", metavar="F", help="put the whole of file F as one item ('-': standard input)")
     p.add_argument("--key", help="the items' key (de-duplicated within the queue's dedup_window)")
     p.add_argument(
-        "--header", action="append", type=_header, metavar="NAME=VALUE", help="a header (repeatable)"
+        "--header", action="append", type=parse_header, metavar="NAME=VALUE", help="a header (repeatable)"
     )
     p.add_argument("--delay", type=_seconds, metavar="S", help="deliver no earlier than S seconds from now")
     p.add_argument("--ttl", type=_seconds, metavar="S", help="expire S seconds from now")
