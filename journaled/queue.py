@@ -58,7 +58,7 @@ from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
 from journaled.remote.server import serve
 from journaled.serializers import Serializer
-from journaled.stats import QueueStats, reader_stats
+from journaled.stats import QueueStats, ReaderStats, Turns, reader_stats
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
 log = logging.getLogger("journaled")
@@ -468,14 +468,29 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         self._engine.dispose_now()
 
     def stats(self) -> QueueStats:
-        """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`)."""
+        """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`).
+
+        The queue lock is taken reader by reader, so a put waits for one reader's snapshot at
+        most: each reader's figures are consistent by themselves, not all readers at one instant
+        (a put made meanwhile may show in one reader's ``put`` and not in an earlier one's).  The
+        queue's own figures are taken last (``next_id`` is above every reader's ``head``); a reader
+        removed meanwhile is left out (docs/design.md, "The cost of a scrape")."""
         closing.check_process(self.path, self._forked)
         now = time.time()
         with self._lock:
-            readers = tuple(
-                reader_stats(c, now, reopen.unprovided_sinks(self._files.stored(c.name), c.config))
-                for c in sorted(self._cores, key=lambda c: c.name)
-            )
+            cores = sorted(self._cores, key=lambda c: c.name)  # _cores is replaced, never changed
+        readers: list[ReaderStats] = []
+        turns = Turns()
+        for c in cores:
+            with self._lock:
+                current = self._readers.get(c.name)
+                if current is None or current.core is not c:
+                    continue  # removed since (or removed and made anew)
+                readers.append(
+                    reader_stats(c, now, reopen.unprovided_sinks(self._files.stored(c.name), c.config))
+                )
+            turns.tick()  # outside the lock: a put waiting for the GIL runs now and then
+        with self._lock:
             files, nbytes = self._journal.disk_usage()
             return QueueStats(
                 name=self.name,
@@ -485,7 +500,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 bytes_put=self._put.put_bytes,
                 journal_files=files,
                 journal_bytes=nbytes,
-                readers=readers,
+                readers=tuple(readers),
                 health=self._engine.health(),
                 clients=self.server.clients() if self.server is not None else (),
             )

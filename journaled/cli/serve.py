@@ -165,16 +165,19 @@ def start_metrics(host: str, port: int) -> tuple[BoundedHTTPServer, QueueCollect
     except ImportError:
         raise UsageError("--metrics needs prometheus_client: pip install 'journaled[metrics]'") from None
     from journaled.cli.httpserver import BoundedHTTPServer, Request, Response
+    from journaled.cli.scrapes import SharedRender
 
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
+    process = CollectorRegistry()
+    ProcessCollector(registry=process)
     collector = QueueCollector()
-    registry.register(collector)
+    # the same text as generate_latest of one registry holding both, written faster, and shared
+    # by the scrapes that come while it is fresh (docs/design.md, "The cost of a scrape")
+    shared = SharedRender(lambda: bytes(generate_latest(process)) + collector.exposition())
 
     def answer(req: Request) -> Response:
         if req.path != "/metrics":
             return Response(404, b"not found: the metrics are at /metrics\n")
-        return Response(200, bytes(generate_latest(registry)), CONTENT_TYPE_LATEST)
+        return Response(200, shared.get(), CONTENT_TYPE_LATEST)
 
     shown = f"[{host}]" if ":" in host else host
     try:
@@ -202,27 +205,26 @@ def start_status_page(
 ) -> tuple[StatusServer, str]:
     """The status page (cli/statuspage.py) for ``queues`` (filled as they are owned), listening
     before any is opened; with prometheus_client installed it serves ``/metrics`` too."""
+    from journaled.cli.scrapes import SharedRender
     from journaled.cli.statuspage import StatusServer
 
     metrics = None
     try:
-        from prometheus_client import CollectorRegistry, generate_latest
-
         from journaled.metrics import QueueCollector
     except ImportError:
         pass
     else:
-        registry = CollectorRegistry()
         collector = QueueCollector()
-        registry.register(collector)
         added: set[int] = set()
 
-        def metrics() -> bytes:
+        def render() -> bytes:
             for q in list(queues):  # queues owned since the last scrape
                 if id(q) not in added:
                     added.add(id(q))
                     collector.add(q)
-            return bytes(generate_latest(registry))
+            return collector.exposition()
+
+        metrics = SharedRender(render).get  # scrapes share renders (docs/design.md, "The cost of a scrape")
 
     secret = secrets.token_urlsafe(24) if token else None
     shown = f"[{host}]" if ":" in host else host

@@ -25,7 +25,6 @@ changes a queue: every route only reads stats and the dead-letter queues' files.
 from __future__ import annotations
 
 import hmac
-import json
 import os
 import secrets
 import threading
@@ -40,6 +39,7 @@ import attrs
 
 from journaled.cli.httpserver import BoundedHTTPServer, Request, Response, host_allowed
 from journaled.cli.inspection import escape
+from journaled.cli.scrapes import SharedRender, dumps_in_turns
 
 #: how far back the page's plots reach, and how often a sample is taken for them
 HISTORY_SECONDS = 600
@@ -185,6 +185,10 @@ class StatusServer:
         #: one of them, never the token: cookies are sent to every port of a host)
         self.sessions: dict[str, None] = {}
         self._sessions_lock = threading.Lock()
+        # scrapes share renders, and render in turns (docs/design.md, "The cost of a scrape")
+        self._status = SharedRender(
+            lambda: dumps_in_turns(status(self.queues, self.history, self.peek), default=str).encode()
+        )
         self.httpd = BoundedHTTPServer(host, port, self.answer, "status")
         self.history = History(self.queues)
         self.host, self.port = host, self.httpd.port
@@ -260,8 +264,7 @@ class StatusServer:
         if req.path == "/":
             return Response(200, _page(), "text/html; charset=utf-8", tuple(extra))
         if req.path == "/api/status":
-            body = json.dumps(status(self.queues, self.history, self.peek), default=str).encode()
-            return Response(200, body, "application/json", tuple(extra))
+            return Response(200, self._status.get(), "application/json", tuple(extra))
         if req.path == "/metrics" and self.metrics is not None:
             return Response(200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8", tuple(extra))
         return Response(404, b"not found", headers=tuple(extra))
