@@ -266,6 +266,7 @@ class QueueCollector(Collector):
         families["failing_steps"].add_metric(labels, len(h.failing))
         families["background_errors"].add_metric(labels, h.errors)
         families["poison_readers"].add_metric(labels, len(h.poison_readers))
+        families["skipped_entries"].add_metric(labels, len(h.skipped_entries))
         families["clients"].add_metric(labels, len(st.clients))
         families["client_connections"].add_metric(labels, sum(c.connections for c in st.clients))
         families["owned"].add_metric(labels, int(bool(getattr(q, "is_owner", True))))
@@ -336,6 +337,12 @@ QUEUE_METRICS: tuple[tuple[str, str, str, str], ...] = (
         "Background step failures since the queue was opened.",
     ),
     ("poison_readers", "gauge", "journaled_queue_poison_readers", "Readers held by a failing head item."),
+    (
+        "skipped_entries",
+        "gauge",
+        "journaled_queue_skipped_entries",
+        "Entries of external/ the owner skipped as not regular files (not read as bookmarks).",
+    ),
     ("clients", "gauge", "journaled_queue_clients", "Other processes using the queue through its owner."),
     (
         "client_connections",

@@ -501,7 +501,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 journal_files=files,
                 journal_bytes=nbytes,
                 readers=tuple(readers),
-                health=self._engine.health(),
+                health=self._engine.health(self._files.skipped_entries),
                 clients=self.server.clients() if self.server is not None else (),
             )
 

@@ -188,8 +188,9 @@ class Health:
     """Is the queue accepting writes, and is its background work succeeding?
 
     Attributes:
-        ok: puts are accepted, no background step is failing and no reader is held by a poison
-            item (``poison_readers`` is empty).
+        ok: puts are accepted, no background step is failing, no reader is held by a poison
+            item (``poison_readers`` is empty), and no entry of ``external/`` is skipped
+            (``skipped_entries`` is empty).
         poisoned: why the queue refuses writes (the first I/O error, or that its directory is
             gone), or None while it accepts them.  Permanent until the queue is reopened.
         poisoned_since: when that started (epoch seconds), or None.
@@ -210,6 +211,13 @@ class Health:
         stopped_readers: the readers that cannot read on (:attr:`ReaderStats.stopped`: a record
             of a newer format), sorted; filled in like ``poison_readers``, and ``ok`` is False
             while there are any.
+        skipped_entries: the entries of the queue directory's ``external/`` that the owner's
+            last archiving pass skipped because they are not regular files (a FIFO, a device,
+            a socket: never opened, as a FIFO would block), sorted, each name escaped as a
+            terminal may show it (:func:`journaled.format.display.escape`).  ``ok`` is False
+            while there are any: whatever stands there is not read as a bookmark, so an
+            external reader it was meant for is not protected from archiving.  Cleared by the
+            first archiving pass after it is removed (within ``checkpoint_interval``).
     """
 
     ok: bool = True
@@ -223,6 +231,7 @@ class Health:
     poison_readers: tuple[str, ...] = ()
     sinkless_readers: tuple[str, ...] = ()
     stopped_readers: tuple[str, ...] = ()
+    skipped_entries: tuple[str, ...] = attrs.field(default=(), converter=_names)
 
 
 @attrs.frozen

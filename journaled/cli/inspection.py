@@ -259,6 +259,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
             if health.get("stopped_readers"):
                 held = ", ".join(health["stopped_readers"])
                 problems.append(f"stopped at a record of a newer format (see their 'stopped'): {held}")
+            if health.get("skipped_entries"):
+                held = ", ".join(health["skipped_entries"])
+                problems.append(f"entries of external/ skipped, not regular files (no bookmark read): {held}")
             _say(f"  health: {'; '.join(problems) or 'not ok'}")
             if health["last_error"]:
                 _say(f"    last error: {health['last_error']}")

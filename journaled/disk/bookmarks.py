@@ -46,7 +46,7 @@ def read_bookmark(queue_dir: str, name: str) -> int | None:
     return _read(bookmark_path(queue_dir, name))
 
 
-def _read(path: str) -> int | None:
+def _read(path: str, skipped: list[str] | None = None) -> int | None:
     try:
         raw = fileio.ops.read_file(path)
     except FileNotFoundError:
@@ -54,6 +54,8 @@ def _read(path: str) -> int | None:
     except fileio.NotRegularFile as exc:
         # never a bookmark (those are written atomically, as regular files): skipped, so that
         # archiving goes on; said once per path, not at every archiving pass
+        if skipped is not None:
+            skipped.append(os.path.basename(path))
         if path not in _SKIPPED and len(_SKIPPED) < 1000:
             _SKIPPED.add(path)
             log.warning("%s %s: not a bookmark, skipped", path, exc.strerror)
@@ -65,8 +67,9 @@ def _read(path: str) -> int | None:
     return 0
 
 
-def read_bookmarks(queue_dir: str) -> dict[str, int]:
-    """Every bookmark of the queue directory: ``{name: head}``."""
+def read_bookmarks(queue_dir: str, skipped: list[str] | None = None) -> dict[str, int]:
+    """Every bookmark of the queue directory: ``{name: head}``; the names of the entries skipped
+    as not regular files (a FIFO, a device, a socket) are appended to ``skipped`` if given."""
     d = os.path.join(queue_dir, BOOKMARK_DIR)
     try:
         entries = os.listdir(d)
@@ -76,7 +79,7 @@ def read_bookmarks(queue_dir: str) -> dict[str, int]:
     for entry in entries:
         if entry.startswith("."):
             continue  # temp files of an atomic replace in progress
-        head = _read(os.path.join(d, entry))
+        head = _read(os.path.join(d, entry), skipped)
         if head is not None:
             out[entry] = head
     return out

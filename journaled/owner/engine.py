@@ -306,15 +306,18 @@ class Engine:
         record.succeeded()
         return True
 
-    def health(self) -> Health:
-        """Whether the queue accepts writes and its background steps succeed (no I/O)."""
+    def health(self, skipped_entries: tuple[str, ...] = ()) -> Health:
+        """Whether the queue accepts writes and its background steps succeed (no I/O);
+        ``skipped_entries``: the names of ``external/`` the last archiving pass skipped as not
+        regular files (owner/readerstate.py), which make it not ok."""
         journal = self._journal
         poisoned = journal.poisoned
         failing = tuple(n for n, s in self._steps.items() if s.failures)
         with self._errors_lock:
             errors, last = self._errors, self._last_error
         return Health(
-            ok=poisoned is None and not failing,
+            ok=poisoned is None and not failing and not skipped_entries,
+            skipped_entries=skipped_entries,
             poisoned=None if poisoned is None else str(poisoned),
             poisoned_since=None if poisoned is None else journal.poisoned_since,
             directory_gone=journal.gone,

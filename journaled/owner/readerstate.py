@@ -27,6 +27,7 @@ from journaled.disk import checkpointfiles as ckp
 from journaled.disk import fileio
 from journaled.disk import settingsfile as sf
 from journaled.disk.bookmarks import read_bookmarks
+from journaled.format.display import escape
 from journaled.format.smallfiles import CheckpointData, SettingsData
 from journaled.log.journal import Journal, now_ms
 
@@ -69,6 +70,7 @@ class ReaderFiles:
         # archiving goes by these, so after a crash every checkpoint still points into the journal
         self.heads: dict[str, int] = {}
         self.archive_wanted = True  # a checkpointed head moved, or a reader left
+        self.skipped_entries: tuple[str, ...] = ()  # of external/, at the last archiving pass
         self.settings_path = sf.settings_path(directory, name)
         # the stored settings as the file holds them (guarded by ``lock``); a damaged file was
         # logged and counts as empty, kept until a change of settings replaces it
@@ -200,14 +202,18 @@ class ReaderFiles:
         """Archive the journal files every checkpointed head and external bookmark passed (with
         no reader, what every bookmark passed; with neither, nothing: everything is kept for
         the first reader), and the files past the queue's retention, whoever is behind them."""
-        external = read_bookmarks(self.directory)  # out-of-process readers (see disk/bookmarks.py)
+        skipped: list[str] = []
+        external = read_bookmarks(self.directory, skipped)  # out-of-process readers (disk/bookmarks.py)
+        # shown by Health.skipped_entries, escaped as a terminal may show them (issue 35)
+        self.skipped_entries = tuple(sorted(escape(name) for name in skipped))
         age, max_bytes = self.retention
         # Under our lock: a reader being created with start="earliest" must not have its first
         # files deleted between choosing its head and becoming one of the heads here.
         with self.lock:
             with self.queue_lock:
                 # bookmarks move without telling us; time passes and puts grow the journal
-                self.archive_wanted = bool(external) or age is not None or max_bytes is not None
+                # (and while an entry is skipped: its flag goes once it is removed)
+                self.archive_wanted = bool(external or skipped) or age is not None or max_bytes is not None
                 cores = self.cores()
                 files = []
                 if cores or external:
