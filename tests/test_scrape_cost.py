@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import journaled.queue as queue_module
 from journaled import JournaledQueue, ReaderConfig
-from journaled.cli.scrapes import SharedRender, dumps_in_turns
+from journaled.cli.scrapes import SharedRender, dumps_in_turns, stats_dict
 from journaled.metrics import QueueCollector
 from journaled.stats import QueueStats
 
@@ -215,3 +215,14 @@ def test_json_in_turns_applies_default_and_keeps_non_str_keys() -> None:
 
     value = {"a": [Odd()] * 100, "b": {1: "one", 2: [Odd()]}, "c": tuple(range(200))}
     assert dumps_in_turns(value, default=str) == json.dumps(value, default=str)
+
+
+def test_the_status_pages_stats_dict_is_attrs_asdict(tmp_path) -> None:
+    with JournaledQueue(str(tmp_path / "jobs")) as q:
+        for name in ("a", "b"):
+            q.reader(name)
+        q.put(b"x")
+        q.reader("a").get(block=False)
+        snapshot = q.stats()
+    assert stats_dict(snapshot) == attrs.asdict(snapshot, recurse=True)
+    assert list(stats_dict(snapshot)) == list(attrs.asdict(snapshot, recurse=True))

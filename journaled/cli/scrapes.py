@@ -4,6 +4,7 @@
 * :class:`SharedRender`: one render at a time, shared by every request that comes while it runs,
   and its answer reused for a while after, so that however many scrapers ask, and however often,
   rendering takes at most about :data:`RENDER_SHARE` of the owner's time.
+* :func:`stats_dict`: ``attrs.asdict`` of a queue's stats, reader by reader with turns between.
 * :func:`dumps_in_turns`: ``json.dumps`` of a large answer, in pieces with turns for the other
   threads between them (``json.dumps`` is C: it keeps the GIL for the whole answer, 30 ms and
   more for a queue of 3,000 readers).
@@ -17,7 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from journaled.stats import Turns
+import attrs
+
+from journaled.stats import QueueStats, Turns
 
 #: the share of the owner's time rendering may take under nonstop scraping: an answer is reused
 #: for (1 / share - 1) times as long as it took to render
@@ -77,6 +80,19 @@ class SharedRender:
             self.renders += 1
             self._cond.notify_all()
         return answer
+
+
+def stats_dict(st: QueueStats) -> dict[str, Any]:
+    """``attrs.asdict(st, recurse=True)``, the same dict, made reader by reader with turns for
+    the other threads between them (the asdict of 3,000 readers is 50 ms of Python)."""
+    turns = Turns()
+    readers = []
+    for r in st.readers:
+        readers.append(attrs.asdict(r, recurse=True))
+        turns.tick()
+    rest = attrs.asdict(st, recurse=True, filter=lambda field, _value: field.name != "readers")
+    rest["readers"] = tuple(readers)
+    return {name: rest[name] for name in attrs.fields_dict(QueueStats)}  # in the fields' order
 
 
 def dumps_in_turns(obj: Any, default: Callable[[Any], Any] | None = None) -> str:
@@ -144,4 +160,4 @@ def _encode(obj: Any, out: list[str], default: Callable[[Any], Any] | None, turn
     out.append("}" if is_dict else "]")
 
 
-__all__ = ["SharedRender", "dumps_in_turns"]
+__all__ = ["SharedRender", "dumps_in_turns", "stats_dict"]

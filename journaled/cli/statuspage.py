@@ -35,11 +35,9 @@ from http import cookies
 from importlib import resources
 from typing import Any
 
-import attrs
-
 from journaled.cli.httpserver import BoundedHTTPServer, Request, Response, host_allowed
 from journaled.cli.inspection import escape
-from journaled.cli.scrapes import SharedRender, dumps_in_turns
+from journaled.cli.scrapes import SharedRender, dumps_in_turns, stats_dict
 
 #: how far back the page's plots reach, and how often a sample is taken for them
 HISTORY_SECONDS = 600
@@ -157,7 +155,7 @@ def status(queues: Sequence[Any], history: History, peek: bool) -> dict[str, Any
             if isinstance(where, str):
                 full = where if os.path.isabs(where) else os.path.normpath(os.path.join(q.path, where))
                 dead[name] = _dead_letters(full, peek)
-        out.append({"path": q.path, "stats": attrs.asdict(st, recurse=True), "dead_letters": dead})
+        out.append({"path": q.path, "stats": stats_dict(st), "dead_letters": dead})
     return {"now": time.time(), "queues": out, "history": history.copy(), "peek": peek}
 
 
