@@ -31,9 +31,9 @@ TIMEOUT = 120
 # "close" closes the queue.
 OWNER = """
 import sys
-import journaled.remote.server as server
+import journaled.remote.admission as admission
 from journaled import JournaledQueue
-server.MAX_CONNECTIONS = int(sys.argv[2])
+admission.MAX_CONNECTIONS = int(sys.argv[2])
 q = JournaledQueue(sys.argv[1])
 r = q.reader("r")
 print("ready", flush=True)
