@@ -36,7 +36,8 @@ import attrs
 
 from journaled.cli.inspection import UsageError, escape, show_bytes, show_payload
 from journaled.deadletter import KINDS, DeadLetter
-from journaled.disk.spoolfiles import BatchWriter, Ledger, new_temp_path, pending_batches, publish, spool_dir
+from journaled.disk.spoolfiles import BatchWriter, new_temp_path, pending_batches, publish, spool_dir
+from journaled.disk.spoolledger import Ledger
 from journaled.errors import Empty, JournaledError
 from journaled.format.metadata import Meta
 from journaled.item import Item

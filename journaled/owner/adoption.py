@@ -38,16 +38,10 @@ from journaled.config import QueueConfig
 from journaled.disk import fileio, intents
 from journaled.disk.spoolfiles import (
     BATCH_SUFFIX,
-    LEDGER,
-    LEDGER_TAIL_LIMIT,
-    MAX_KEY_BYTES,
     REJECTED,
     SPOOL_DIR,
     STAGING,
-    BatchRecord,
     BatchWriter,
-    Ledger,
-    NotABatch,
     new_temp_path,
     pending_batches,
     publish,
@@ -56,8 +50,10 @@ from journaled.disk.spoolfiles import (
     spool_dir,
     spool_put,
 )
+from journaled.disk.spoolledger import LEDGER, LEDGER_TAIL_LIMIT, Ledger
 from journaled.errors import CorruptJournal, Full
 from journaled.format.metadata import Meta, encoded_size
+from journaled.format.spoolbatch import MAX_KEY_BYTES, BatchRecord, NotABatch
 
 log = logging.getLogger("journaled")
 
