@@ -7,7 +7,7 @@ Locks, and the only order in which they nest (docs/design.md, "Locks")::
 
     ReaderFiles.lock  ->  _lock (the queue lock)  ->  the journal's lock  ->  group commit's lock
 
-* ``ReaderFiles.lock`` (owner/readerstate.py) serializes writing and removing checkpoint files and the
+* ``ReaderFiles.lock`` (owner/readerfiles.py) serializes writing and removing checkpoint files and the
   registry, and the archiving decision (a reader being created must not lose its first file).
 * ``_lock``, *the queue lock*, guards the order of appends, ``_readers``/``_cores``, the put
   counters and every reader core's state (it is each core's ``lock``).  Never held across an
@@ -52,7 +52,7 @@ from journaled.owner.adoption import Adopter, QueueAppender
 from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
 from journaled.owner.putpath import PutPath
-from journaled.owner.readerstate import ReaderFiles
+from journaled.owner.readerfiles import ReaderFiles
 from journaled.reader import Reader, reader_class
 from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
