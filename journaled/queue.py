@@ -47,7 +47,7 @@ from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
 from journaled.format.smallfiles import CheckpointData
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
-from journaled.owner import closing, dedup, fastput, reopen
+from journaled.owner import closing, dedup, destinations, fastput, reopen
 from journaled.owner.adoption import Adopter, QueueAppender
 from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
@@ -245,13 +245,20 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         """Change only the settings named in ``changes`` of reader ``name`` (the others stay as
         stored: nothing is dropped that was not named), durably before returning, logged at INFO,
         and applied.  Values as :func:`journaled.config.merge_settings` takes them (a sink may be
-        a directory path).  Returns the new stored settings.  Raises :class:`UnknownReader`, or
+        a directory path: a queue's directory, an empty one or a missing one, never one holding
+        other things).  Returns the new stored settings.  Raises :class:`UnknownReader`, or
         ``ValueError`` for an unknown field or a bad value (nothing changed)."""
         with self._files.lock:
             self._check_open()
             reader = self._readers.get(name)
             if reader is None:
                 raise UnknownReader(f"no reader named {name!r}")
+            for field in ("expire_to", "dead_letter"):
+                value = changes.get(field)
+                if isinstance(value, (str, os.PathLike)):  # a directory: never one of other things
+                    problem = destinations.destination_problem(os.path.abspath(os.fspath(value)))
+                    if problem is not None:
+                        raise ValueError(f"{field}: {problem}")
             merged = merge_settings(self._files.stored(name), changes, self.path)
             live = reader.core.config
 
