@@ -286,22 +286,35 @@ class LeaseHolder:
 
     def take(self, previous: Lease | None) -> None:
         """Write this owner's lease (after :func:`refuse_if_foreign` passed).  Taking over a lease
-        another host wrote waits ``CONFIRM`` seconds and re-reads it: a host that wrote after us
-        keeps the directory (:class:`OwnedElsewhere`), and ours is withdrawn by it."""
+        another host wrote waits :meth:`Lease.confirm_wait` seconds and re-reads it: a host that
+        wrote after us keeps the directory (:class:`OwnedElsewhere`), and ours is withdrawn by it.
+
+        The wait may be longer than this process's own ``EXPIRY`` (the previous owner renewed less
+        often): our lease is renewed every ``PERIOD`` meanwhile, each time only if it is still
+        ours, so that neither a third host nor this process's own staleness checks (the engine's,
+        :class:`KeptRenewed`'s) take it for expired."""
         self._write()
         if previous is None or self.me.same_machine(previous.host, previous.boot):
             return
+        wait = previous.confirm_wait()
         log.warning(
             "queue directory %s: taking over from %s; confirming in %.1f s",
             self.directory,
             previous.describe(),
-            previous.confirm_wait(),
+            wait,
         )
-        time.sleep(previous.confirm_wait())
-        now = read_lease(self.directory)
-        if not self._ours(now):
-            self.lost = True
-            raise OwnedElsewhere(self.directory, now if now is not None else previous)
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(left, PERIOD))
+            now = read_lease(self.directory)
+            if not self._ours(now):
+                self.lost = True
+                raise OwnedElsewhere(self.directory, now if now is not None else previous)
+            if time.monotonic() < deadline:
+                self._write()
 
     def renew(self) -> None:
         """Re-read the lease, then renew it if it is still ours; :class:`LeaseLost` if not."""

@@ -206,3 +206,41 @@ def test_the_lease_expiry_knob_is_written_into_the_lease_and_honoured_by_other_h
     )
     assert bad.returncode != 0 and "JOURNALED_LEASE_EXPIRY='0.1'" in bad.stderr, bad.stderr
     assert "from 0.5 to 3600" in bad.stderr and "ValueError" in bad.stderr
+
+
+def test_taking_over_from_an_owner_with_a_longer_period_keeps_the_new_lease_fresh(
+    damaged, short_lease, monkeypatch
+) -> None:
+    """The taker waits two of the previous owner's periods before confirming (here 2 x 2 s + 0.5
+    s, far beyond its own 1 s expiry): it renews its own lease meanwhile, so that lease is never
+    stale, neither to a third host nor to repair's own check, which would otherwise stop it at its
+    first write."""
+    os.remove(os.path.join(damaged, ".journaled.lease"))
+    lines = ["host alpha", "boot a", "pid 4242", "token 00112233aabbccdd",
+             f"renewed_ms {int((time.time() - 60) * 1000)}", "period_ms 2000", "expiry_ms 20000",
+             "released 0"]  # fmt: skip
+    with open(os.path.join(damaged, ".journaled.lease"), "wb") as f:
+        f.write(encode_crc_text("journaled-lease 1", lines))
+    monkeypatch.setenv(lease.HOST_ENV, "beta")
+    ages: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            held = lease.read_lease(damaged)
+            if held is not None and held.host == "beta":
+                ages.append(held.age())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    t0 = time.monotonic()
+    try:
+        backup, actions = repair.repair_dir(damaged)
+    finally:
+        stop.set()
+        sampler.join()
+    took = time.monotonic() - t0
+    print(f"repair took over in {took:.1f} s; beta's lease seen at most {max(ages):.2f} s old")
+    assert took >= 2 * 2.0 + 0.5  # the previous owner's two periods, not this process's CONFIRM
+    assert backup and any(a.startswith("rewrote") for a in actions), actions
+    assert max(ages) < EXPIRY, f"the new lease went {max(ages):.1f} s without renewal while confirming"
