@@ -167,7 +167,9 @@ def test_a_killed_owner_is_taken_over_through_sshfs_only_after_its_lease_expired
         assert result["put"] == [max(datas) + 1, max(datas) + 2, max(datas) + 3]  # ids go on, none reused
         # alpha's socket cannot be verified from beta's host: never deleted
         assert os.lstat(os.path.join(real, ".journaled.sock")).st_ino == sock
-        print("gone after the takeover:", sorted(files_before - set(os.listdir(real))))
+        gone = sorted(files_before - set(os.listdir(real)))
+        # nothing of alpha's is removed but a temp file of a write the kill cut short (".NAME.tmp")
+        assert all(n.startswith(".") and n.endswith(".tmp") for n in gone), f"removed by beta: {gone}"
 
         # the other way round: alpha restarts on its host while beta owns the queue: refused
         again = run(REOPEN, real, "alpha")
