@@ -9,13 +9,15 @@ renewed.  The owner renews it every ``PERIOD`` seconds (owner/engine.py's lease 
 re-reading it first: a lease that is not its own any more means another host took the
 directory over, and the owner stops writing at once (the engine marks its journal gone).
 
-Another host that finds a lease renewed less than ``EXPIRY + MAX_CLOCK_SKEW`` seconds ago (by
-its own clock) refuses to open: :class:`OwnedElsewhere` (a :class:`QueueLocked`) naming host and
-pid, before it writes anything.  An older lease, or one released by a clean close, may be taken
-over: the taker writes its own lease, waits ``CONFIRM`` seconds (more than two renewal periods:
-an owner that was alive after all has renewed meanwhile, seen the new token and stopped, or has
-overwritten it, in which case the taker backs off) and re-reads it.  Why these figures are safe
-under the documented clock skew: docs/design.md, "Shared and network filesystems".
+Another host that finds a lease renewed less than its owner's expiry (``expiry_ms`` in the file)
++ ``MAX_CLOCK_SKEW`` seconds ago (by its own clock) refuses to open: :class:`OwnedElsewhere` (a
+:class:`QueueLocked`) naming host and pid, before it writes anything.  An older lease, or one
+released by a clean close, may be taken over: the taker writes its own lease, waits more than two
+of the previous owner's renewal periods (an owner that was alive after all has renewed meanwhile,
+seen the new token and stopped, or has overwritten it, in which case the taker backs off),
+renewing its own lease meanwhile, and re-reads it.  Why these figures are safe under the
+documented clock skew: docs/design.md, "Shared and network filesystems".  ``EXPIRY`` is 10 s, or
+``JOURNALED_LEASE_EXPIRY`` seconds (read once, at import); ``PERIOD`` is a tenth of it.
 
 The host identity is ``socket.gethostname()`` and ``/proc/sys/kernel/random/boot_id``; the
 environment variable ``JOURNALED_HOST_ID`` (read in :func:`identity` only) overrides the host

@@ -143,8 +143,9 @@ def test_a_spark_stream_through_sshfs_is_exactly_once_through_a_restart(spark, s
         query.awaitTermination(60)
         query = None
         bookmark = read_bookmark(real, "spark")
-        time.sleep(1.5)  # alpha's archiving follows the final bookmark within about a period
-        files_end = put_until(N)["files"]
+        deadline = time.monotonic() + 10  # alpha's archiving follows the bookmark within a period
+        while (files_end := put_until(N)["files"]) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
     finally:
         if query is not None:
             query.stop()
@@ -169,4 +170,5 @@ def test_a_spark_stream_through_sshfs_is_exactly_once_through_a_restart(spark, s
     assert sorted(got) == want
     assert batches >= 1 and batches2 >= 1, (batches, batches2)
     assert bookmark is not None and stopped_at is not None and stopped_at < bookmark <= N + 1, bookmark
-    assert files_end < last["files"], f"alpha archived nothing behind the bookmark: {files_end} files"
+    # unarchived, 3000 items fill 7 or more journal files of 16 KiB; the bookmark may lag a batch
+    assert files_end <= 2, f"alpha did not archive behind the bookmark {bookmark}: {files_end} files"
