@@ -204,6 +204,24 @@ class ClientStats:
 
 
 @attrs.frozen
+class OpenRead:
+    """One read handed out and not yet committed or aborted (see ``JournaledQueue.open_reads``).
+
+    Attributes:
+        reader: the reader it was read from.
+        id: the item's id.
+        age: seconds since the item was put (what ``oldest_uncommitted_age`` counts).
+        client: the pid of the other process holding it through the owner, or None when the
+            owning process itself holds it.
+    """
+
+    reader: str
+    id: int
+    age: float
+    client: int | None = None
+
+
+@attrs.frozen
 class QueueStats:
     """A snapshot of a queue and all its readers.
 
@@ -249,6 +267,27 @@ class QueueStats:
                 health, poison_readers=poison, sinkless_readers=sinkless, stopped_readers=stopped, ok=ok
             )
             object.__setattr__(self, "health", health)
+
+
+def open_reads(
+    cores: Iterable[ReaderCore], holders: dict[tuple[str, int], int], limit: int | None = None
+) -> list[OpenRead]:
+    """The open reads of ``cores``, oldest item first, at most ``limit`` (caller holds the queue
+    lock); ``holders``: ``(reader, id) -> pid`` of the reads other processes hold."""
+    now = time.time()
+    reads = [
+        OpenRead(c.name, i, max(0.0, now - it.add_time), holders.get((c.name, i)))
+        for c in cores
+        for i, it in c.open.items()
+    ]
+    return sorted(reads, key=lambda r: -r.age)[:limit]
+
+
+def reader_sinks(cores: Iterable[ReaderCore]) -> list[object]:
+    """The dead-letter and ``expire_to`` sinks of ``cores`` (queues or callables), each once
+    (caller holds the queue lock)."""
+    found = [s for c in cores for s in (c.config.dead_letter, c.config.expire_to) if s is not None]
+    return list({id(s): s for s in found}.values())
 
 
 def reader_stats(

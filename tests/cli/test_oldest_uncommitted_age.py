@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time as _time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 import journaled.queue
 import journaled.stats
 from journaled import JournaledQueue
+from journaled.cli.statuspage import StatusServer
 
 HELD = 50.0
 TIMEOUT = 60.0
@@ -87,3 +89,20 @@ def test_top_shows_a_read_held_50s_as_50s_old(held_for_50s) -> None:
     end = header.index("UNCOMMITTED") + len("UNCOMMITTED")
     age = row[:end].split()[-1]
     assert age.endswith("s") and HELD <= float(age[:-1]) < HELD + 20, screen
+
+
+def test_the_status_api_gives_a_read_held_50s_as_50s_old_with_the_read_itself(held_for_50s) -> None:
+    _path, q = held_for_50s
+    server = StatusServer([q], token=None)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/api/status", timeout=TIMEOUT) as r:
+            body = json.loads(r.read())
+    finally:
+        server.close()
+    (queue,) = body["queues"]
+    (reader,) = queue["stats"]["readers"]
+    assert HELD <= reader["oldest_uncommitted_age"] < HELD + 20
+    # the page's open reads table is drawn from this: which item, how old, who holds it
+    (read,) = queue["open_reads"]
+    assert (read["reader"], read["id"], read["client"]) == ("workers", 1, None)
+    assert HELD <= read["age"] < HELD + 20
