@@ -91,8 +91,10 @@ OPEN_READS_SHOWN = 100
 FIND_ITEMS = 100
 #: bytes of items (their JSON) in one answer, about: the item that passes it is the last
 FIND_BYTES = 256 * 1024
-#: seconds one search may scan before it answers with what it found so far
+#: seconds one search may scan before it answers with what it found so far (the clock is read
+#: every FIND_CHECK_EVERY records)
 FIND_SECONDS = 2.0
+FIND_CHECK_EVERY = 256
 
 
 class SearchError(ValueError):
@@ -168,7 +170,9 @@ def find(path: str, name: str, wanted: Filter, limit: int, peek: bool) -> dict[s
     for rec in scanner.records(first, last):
         if wanted.past(rec):
             break  # ids and add times only grow along the journal: nothing later matches
-        if len(items) >= limit or size >= FIND_BYTES or (scanned % 256 == 0 and time.monotonic() > deadline):
+        # the clock is read once a batch, and never before the first: every answer gets on
+        late = scanned and scanned % FIND_CHECK_EVERY == 0 and time.monotonic() > deadline
+        if len(items) >= limit or size >= FIND_BYTES or late:
             more, next_id = True, rec.id
             break
         scanned += 1
@@ -497,6 +501,7 @@ class StatusServer:
 
 __all__ = [
     "FIND_BYTES",
+    "FIND_CHECK_EVERY",
     "FIND_ITEMS",
     "FIND_SECONDS",
     "HISTORY_SECONDS",

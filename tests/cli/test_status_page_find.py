@@ -148,6 +148,21 @@ def test_results_are_bounded_in_count_and_bytes_and_go_on_from_next_id(tmp_path)
             server.close()
 
 
+def test_a_long_scan_answers_when_its_time_is_up_and_still_gets_on(orders, page, monkeypatch) -> None:
+    monkeypatch.setattr(statuspage, "FIND_SECONDS", 0.0)  # the time is up at once
+    monkeypatch.setattr(statuspage, "FIND_CHECK_EVERY", 16)  # and looked at every 16 records
+    start, seen = 1, []
+    for _ in range(10):
+        code, part = _find(page, ("header", "region=eu"), ("start", str(start)))
+        assert code == 200
+        seen += _ids(part)
+        if not part["more"]:
+            break
+        assert part["next_id"] == start + 16 and part["scanned"] == 16  # one batch each time
+        start = part["next_id"]
+    assert seen == [101 + i for i in range(30) if i % 2]
+
+
 def test_payloads_only_under_peek_escaped_and_cut(tmp_path) -> None:
     hostile = b"<script>alert(1)</script>\x1b[2J" + b"z" * 400
     with JournaledQueue(str(tmp_path / "q")) as q:
