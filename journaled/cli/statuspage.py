@@ -112,7 +112,7 @@ def _id(query: dict[str, list[str]], name: str) -> int | None:
     text = _one(query, name)
     if text is None:
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise SearchError(f"{name}: not an item id: {text!r}")
     return int(text)
 

@@ -116,6 +116,7 @@ def test_find_since_starts_at_the_first_id_put_then(orders, page) -> None:
     [
         (("since", "yesterday"), "not a time"),
         (("start", "-1"), "not an item id"),
+        (("end", "\u00b2"), "not an item id"),  # a digit to str.isdigit, not to int()
         (("header", "region"), "not NAME=VALUE"),
         (("limit", str(statuspage.FIND_ITEMS + 1)), "limit"),
         (("queue", "/nowhere"), "no queue served"),
