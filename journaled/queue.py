@@ -492,11 +492,13 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
 
     def destinations(self) -> list[Any]:
         """Where this queue's readers send dead letters and expired items (queues or callables)."""
+        closing.check_process(self.path, self._forked)
         with self._lock:
             return reader_sinks(self._cores)
 
     def open_reads(self, limit: int | None = None) -> list[OpenRead]:
         """Reads handed out and not yet settled, oldest item first (at most ``limit``; no I/O)."""
+        closing.check_process(self.path, self._forked)
         with self._lock:
             return open_reads(self._cores, self.server.read_holders() if self.server else {}, limit)
 
