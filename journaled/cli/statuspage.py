@@ -48,7 +48,8 @@ bisection over record times), and the scan stops at the first record past ``end`
 answer, and at most :data:`FIND_SECONDS` of scanning (a key or header filter reads every
 record in the range): the answer then says ``more`` and the id to search on from (``next_id``).
 One search runs at a time per page (another is answered 503), so a search never takes both of
-the page's workers.
+the page's workers; and it rests between batches of records as long as it worked (at most
+:data:`FIND_REST`), so it takes at most about half of the owner's interpreter lock.
 """
 
 from __future__ import annotations
