@@ -490,17 +490,13 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 clients=self.server.clients() if self.server is not None else (),
             )
 
-    def destinations(self) -> list[Any]:
-        """Where this queue's readers send dead letters and expired items (queues or callables)."""
-        closing.check_process(self.path, self._forked)
-        with self._lock:
-            return reader_sinks(self._cores)
-
     def open_reads(self, limit: int | None = None) -> list[OpenRead]:
         """Reads handed out and not yet settled, oldest item first (at most ``limit``; no I/O)."""
-        closing.check_process(self.path, self._forked)
-        with self._lock:
-            return open_reads(self._cores, self.server.read_holders() if self.server else {}, limit)
+        return open_reads(self._lock, self._cores, self.server, limit)
+
+    def destinations(self) -> list[Any]:
+        """Where this queue's readers send dead letters and expired items (queues or callables)."""
+        return reader_sinks(self._lock, self._cores)
 
     def checkpoint(self) -> None:
         """Write the checkpoint of every reader whose state changed (the background thread does

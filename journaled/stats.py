@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,6 +24,7 @@ from journaled.item import Item
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
+    from journaled.remote.server import Server
 
 #: A reader is flagged (:attr:`ReaderStats.poison`) when its head item, the oldest it has not
 #: committed, has failed (been aborted or timed out) more than this many times.
@@ -270,23 +272,26 @@ class QueueStats:
 
 
 def open_reads(
-    cores: Iterable[ReaderCore], holders: dict[tuple[str, int], int], limit: int | None = None
+    lock: AbstractContextManager[Any], cores: Iterable[ReaderCore], server: Server | None, limit: int | None
 ) -> list[OpenRead]:
-    """The open reads of ``cores``, oldest item first, at most ``limit`` (caller holds the queue
-    lock); ``holders``: ``(reader, id) -> pid`` of the reads other processes hold."""
-    now = time.time()
-    reads = [
-        OpenRead(c.name, i, max(0.0, now - it.add_time), holders.get((c.name, i)))
-        for c in cores
-        for i, it in c.open.items()
-    ]
+    """The open reads of ``cores`` (under ``lock``, the queue lock), oldest item first, at most
+    ``limit``, each with the pid of the process holding it through ``server``, if one does."""
+    with lock:
+        holders = server.read_holders() if server is not None else {}
+        now = time.time()
+        reads = [
+            OpenRead(c.name, i, max(0.0, now - it.add_time), holders.get((c.name, i)))
+            for c in cores
+            for i, it in c.open.items()
+        ]
     return sorted(reads, key=lambda r: -r.age)[:limit]
 
 
-def reader_sinks(cores: Iterable[ReaderCore]) -> list[object]:
-    """The dead-letter and ``expire_to`` sinks of ``cores`` (queues or callables), each once
-    (caller holds the queue lock)."""
-    found = [s for c in cores for s in (c.config.dead_letter, c.config.expire_to) if s is not None]
+def reader_sinks(lock: AbstractContextManager[Any], cores: Iterable[ReaderCore]) -> list[object]:
+    """The dead-letter and ``expire_to`` sinks of ``cores`` (queues or callables), each once,
+    read under ``lock`` (the queue lock)."""
+    with lock:
+        found = [s for c in cores for s in (c.config.dead_letter, c.config.expire_to) if s is not None]
     return list({id(s): s for s in found}.values())
 
 
