@@ -32,11 +32,16 @@ TIMEOUT = 30.0
 
 
 def _get(url: str) -> tuple[int, Any]:
+    """The status and the JSON answered (the text of an answer that is not JSON: 401, 403)."""
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as r:
-            return r.status, json.loads(r.read())
+            code, body = r.status, r.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        code, body = exc.code, exc.read()
+    try:
+        return code, json.loads(body)
+    except ValueError:
+        return code, body.decode()
 
 
 def _find(server: StatusServer, *pairs: tuple[str, str]) -> tuple[int, Any]:
@@ -94,6 +99,19 @@ def test_find_selects_by_key_headers_and_id_range_as_dump_does(orders, page) -> 
         env=dict(os.environ, PYTHONPATH=ROOT),
     )
     assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == _ids(by_key)
+
+
+def test_find_needs_the_token_as_every_route(orders) -> None:
+    q, _ = orders
+    server = StatusServer([q], token="s3cret")
+    try:
+        base = f"http://127.0.0.1:{server.port}/api/find?key=cust-1"
+        assert _get(base)[0] == 401
+        assert _get(base + "&token=wrong")[0] == 403
+        code, found = _get(base + "&token=s3cret")
+        assert code == 200 and len(found["items"]) == 10
+    finally:
+        server.close()
 
 
 def test_find_since_starts_at_the_first_id_put_then(orders, page) -> None:
