@@ -58,7 +58,7 @@ from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
 from journaled.remote.server import serve
 from journaled.serializers import Serializer
-from journaled.stats import QueueStats, reader_stats
+from journaled.stats import OpenRead, QueueStats, open_reads, reader_sinks, reader_stats
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
 log = logging.getLogger("journaled")
@@ -496,6 +496,14 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 health=self._engine.health(),
                 clients=self.server.clients() if self.server is not None else (),
             )
+
+    def open_reads(self, limit: int | None = None) -> list[OpenRead]:
+        """Reads handed out and not yet settled, oldest item first (at most ``limit``; no I/O)."""
+        return open_reads(self._lock, self._cores, self.server, limit)
+
+    def destinations(self) -> list[Any]:
+        """Where this queue's readers send dead letters and expired items (queues or callables)."""
+        return reader_sinks(self._lock, self._cores)
 
     def checkpoint(self) -> None:
         """Write the checkpoint of every reader whose state changed (the background thread does

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,6 +24,7 @@ from journaled.item import Item
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
+    from journaled.remote.server import Server
 
 #: A reader is flagged (:attr:`ReaderStats.poison`) when its head item, the oldest it has not
 #: committed, has failed (been aborted or timed out) more than this many times.
@@ -204,6 +206,24 @@ class ClientStats:
 
 
 @attrs.frozen
+class OpenRead:
+    """One read handed out and not yet committed or aborted (see ``JournaledQueue.open_reads``).
+
+    Attributes:
+        reader: the reader it was read from.
+        id: the item's id.
+        age: seconds since the item was put (what ``oldest_uncommitted_age`` counts).
+        client: the pid of the other process holding it through the owner, or None when the
+            owning process itself holds it.
+    """
+
+    reader: str
+    id: int
+    age: float
+    client: int | None = None
+
+
+@attrs.frozen
 class QueueStats:
     """A snapshot of a queue and all its readers.
 
@@ -249,6 +269,30 @@ class QueueStats:
                 health, poison_readers=poison, sinkless_readers=sinkless, stopped_readers=stopped, ok=ok
             )
             object.__setattr__(self, "health", health)
+
+
+def open_reads(
+    lock: AbstractContextManager[Any], cores: Iterable[ReaderCore], server: Server | None, limit: int | None
+) -> list[OpenRead]:
+    """The open reads of ``cores`` (under ``lock``, the queue lock), oldest item first, at most
+    ``limit``, each with the pid of the process holding it through ``server``, if one does."""
+    with lock:
+        holders = server.read_holders() if server is not None else {}
+        now = time.time()
+        reads = [
+            OpenRead(c.name, i, max(0.0, now - it.add_time), holders.get((c.name, i)))
+            for c in cores
+            for i, it in c.open.items()
+        ]
+    return sorted(reads, key=lambda r: -r.age)[:limit]
+
+
+def reader_sinks(lock: AbstractContextManager[Any], cores: Iterable[ReaderCore]) -> list[object]:
+    """The dead-letter and ``expire_to`` sinks of ``cores`` (queues or callables), each once,
+    read under ``lock`` (the queue lock)."""
+    with lock:
+        found = [s for c in cores for s in (c.config.dead_letter, c.config.expire_to) if s is not None]
+    return list({id(s): s for s in found}.values())
 
 
 def reader_stats(

@@ -45,7 +45,8 @@ def _held(delayed: int | None, not_due: int | None) -> int | None:
 
 @attrs.frozen
 class ReaderRow:
-    """One reader at one moment (None: not known without a live owner)."""
+    """One reader at one moment (None: not known without a live owner); ``oldest_age``: the
+    seconds since the oldest item not yet committed (open reads included) was put."""
 
     name: str
     backlog: int
@@ -87,7 +88,7 @@ def sample(path: str, name: str | None = None) -> Sample:
                 name=r["name"],
                 backlog=r["backlog_items"],
                 backlog_bytes=r["backlog_bytes"],
-                oldest_age=r["oldest_age"],
+                oldest_age=r.get("oldest_uncommitted_age", r["oldest_age"]),
                 open_reads=r["open_reads"],
                 delayed=_held(r["items_delayed"], r.get("items_not_due")),
                 dead_lettered=r["dead_lettered"],
@@ -199,7 +200,7 @@ def render(samples: Sequence[Sample], previous: dict[str, Sample], interval: flo
             f"QUEUE {escape(s.name)}  {escape(s.path)}",
             f"  {s.source}   health {s.health}   clients {clients}",
             f"  next id {s.next_id:,}   put/s {put}   journal {s.files} files, {_size(s.nbytes)}",
-            f"  {'READER':<16} {'BACKLOG':>10} {'BYTES':>10} {'COMMIT/S':>10} {'OLDEST':>8} "
+            f"  {'READER':<16} {'BACKLOG':>10} {'BYTES':>10} {'COMMIT/S':>10} {'UNCOMMITTED':>11} "
             f"{'OPEN':>6} {'DELAYED':>8} {'DEAD':>6}  FLAGS",
         ]
         if not s.readers:
@@ -215,7 +216,7 @@ def render(samples: Sequence[Sample], previous: dict[str, Sample], interval: flo
                 rate = _rate(r.settled, prev.settled, dt)
             lines.append(
                 f"  {escape(r.name)[:16]:<16} {r.backlog:>10,} {_size(r.backlog_bytes):>10} {rate:>10} "
-                f"{_age(r.oldest_age):>8} {_opt(r.open_reads):>6} {_opt(r.delayed):>8} "
+                f"{_age(r.oldest_age):>11} {_opt(r.open_reads):>6} {_opt(r.delayed):>8} "
                 f"{_opt(r.dead_lettered):>6}  {', '.join(r.flags)}"
             )
     return [line[:width].rstrip() for line in lines]
@@ -315,7 +316,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 def add_top_command(sub: Any) -> None:
     p = sub.add_parser(
         "top",
-        help="a live view of queues: backlog, rates, oldest age, open reads, health (q quits)",
+        help="a live view of queues: backlog, rates, oldest uncommitted age, open reads, health (q quits)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -366,6 +366,11 @@ class Server:
                 out.append(ClientStats(pid=s.pid, connections=s.connections, open_reads=per))
         return tuple(sorted(out, key=lambda c: c.pid))
 
+    def read_holders(self) -> dict[tuple[str, int], int]:
+        """``(reader, id) -> pid`` of every read a connected process holds open."""
+        with self._lock:
+            return {key: s.pid for s in self._sessions.values() for key in s.reads}
+
     def stop(self) -> None:
         """Stop serving: no new connections, every connection closed (their open reads aborted),
         the socket file removed.  Called while the directory is still ours."""
