@@ -42,6 +42,10 @@ def run(*cmd: str | Path, cwd: Path, timeout: float = 600) -> subprocess.Complet
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    bool(os.environ.get("JOURNALED_PURE_PYTHON")),
+    reason="the release is built and run once per CI run, with the compiled hot path (it takes a minute)",
+)
 def test_built_sdist_and_wheel_pass_twine_check_and_the_wheel_runs_the_main_job(tmp_path):
     src = tmp_path / "src"  # a copy, so the build writes nothing into the checkout
     shutil.copytree(ROOT, src, ignore=IGNORE)
