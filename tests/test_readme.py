@@ -4,55 +4,20 @@ command for the main job and one for the tests, and CI runs exactly that test co
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.docblocks import blocks, first_line, read, run_block, spark_missing
+
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-GUIDE = (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
-
-
-def blocks(text: str, lang: str) -> list[str]:
-    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
-
-
-def spark_missing() -> str | None:
-    """Why the Spark recipe cannot run here, or None."""
-    for module in ("pyspark", "pyarrow"):
-        try:
-            __import__(module)
-        except ImportError:
-            return f"{module} is not installed (the spark extra)"
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        return "Spark needs Java, and there is none here"
-    if os.environ.get("JOURNALED_PURE_PYTHON"):
-        return "the Spark recipe runs once, with the compiled hot path (it takes a minute)"
-    return None
-
-
-def run_block(code: str, tmp_path: Path, timeout: float) -> None:
-    script = tmp_path / "example.py"
-    script.write_text(code, encoding="utf-8")
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path)
-    proc = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env
-    )
-    assert proc.returncode == 0, code + "\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
+README = read("README.md")
+GUIDE = read("docs/guide.md")
 
 
 README_BLOCKS = blocks(README, "python")
-
-
-def first_line(code: str) -> str:
-    return code.split("\n", 1)[0][:40]
 
 
 @pytest.mark.parametrize(
