@@ -313,11 +313,25 @@ def cmd_top(args: argparse.Namespace) -> int:
     return run(paths, names, args.interval, args.once, sys.stdout)
 
 
+# What `journaled top --help` tells a user (the module docstring above is for developers).
+TOP_HELP = """\
+A live view of one or more queues, refreshed every --interval seconds; press q (or Ctrl-C) to
+quit.  --once prints a single frame, for a script or a log.
+
+Per queue: who owns it, its health, the processes using it, the put rate and the journal's size.
+Per reader: the backlog (items and bytes), the commit rate, the age of the oldest item not yet
+committed, open reads, delayed items and dead letters.
+
+It never opens, creates or changes a queue: a queue with a running owner is asked for its
+figures; one that nobody holds is read from its files, like `journaled stat` (a large backlog
+is then read less often).  Every figure: docs/cli.md."""
+
+
 def add_top_command(sub: Any) -> None:
     p = sub.add_parser(
         "top",
         help="a live view of queues: backlog, rates, oldest uncommitted age, open reads, health (q quits)",
-        description=__doc__,
+        description=TOP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="queue directories")
