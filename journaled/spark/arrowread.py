@@ -78,7 +78,7 @@ class ArrowColumns:
     def not_before_ms(self) -> pa.Array:
         """Each row's not-before time in epoch ms (int64), null when it has none."""
         n = len(self)
-        if not self.meta or not any(self.meta[2]):
+        if not self.meta or self.meta[2].count(0) == len(self.meta[2]):  # no row has one
             return pa.nulls(n, pa.int64())
         raw = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.meta[2])])
         return pc.if_else(pc.equal(raw, 0), pa.scalar(None, pa.int64()), raw)
