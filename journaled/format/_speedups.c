@@ -1415,17 +1415,19 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
         long long n = PyBytes_GET_SIZE(args[0]);
         long long rows = col[COL_IDS].size0 / U64;
-        /* room for every record the buffer can hold (at most one per PUT_OVERHEAD bytes) */
+        /* at most one record per PUT_OVERHEAD bytes, and max_rows in all */
         long long room = pos < n ? (n - pos) / PUT_OVERHEAD : 0;
         if (room > max_rows - rows)
             room = max_rows - rows > 0 ? max_rows - rows : 0;
-        long long bytes_room = pos < n ? n - pos : 0;
-        long long grow[NCOLUMNS_META] = {U64 * room, U64 * room, U64 * room, I32 * room, bytes_room,
-                                         I32 * room, 0,          U64 * room, I32 * room, 0,
-                                         0,          0,          0};
-        for (int i = 0; i < ncols; i++)
-            if (col_reserve(&col[i], grow[i]) < 0)
-                goto fail;
+        /* the columns grow as rows come, by doubling (perf: reserving for the most rows the buffer could
+         * hold, four times what 100-byte items fill, made every call shrink them again, and the
+         * allocator hand back and fault in their pages); ``cap`` rows fit the fixed-size columns */
+        static const long long per_row[NCOLUMNS_META] = {U64, U64, U64, I32, 0, I32, 0, U64, I32, 0, 0, 0, 0};
+        long long cap = 0;
+        unsigned char *w[NCOLUMNS_META] = {NULL}; /* the fixed-size columns' row 0 of this call */
+        /* the payloads: room for all the buffer holds (what a batch of a read takes, mostly) */
+        if (col_reserve(&col[COL_DATA], pos < n ? n - pos : 0) < 0)
+            goto fail;
         long long dlen = data0, added = 0;
         uint64_t last_id = 0;
         int have_last = 0, status = 0;
@@ -1459,12 +1461,24 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             have_last = 1;
             if (id >= (uint64_t)lo) {
                 long long start = m.ok ? m.payload_at : tagged ? PUTX_OVERHEAD : PUT_OVERHEAD, len = end - pos - start;
-                memcpy(col_at(&col[COL_IDS]) + U64 * added, p + PUT_ID_AT, U64);
-                memcpy(col_at(&col[COL_ADD_MS]) + U64 * added, p + PUT_ADD_MS_AT, U64);
-                memcpy(col_at(&col[COL_EXPIRE_MS]) + U64 * added, p + PUT_EXPIRE_MS_AT, U64);
+                if (added == cap) {
+                    long long more = cap > 256 ? cap : 256;
+                    cap = more > room - added ? room : added + more; /* room > added: this row fits it */
+                    for (int i = 0; i < ncols; i++)
+                        if (per_row[i]) {
+                            if (col_reserve(&col[i], per_row[i] * cap) < 0)
+                                goto fail;
+                            w[i] = col_at(&col[i]); /* where row 0 of this call goes */
+                        }
+                }
+                if (col_reserve(&col[COL_DATA], len) < 0)
+                    goto fail;
+                memcpy(w[COL_IDS] + U64 * added, p + PUT_ID_AT, U64);
+                memcpy(w[COL_ADD_MS] + U64 * added, p + PUT_ADD_MS_AT, U64);
+                memcpy(w[COL_EXPIRE_MS] + U64 * added, p + PUT_EXPIRE_MS_AT, U64);
                 col_put(&col[COL_DATA], p + start, len);
                 dlen += len;
-                put_u32(col_at(&col[COL_OFFSETS]) + I32 * added, (uint32_t)dlen);
+                put_u32(w[COL_OFFSETS] + I32 * added, (uint32_t)dlen);
                 if (with_meta) {
                     /* below 2**31: each end is below max_bytes before the record, which adds less
                      * than MAX_BODY */
@@ -1498,9 +1512,9 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
                         key_end += m.key_len;
                         meta_bytes += m.key_len;
                     }
-                    put_u32(col_at(&col[COL_KEY_OFFSETS]) + I32 * added, (uint32_t)key_end);
-                    put_u64(col_at(&col[COL_NOT_BEFORE]) + U64 * added, m.ok ? m.not_before : 0);
-                    put_u32(col_at(&col[COL_HEADER_OFFSETS]) + I32 * added, (uint32_t)header_end);
+                    put_u32(w[COL_KEY_OFFSETS] + I32 * added, (uint32_t)key_end);
+                    put_u64(w[COL_NOT_BEFORE] + U64 * added, m.ok ? m.not_before : 0);
+                    put_u32(w[COL_HEADER_OFFSETS] + I32 * added, (uint32_t)header_end);
                 }
                 added++;
                 rows++;
@@ -1508,7 +1522,6 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             pos = end;
         }
         Py_DECREF(args[0]);
-        long long per_row[NCOLUMNS_META] = {U64, U64, U64, I32, 0, I32, 0, U64, I32, 0, 0, 0, 0};
         for (int i = 0; i < ncols; i++) {
             long long used = per_row[i] ? per_row[i] * added : col[i].used;
             if (PyByteArray_Resize(col[i].obj, col[i].size0 + (Py_ssize_t)used) < 0)

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 
 import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from journaled.format.columns import DONE, FULL, Columns, new_columns
 from journaled.format.record import (
@@ -70,6 +69,8 @@ class ArrowColumns:
         n = len(self)
         if not self.meta or not self.meta[1]:
             return pa.nulls(n, pa.binary())
+        import pyarrow.compute as pc  # here: a read without this column never imports it (~0.1 s)
+
         offsets, data = pa.py_buffer(self.meta[0]), pa.py_buffer(self.meta[1])
         bare = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
         valid = pc.greater(pc.binary_length(bare), 0)
@@ -80,6 +81,8 @@ class ArrowColumns:
         n = len(self)
         if not self.meta or self.meta[2].count(0) == len(self.meta[2]):  # no row has one
             return pa.nulls(n, pa.int64())
+        import pyarrow.compute as pc
+
         raw = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.meta[2])])
         return pc.if_else(pc.equal(raw, 0), pa.scalar(None, pa.int64()), raw)
 
@@ -89,6 +92,8 @@ class ArrowColumns:
         n = len(self)
         if not self.meta or len(self.meta[4]) <= 4:
             return pa.nulls(n, HEADERS_TYPE)
+        import pyarrow.compute as pc
+
         _, _, _, row_offs, name_offs, names, value_offs, values = self.meta
         count = len(name_offs) // 4 - 1
         struct_arr = pa.StructArray.from_arrays(
