@@ -268,6 +268,12 @@ def _check_start(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> 
 class ReaderConfig:
     """Settings of one named reader.
 
+    Every field but ``start`` is stored with the queue (docs/design.md, "Durable settings"):
+    every later owner, a reopen or a client taking the directory over, applies it, and
+    ``q.reader(name)`` without a config uses it.  A callable sink cannot be stored: a later owner
+    without it keeps the items that would go to it.  A client process cannot pass a sink at all:
+    set one where the queue is owned, or with ``journaled config PATH reader NAME --dead-letter``.
+
     Attributes:
         start: where a *new* reader begins (ignored when the reader already exists):
             ``"earliest"`` (default: the oldest item still in the journal, so nothing is lost),
@@ -288,8 +294,11 @@ class ReaderConfig:
             (default None).  Per-item ``expire_at``/``ttl`` (given to ``put``) applies too.
             Expired items are never delivered.
         expire_to: where expired items go (default None: they are dropped, counted as
-            ``expired``).  A *sink*: a callable taking the :class:`~journaled.Item`, or an object
-            with ``put(bytes)`` such as another ``JournaledQueue`` (``item.data`` is put there).
+            ``expired``).  A *sink*: a callable, called with a :class:`~journaled.DeadLetter`
+            (the :class:`~journaled.Item` with ``kind``, ``reason`` and ``reader`` added), or an
+            object with ``put(bytes)`` such as another ``JournaledQueue``, which receives
+            ``DeadLetter.encode()``'s envelope (a small header, then the payload untouched; read
+            it back with ``DeadLetter.decode(item.data)``), not the bare payload.
             Sinks run on the queue's background thread, never under its lock, before the item is
             committed: at-least-once (a crash in between calls the sink again after reopen).
         open_read_timeout: seconds after which an open read is aborted automatically, as if
@@ -298,9 +307,9 @@ class ReaderConfig:
             ``dead_letter`` (or dropped if that is None), counted as ``dead_lettered``
             (default None: retried forever).  Error counts survive a clean close.
             ``reader.reject`` does not count towards it.
-        dead_letter: a sink, like ``expire_to``, for items that reached ``max_errors`` and for
-            items passed to ``reader.reject`` (without one, rejected items are dropped,
-            counted as ``rejected``).
+        dead_letter: a sink, like ``expire_to`` (a queue receives the same envelope), for items
+            that reached ``max_errors`` and for items passed to ``reader.reject`` (without one,
+            rejected items are dropped, counted as ``rejected``).
         retry_delay: seconds an aborted item waits before it is delivered again, doubled on
             each further abort: ``retry_delay * 2 ** (error_count - 1)`` (default None: at
             once for the first three aborts, then a built-in floor of 0.05 s doubling to 1 s,

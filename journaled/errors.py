@@ -180,7 +180,7 @@ class OwnerLost(JournaledError):
       dying (stopped, wedged): it still holds the queue, so there is no next owner to ask, and
       it may still carry the put out;
     * a put whose owner died and no next owner answered within 60 seconds
-      (``remote.clientqueue.PUT_RETRY``).
+      (``remote.routing.PUT_RETRY``).
 
     Calling such a put again stores it anew (a new tag): it may then be stored twice."""
 

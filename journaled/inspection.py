@@ -173,7 +173,9 @@ def _reader(name: str, disk: DiskReader | None, live: dict[str, Any] | None) -> 
             disk.done_out_of_order, disk.checkpoint_age, disk.checkpoint_ok,
             dead_lettered=disk.counts.dead_lettered, expired=disk.counts.expired,
         )  # fmt: skip
-    age = live["oldest_age"]
+    # the oldest item not yet committed, open reads included (an owner too old to send it: the
+    # oldest waiting one, the best it knows)
+    age = live.get("oldest_uncommitted_age", live["oldest_age"])
     return ReaderSnapshot(
         name=name,
         head=live["head"],

@@ -7,7 +7,7 @@ Locks, and the only order in which they nest (docs/design.md, "Locks")::
 
     ReaderFiles.lock  ->  _lock (the queue lock)  ->  the journal's lock  ->  group commit's lock
 
-* ``ReaderFiles.lock`` (owner/readerstate.py) serializes writing and removing checkpoint files and the
+* ``ReaderFiles.lock`` (owner/readerfiles.py) serializes writing and removing checkpoint files and the
   registry, and the archiving decision (a reader being created must not lose its first file).
 * ``_lock``, *the queue lock*, guards the order of appends, ``_readers``/``_cores``, the put
   counters and every reader core's state (it is each core's ``lock``).  Never held across an
@@ -47,18 +47,18 @@ from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
 from journaled.format.smallfiles import CheckpointData
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
-from journaled.owner import closing, dedup, fastput, reopen
+from journaled.owner import closing, dedup, destinations, fastput, reopen
 from journaled.owner.adoption import Adopter, QueueAppender
 from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
 from journaled.owner.putpath import PutPath
-from journaled.owner.readerstate import ReaderFiles
+from journaled.owner.readerfiles import ReaderFiles
 from journaled.reader import Reader, reader_class
 from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
 from journaled.remote.server import serve
 from journaled.serializers import Serializer
-from journaled.stats import QueueStats, ReaderStats, Turns, reader_stats
+from journaled.stats import OpenRead, QueueStats, open_reads, reader_sinks, readers_in_turns
 from journaled.wrappers import BlockingQueue, TransactionalQueue
 
 log = logging.getLogger("journaled")
@@ -245,13 +245,20 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         """Change only the settings named in ``changes`` of reader ``name`` (the others stay as
         stored: nothing is dropped that was not named), durably before returning, logged at INFO,
         and applied.  Values as :func:`journaled.config.merge_settings` takes them (a sink may be
-        a directory path).  Returns the new stored settings.  Raises :class:`UnknownReader`, or
+        a directory path: a queue's directory, an empty one or a missing one, never one holding
+        other things).  Returns the new stored settings.  Raises :class:`UnknownReader`, or
         ``ValueError`` for an unknown field or a bad value (nothing changed)."""
         with self._files.lock:
             self._check_open()
             reader = self._readers.get(name)
             if reader is None:
                 raise UnknownReader(f"no reader named {name!r}")
+            for field in ("expire_to", "dead_letter"):
+                value = changes.get(field)
+                if isinstance(value, (str, os.PathLike)):  # a directory: never one of other things
+                    problem = destinations.destination_problem(os.path.abspath(os.fspath(value)))
+                    if problem is not None:
+                        raise ValueError(f"{field}: {problem}")
             merged = merge_settings(self._files.stored(name), changes, self.path)
             live = reader.core.config
 
@@ -468,28 +475,13 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         self._engine.dispose_now()
 
     def stats(self) -> QueueStats:
-        """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`).
-
-        The queue lock is taken reader by reader, so a put waits for one reader's snapshot at
-        most: each reader's figures are consistent by themselves, not all readers at one instant
-        (a put made meanwhile may show in one reader's ``put`` and not in an earlier one's).  The
-        queue's own figures are taken last (``next_id`` is above every reader's ``head``); a reader
-        removed meanwhile is left out (docs/design.md, "The cost of a scrape")."""
+        """A snapshot of the queue and every reader (no I/O; see :class:`QueueStats`), the queue
+        lock taken reader by reader (:func:`~journaled.stats.readers_in_turns`), then for the rest."""
         closing.check_process(self.path, self._forked)
-        now = time.time()
-        with self._lock:
-            cores = sorted(self._cores, key=lambda c: c.name)  # _cores is replaced, never changed
-        readers: list[ReaderStats] = []
-        turns = Turns()
-        for c in cores:
-            with self._lock:
-                current = self._readers.get(c.name)
-                if current is None or current.core is not c:
-                    continue  # removed since (or removed and made anew)
-                readers.append(
-                    reader_stats(c, now, reopen.unprovided_sinks(self._files.stored(c.name), c.config))
-                )
-            turns.tick()  # outside the lock: a put waiting for the GIL runs now and then
+        cores = sorted(self._cores, key=lambda c: c.name)  # a list replaced, never changed: no lock
+        current = lambda c: (r := self._readers.get(c.name)) is not None and r.core is c  # noqa: E731
+        sinks = lambda c: reopen.unprovided_sinks(self._files.stored(c.name), c.config)  # noqa: E731
+        readers = readers_in_turns(self._lock, cores, current, sinks, time.time())
         with self._lock:
             files, nbytes = self._journal.disk_usage()
             return QueueStats(
@@ -500,10 +492,18 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 bytes_put=self._put.put_bytes,
                 journal_files=files,
                 journal_bytes=nbytes,
-                readers=tuple(readers),
+                readers=readers,
                 health=self._engine.health(self._files.skipped_entries),
                 clients=self.server.clients() if self.server is not None else (),
             )
+
+    def open_reads(self, limit: int | None = None) -> list[OpenRead]:
+        """Reads handed out and not yet settled, oldest item first (at most ``limit``; no I/O)."""
+        return open_reads(self._lock, self._cores, self.server, limit)
+
+    def destinations(self) -> list[Any]:
+        """Where this queue's readers send dead letters and expired items (queues or callables)."""
+        return reader_sinks(self._lock, self._cores)
 
     def checkpoint(self) -> None:
         """Write the checkpoint of every reader whose state changed (the background thread does

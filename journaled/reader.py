@@ -21,7 +21,7 @@ from journaled.core.readercore import ReaderCore
 from journaled.errors import Empty, UnknownRead
 from journaled.item import Item, read_id
 from journaled.owner import closing
-from journaled.owner.readerstate import ReaderFiles
+from journaled.owner.readerfiles import ReaderFiles
 from journaled.stats import ReaderStats, reader_stats
 from journaled.txn import ItemIterator, TransactionContext
 

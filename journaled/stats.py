@@ -13,8 +13,9 @@ queue) once that item has failed more than :data:`POISON_ERRORS` times.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -23,6 +24,7 @@ from journaled.item import Item
 
 if TYPE_CHECKING:
     from journaled.core.readercore import ReaderCore
+    from journaled.remote.server import Server
 
 #: seconds of computing after which :class:`Turns` lets the other threads run
 TURN = 0.001
@@ -250,6 +252,24 @@ class ClientStats:
 
 
 @attrs.frozen
+class OpenRead:
+    """One read handed out and not yet committed or aborted (see ``JournaledQueue.open_reads``).
+
+    Attributes:
+        reader: the reader it was read from.
+        id: the item's id.
+        age: seconds since the item was put (what ``oldest_uncommitted_age`` counts).
+        client: the pid of the other process holding it through the owner, or None when the
+            owning process itself holds it.
+    """
+
+    reader: str
+    id: int
+    age: float
+    client: int | None = None
+
+
+@attrs.frozen
 class QueueStats:
     """A snapshot of a queue and all its readers.
 
@@ -295,6 +315,51 @@ class QueueStats:
                 health, poison_readers=poison, sinkless_readers=sinkless, stopped_readers=stopped, ok=ok
             )
             object.__setattr__(self, "health", health)
+
+
+def open_reads(
+    lock: AbstractContextManager[Any], cores: Iterable[ReaderCore], server: Server | None, limit: int | None
+) -> list[OpenRead]:
+    """The open reads of ``cores`` (under ``lock``, the queue lock), oldest item first, at most
+    ``limit``, each with the pid of the process holding it through ``server``, if one does."""
+    with lock:
+        holders = server.read_holders() if server is not None else {}
+        now = time.time()
+        reads = [
+            OpenRead(c.name, i, max(0.0, now - it.add_time), holders.get((c.name, i)))
+            for c in cores
+            for i, it in c.open.items()
+        ]
+    return sorted(reads, key=lambda r: -r.age)[:limit]
+
+
+def reader_sinks(lock: AbstractContextManager[Any], cores: Iterable[ReaderCore]) -> list[object]:
+    """The dead-letter and ``expire_to`` sinks of ``cores`` (queues or callables), each once,
+    read under ``lock`` (the queue lock)."""
+    with lock:
+        found = [s for c in cores for s in (c.config.dead_letter, c.config.expire_to) if s is not None]
+    return list({id(s): s for s in found}.values())
+
+
+def readers_in_turns(
+    lock: AbstractContextManager[Any],
+    cores: Iterable[ReaderCore],
+    current: Callable[[ReaderCore], bool],
+    sinks_missing: Callable[[ReaderCore], tuple[str, ...]],
+    now: float,
+) -> tuple[ReaderStats, ...]:
+    """Every reader's snapshot, taking ``lock`` (the queue lock) reader by reader, not across
+    them all, with turns for the other threads (:class:`Turns`) between: a put waits for one
+    reader's snapshot at most.  Each is consistent by itself; together they are not one instant.
+    A core for which ``current`` is False (its reader removed since) is left out."""
+    readers: list[ReaderStats] = []
+    turns = Turns()
+    for core in cores:
+        with lock:
+            if current(core):
+                readers.append(reader_stats(core, now, sinks_missing(core)))
+        turns.tick()  # outside the lock: a put waiting for the GIL runs now and then
+    return tuple(readers)
 
 
 def reader_stats(

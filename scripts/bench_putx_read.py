@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Read-back speed of items put by a client process (PUTX records carrying only a producer's tag)
-against plain puts: ``--items`` items of ``--size`` bytes drained after a reopen.
+"""Read-back speed of items put by a client process (PUTX records carrying only a producer's tag),
+and of items carrying a 16-byte key and one header, against plain puts: ``--items`` items of
+``--size`` bytes drained after a reopen.
 
 Each kind gets a fresh queue: ``put_many`` in batches of 1,000, plain (type 0x01 PUT records) or
 with ``producer=(id, first_sequence)`` (type 0x02 PUTX records with nothing but the tag, what
@@ -47,6 +48,9 @@ def drain_rate(root: str, kind: str, items: int, size: int) -> float:
                 batch = [payload] * min(BATCH, items - first)
                 if kind == "tagged":
                     q.put_many(batch, producer=(4242, first + 1))
+                elif kind == "keyed":
+                    keys = [b"%016d" % i for i in range(first, first + len(batch))]
+                    q.put_many(batch, keys=keys, headers={"ct": b"json"})
                 else:
                     q.put_many(batch)
         with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
@@ -65,7 +69,7 @@ def drain_rate(root: str, kind: str, items: int, size: int) -> float:
 def measure(root: str, items: int, size: int, rounds: int) -> dict[str, object]:
     from journaled.format import speedups
 
-    best = {"plain": 0.0, "tagged": 0.0}
+    best = {"plain": 0.0, "tagged": 0.0, "keyed": 0.0}
     for _ in range(rounds):
         for kind in best:
             best[kind] = max(best[kind], drain_rate(root, kind, items, size))
@@ -101,6 +105,9 @@ def show(label: str, res: dict[str, object]) -> None:
     print(f"{label}: {res['hot_path']}")
     print(f"  plain PUT items     {plain:>10,.0f} items/s")
     print(f"  tagged PUTX items   {tagged:>10,.0f} items/s   {tagged / plain:5.2f}x plain")
+    if "keyed" in res:
+        keyed = float(res["keyed"])  # type: ignore[arg-type]
+        print(f"  keyed PUTX items    {keyed:>10,.0f} items/s   {keyed / plain:5.2f}x plain (key + header)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,12 @@ swapped every round), so a ratio compares runs made under the same load.
   ``Trigger.AvailableNow`` into the ``noop`` sink, journaled vs ``spark.read.text``; then both
   again with the query naming its one column (``.schema("value BINARY")``, rows ``batch/value``
   and ``aNow/value``), since Spark prunes no column of a Python source.  Best of ``--repeat``
-  after one warm-up; the ratio is journaled's rows/s over the text source's.
+  after one warm-up; the ratio is journaled's rows/s over the text source's, then the same for
+  the CPU seconds of the whole process tree (driver, JVM, Python workers), steadier than wall
+  time on a shared machine.
+  ``--cases batch,batch/value`` runs only those rows.
+* keyed (``--keyed-rows N``): the default batch read of N items carrying a 16-byte key and a
+  header against the same items without metadata, then both with ``includeHeaders``.
 * latency (``--latency RATE@TRIGGER_MS,...``): a producer thread puts RATE rows/s (100-byte
   rows, in 50 ms ticks) for ``--seconds`` while a ``processingTime`` query runs; in
   ``foreachBatch`` each row's latency is (time the batch reaches ``foreachBatch``) - (its put
@@ -35,6 +40,8 @@ Examples::
 
     python scripts/bench_spark.py --sizes 400000,2000000 --latency 100000@100,100000@1000,300000@1000
     python scripts/bench_spark.py --sizes 200000 --latency none --sink-rows 0      # quick
+    python scripts/bench_spark.py --sizes 2000000 --cases batch,batch/value --latency none \
+        --sink-rows 0 --keyed-rows 400000 --repeat 3
     python scripts/bench_spark.py --startup --repeat 9
     python scripts/bench_spark.py --tests
 """
@@ -77,6 +84,30 @@ def tree_rss(pid: int, cpu: dict[int, float] | None = None) -> int:
             cpu[p] = ticks[p] / os.sysconf("SC_CLK_TCK")
         todo.extend(children.get(p, []))
     return total
+
+
+def cpu_tree() -> float:
+    """CPU seconds (user + system, with those of reaped children) of this process and all its
+    descendants (the JVM, its Python workers): on a shared machine a steadier measure of what a
+    query costs than its wall time."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        ticks[int(entry)] = sum(int(x) for x in fields[11:15])
+    total, todo = 0, [os.getpid()]
+    while todo:
+        p = todo.pop()
+        total += ticks.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def run_tests() -> None:
@@ -167,8 +198,9 @@ def line(ms: int, size: int) -> str:
     return f"{ms:013d}," + "x" * max(0, size - 15) + "\n"
 
 
-def make_data(base: str, rows: int, size: int) -> tuple[str, str]:
-    """``rows`` records in a journaled queue and, the same bytes, as lines of one text file."""
+def make_data(base: str, rows: int, size: int, keyed: bool = False) -> tuple[str, str]:
+    """``rows`` records in a journaled queue and, the same bytes, as lines of one text file;
+    ``keyed``: each item carries a distinct 16-byte key and one header (a PUTX record)."""
     import journaled
 
     qdir, tdir = os.path.join(base, "queue"), os.path.join(base, "text")
@@ -180,7 +212,11 @@ def make_data(base: str, rows: int, size: int) -> tuple[str, str]:
     ):
         for k in range(0, rows, 50_000):
             n = min(50_000, rows - k)
-            q.put_many([payload[:-1]] * n)
+            if keyed:
+                keys = [b"%016d" % i for i in range(k, k + n)]
+                q.put_many([payload[:-1]] * n, keys=keys, headers={"ct": b"text"})
+            else:
+                q.put_many([payload[:-1]] * n)
             f.write(payload * n)
     return qdir, tdir
 
@@ -196,7 +232,9 @@ def percentile(hist: dict[int, int], q: float) -> float:
     return float("nan")
 
 
-def run_table(spark, F, base: str, sizes: list[int], size: int, repeat: int) -> None:  # noqa: ANN001
+def run_table(  # noqa: ANN001
+    spark, F, base: str, sizes: list[int], size: int, repeat: int, only: set[str] | None = None
+) -> None:
     counter = iter(range(10**9))
 
     def stream(df) -> None:  # noqa: ANN001
@@ -246,21 +284,61 @@ def run_table(spark, F, base: str, sizes: list[int], size: int, repeat: int) -> 
             ),
         }
         for case, (ours, text) in cases.items():
+            if only is not None and case not in only:
+                continue
             best = {"journaled": float("inf"), "text": float("inf")}
+            cpu = dict(best)
             for r in range(repeat + 1):  # round 0 warms up
                 order = [("journaled", ours), ("text", text)]
                 for side, fn in order if r % 2 else order[::-1]:
+                    c = cpu_tree()
                     t = time.perf_counter()
                     fn()
                     if r:
                         best[side] = min(best[side], time.perf_counter() - t)
+                        cpu[side] = min(cpu[side], cpu_tree() - c)
             j, x = best["journaled"], best["text"]
             print(
                 f"{case:12} {rows:>10,}: journaled {rows / j:10,.0f} rows/s ({j:.2f} s), "
-                f"text {rows / x:10,.0f} rows/s ({x:.2f} s), ratio {x / j:.2f}x",
+                f"text {rows / x:10,.0f} rows/s ({x:.2f} s), ratio {x / j:.2f}x; "
+                f"CPU {cpu['journaled']:.2f} s vs {cpu['text']:.2f} s, {cpu['text'] / cpu['journaled']:.2f}x",
                 flush=True,
             )
         shutil.rmtree(d, ignore_errors=True)
+
+
+def run_keyed(spark, F, base: str, rows: int, size: int, repeat: int) -> None:  # noqa: ANN001
+    """Default batch read (every column) of ``rows`` items carrying a 16-byte key and a header
+    against the same items without metadata; then both with ``includeHeaders``."""
+    t0 = time.monotonic()
+    plain, _ = make_data(os.path.join(base, f"plain{rows}"), rows, size)
+    keyed, _ = make_data(os.path.join(base, f"keyed{rows}"), rows, size, keyed=True)
+    print(f"-- keyed vs plain, {rows:,} records of {size} bytes (written in {time.monotonic() - t0:.0f} s)")
+
+    def read(path: str, headers: bool) -> None:
+        r = spark.read.format("journaled")
+        if headers:
+            r = r.option("includeHeaders", "true")
+        r.load(path).agg(F.sum(F.length("value")), F.count("key")).collect()
+
+    for headers in (False, True):
+        best = {"keyed": float("inf"), "plain": float("inf")}
+        for r in range(repeat + 1):  # round 0 warms up
+            order = [("keyed", keyed), ("plain", plain)]
+            for side, path in order if r % 2 else order[::-1]:
+                t = time.perf_counter()
+                read(path, headers)
+                if r:
+                    best[side] = min(best[side], time.perf_counter() - t)
+        k, p = best["keyed"], best["plain"]
+        name = "keyed+hdrs" if headers else "keyed"
+        print(
+            f"{name:12} {rows:>10,}: keyed {rows / k:10,.0f} rows/s ({k:.2f} s), "
+            f"plain {rows / p:10,.0f} rows/s ({p:.2f} s), ratio {p / k:.2f}x",
+            flush=True,
+        )
+    shutil.rmtree(os.path.join(base, f"plain{rows}"), ignore_errors=True)
+    shutil.rmtree(os.path.join(base, f"keyed{rows}"), ignore_errors=True)
 
 
 def run_latency(
@@ -423,6 +501,12 @@ def main() -> None:
     ap.add_argument(
         "--sink-rows", type=int, default=400_000, help="rows written by the sink measurement (0: skip)"
     )
+    ap.add_argument(
+        "--cases", default="", help="table rows to run (comma-separated, e.g. batch,batch/value; default all)"
+    )
+    ap.add_argument(
+        "--keyed-rows", type=int, default=0, help="rows of the keyed-vs-plain default read (0: skip)"
+    )
     ap.add_argument("--tests", action="store_true", help="measure the Spark test session instead")
     ap.add_argument("--startup", action="store_true", help="measure the Python workers' start-up instead")
     ap.add_argument(
@@ -461,7 +545,10 @@ def main() -> None:
         )
         sizes = [int(n) for n in args.sizes.split(",") if n.strip() and int(n) > 0]
         if sizes:
-            run_table(spark, F, base, sizes, args.size, args.repeat)
+            only = {c.strip() for c in args.cases.split(",") if c.strip()} or None
+            run_table(spark, F, base, sizes, args.size, args.repeat, only)
+        if args.keyed_rows:
+            run_keyed(spark, F, base, args.keyed_rows, args.size, args.repeat)
         if args.latency != "none":
             for k, spec in enumerate(args.latency.split(",")):
                 rate, trigger_ms = (int(x) for x in spec.split("@"))

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-import journaled.queue as queue_module
+import journaled.stats as stats_module
 from journaled import JournaledQueue, ReaderConfig
 from journaled.cli.scrapes import SharedRender, dumps_in_turns, stats_dict
 from journaled.metrics import QueueCollector
@@ -39,7 +39,7 @@ def _between_readers(monkeypatch, then):  # type: ignore[no-untyped-def]
             self.n += 1
             then(self.n)
 
-    monkeypatch.setattr(queue_module, "Turns", Seam, raising=False)
+    monkeypatch.setattr(stats_module, "Turns", Seam)
 
 
 def test_a_put_completes_while_a_snapshot_of_many_readers_is_in_progress(tmp_path, monkeypatch) -> None:

@@ -36,7 +36,8 @@ import attrs
 
 from journaled.cli.inspection import UsageError, escape, show_bytes, show_payload
 from journaled.deadletter import KINDS, DeadLetter
-from journaled.disk.spoolfiles import BatchWriter, Ledger, new_temp_path, pending_batches, publish, spool_dir
+from journaled.disk.spoolfiles import BatchWriter, new_temp_path, pending_batches, publish, spool_dir
+from journaled.disk.spoolledger import Ledger
 from journaled.errors import Empty, JournaledError
 from journaled.format.metadata import Meta
 from journaled.item import Item
@@ -200,14 +201,15 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
             "not written out yet, and redrives it has not checkpointed yet, are not seen",
             file=sys.stderr,
         )
+    how = args.payload_format or ("text" if args.payload else None)
     shown = 0
     for dead_id, add_ms, data, redriven in _records(path, name, args.all):
         if limit is not None and shown >= limit:
             break
         if not select.matches(envelope(data)[0]):
             continue
-        row = _row(dead_id, add_ms, data, redriven, args.payload is not None)
-        print(json.dumps(row) if args.json else _line(row, data, args.payload))
+        row = _row(dead_id, add_ms, data, redriven, how is not None)
+        print(json.dumps(row) if args.json else _line(row, data, how))
         shown += 1
     if not args.json:
         what = "dead letter" if shown == 1 else "dead letters"
@@ -372,13 +374,18 @@ def add_dead_letter_commands(sub: Any) -> None:
     )
     p.add_argument("path", help="the dead-letter queue's directory")
     _filters(p)
+    # A flag, not an option with an optional value: `--payload PATH` must read PATH as the path
+    # (with an optional value argparse took it for the format and refused it).
     p.add_argument(
         "--payload",
-        nargs="?",
-        const="text",
+        action="store_true",
+        help="show each payload, as text with control bytes escaped (with --json: base64)",
+    )
+    p.add_argument(
+        "--payload-format",
         choices=("text", "hex", "base64"),
-        help="show each payload: text (control bytes escaped; the default), hex or base64; "
-        "with --json always base64",
+        metavar="{text,hex,base64}",
+        help="show each payload in this form (implies --payload; with --json always base64)",
     )
     p.add_argument(
         "--all", action="store_true", help="also the dead letters redriven already (still on disk)"

@@ -9,7 +9,7 @@ without blocking (a selector); a few worker threads compute the answers; so the 
   connection that has waited longest for its next request (idle, or sending its headers slowly),
   and when every connection is being answered the new one is closed at once;
 * a connection's descriptor is counted against the owner's: one whose number falls in the
-  :data:`~journaled.remote.server.FD_RESERVE` descriptors the owner keeps for its journal is
+  :data:`~journaled.remote.admission.FD_RESERVE` descriptors the owner keeps for its journal is
   closed at once, and when ``accept`` itself fails (EMFILE and the like) the listener rests for a
   while instead of spinning;
 * the request line and headers must arrive within :data:`HEADER_TIMEOUT` seconds of the
@@ -37,7 +37,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
-from journaled.remote.server import FD_RESERVE
+from journaled.remote.admission import FD_RESERVE
 
 log = logging.getLogger("journaled")
 

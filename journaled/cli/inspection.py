@@ -356,10 +356,20 @@ def add_inspect_commands(sub: Any) -> None:
     )
     p.set_defaults(func=cmd_dump)
 
-    p = sub.add_parser("stat", help="readers, heads, backlog, files, bytes, ages (read-only)")
+    p = sub.add_parser(
+        "stat",
+        help="readers, heads, backlog, files, bytes, ages (read-only)",
+        description="Print a queue's state once: its journal files, and per reader the backlog, the "
+        "age of the oldest item not yet committed, open reads, delayed items and dead letters; with a "
+        "running owner also its health and the processes using the queue.  It never takes the "
+        "directory, never becomes the owner and creates or changes nothing, so it is safe beside a "
+        "running owner.  'journaled top' shows the same figures live.",
+    )
     p.add_argument("path", help="queue directory")
     p.add_argument("--name", help="which queue, where the directory holds several")
-    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object (every key is described in docs/cli.md)"
+    )
     p.set_defaults(func=cmd_stat)
 
     p = sub.add_parser(

@@ -21,11 +21,11 @@ chose for port 0.
 
 ``--http [HOST:]PORT`` serves the status page (journaled/cli/statuspage.py): 127.0.0.1 unless a
 host is given, a token on every request (printed with the address; ``--no-token`` opts out),
-dead letters' payloads only with ``--peek``, a request naming another ``Host`` refused (DNS
-rebinding; ``--allow-host NAME`` names more).  Like ``--metrics`` it listens before any queue is
-opened, and an address in use is one line and exit 2.  Both ports are served by
-cli/httpserver.py, bounded so that nothing reaching them can take the owner's resources
-(docs/design.md, "What listens on a port").
+payloads (dead letters', items its search finds) only with ``--peek``, a request naming another
+``Host`` refused (DNS rebinding; ``--allow-host NAME`` names more).  Like ``--metrics`` it
+listens before any queue is opened, and an address in use is one line and exit 2.  Both ports
+are served by cli/httpserver.py, bounded so that nothing reaching them can take the owner's
+resources (docs/design.md, "What listens on a port").
 """
 
 from __future__ import annotations
@@ -338,6 +338,8 @@ def add_serve_command(sub: Any) -> None:
         "naming any other Host is refused: DNS rebinding); may be given more than once",
     )
     p.add_argument(
-        "--peek", action="store_true", help="show dead letters' payloads on the status page (escaped)"
+        "--peek",
+        action="store_true",
+        help="show payloads on the status page (dead letters' and search results', escaped)",
     )
     p.set_defaults(func=cmd_serve)

@@ -22,7 +22,8 @@ from journaled.config import STORED_FIELDS, ReaderConfig, reader_settings
 from journaled.disk import checkpointfiles
 from journaled.disk.settingsfile import load_settings, settings_path
 from journaled.errors import CorruptJournal, UnknownReader
-from journaled.offline.snapshot import NotAQueue, queue_name, queues_in
+from journaled.offline.snapshot import NotAQueue, queue_name
+from journaled.owner.destinations import destination_problem
 
 #: Options of ``journaled config PATH reader NAME``: field -> how its value is read.  ``none``
 #: clears a limit (or a destination).
@@ -61,19 +62,9 @@ def _check_destination(field: str, path: str) -> None:
     path: a directory holding something but no queue, several queues, or a file.  A queue, an
     empty directory and a missing one (the owner opens it once it exists, never creates it)
     are taken."""
-    option = "--" + field.replace("_", "-")
-    if not os.path.lexists(path):
-        return
-    if not os.path.isdir(path):
-        raise UsageError(f"{option} {path}: not a directory")
-    names = queues_in(path)
-    if len(names) > 1:
-        raise UsageError(f"{option} {path}: holds several queues ({', '.join(names)}); a destination is one")
-    if not names and os.listdir(path):
-        raise UsageError(
-            f"{option} {path}: holds no journaled queue and is not empty (a destination is a queue's "
-            "directory, or an empty one)"
-        )
+    problem = destination_problem(path)
+    if problem is not None:
+        raise UsageError(f"--{field.replace('_', '-')} {problem}")
 
 
 def _changes(args: argparse.Namespace) -> dict[str, Any]:

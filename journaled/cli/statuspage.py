@@ -1,11 +1,17 @@
 """The status page of ``journaled serve ... --http HOST:PORT``: a small read-only HTML page and the
 JSON it is drawn from, served by cli/httpserver.py (no framework, no build step).
 
-* ``/`` the page: per queue its health, clients, put rate, journal size, and per reader the
-  backlog, commit rate, oldest age, open reads, delayed items and dead letters, with the backlog
-  and rates plotted over the last :data:`HISTORY_SECONDS` (the page's own script draws SVG);
-  the newest dead letters of each reader's dead-letter queue, with their reasons.
+* ``/`` the page: a section per queue served, and per queue its readers' dead-letter and
+  ``expire_to`` queues this process owns (:func:`served`): its health, clients, put rate,
+  journal size, and per reader the backlog, commit rate, age of the oldest item not yet
+  committed, open reads, delayed items and dead letters; the put rate, and per reader the
+  backlog beside its commit rate, plotted over the last :data:`HISTORY_SECONDS` with axes,
+  time labels and values (the page's own script draws SVG: no external script, it works
+  offline); the open reads (reader, id, age, client); the newest dead letters of each reader's
+  dead-letter queue, with their reasons; and a search form.
 * ``/api/status`` that JSON (the page asks for it every two seconds).
+* ``/api/find`` the search: ``journaled dump``'s filters over a served queue's files
+  (below: bounded, read from the files, never holding the queue's lock).
 * ``/metrics`` the Prometheus exposition, when a ``metrics`` function is given.
 
 **Access.**  Bound to 127.0.0.1 unless told otherwise.  Any local user can connect to a local
@@ -19,12 +25,38 @@ opts out of the token, never of the ``Host`` check: a request whose ``Host`` is 
 address or a loopback name (or one of ``allowed_hosts``) is refused, so a web site cannot read
 the page through DNS rebinding.  Payloads are never shown unless
 ``peek`` (``--peek``), and then escaped, at most :data:`PEEK_BYTES` of each.  Nothing here
-changes a queue: every route only reads stats and the dead-letter queues' files.
+changes a queue: every route only reads stats, open reads and the queues' files.
+
+**The search** (``/api/find``): ``journaled dump``'s filters (cli/finding.py) over the query
+string, answered as JSON.  Query parameters: ``queue`` (a served queue's path; the first served
+queue without it), ``key``, ``header=NAME=VALUE`` (repeatable: all must match),
+``since``/``until`` (ISO 8601, naive meaning UTC, or seconds since the epoch), ``start``/``end``
+(an id range, both inclusive) and ``limit`` (at most :data:`FIND_ITEMS`).  Each item found is
+given by id, time (``at``, seconds since the epoch), key, headers and payload size; its payload
+(the first :data:`PEEK_BYTES`, as text) only when the page was started with ``--peek``.  Keys
+and header values are shown as ``journaled dump`` shows them (printable ASCII as itself, every
+other byte ``\\xNN``).
+
+**Read only, and never in the owner's way.**  The records are read from the journal files by
+:class:`~journaled.offline.scan.JournalScanner` as any reader of a live directory does: no queue
+lock, no reader, nothing written, so a put or a commit never waits for a search (the files hold
+what the owner has written so far; items still buffered by the sync policy show on the next
+search).  A ``since`` starts the scan at the first id put at or after it (the time index:
+bisection over record times), and the scan stops at the first record past ``end`` or ``until``.
+
+**Bounded.**  At most :data:`FIND_ITEMS` items and about :data:`FIND_BYTES` bytes of them per
+answer, and at most :data:`FIND_SECONDS` of scanning (a key or header filter reads every
+record in the range): the answer then says ``more`` and the id to search on from (``next_id``).
+One search runs at a time per page (another is answered 503), so a search never takes both of
+the page's workers; and it rests between batches of records as long as it worked (at most
+:data:`FIND_REST`), so it takes at most about half of the owner's interpreter lock.
 """
 
 from __future__ import annotations
 
+import argparse
 import hmac
+import json
 import os
 import secrets
 import threading
@@ -35,9 +67,15 @@ from http import cookies
 from importlib import resources
 from typing import Any
 
+import attrs
+
+from journaled.cli.finding import Filter, parse_header, parse_time
 from journaled.cli.httpserver import BoundedHTTPServer, Request, Response, host_allowed
-from journaled.cli.inspection import escape
+from journaled.cli.inspection import escape, show_bytes
 from journaled.cli.scrapes import SharedRender, dumps_in_turns, stats_dict
+from journaled.format.record import Put, PutX
+from journaled.offline.scan import JournalScanner
+from journaled.queue import JournaledQueue
 
 #: how far back the page's plots reach, and how often a sample is taken for them
 HISTORY_SECONDS = 600
@@ -47,6 +85,125 @@ DEAD_LETTERS_SHOWN = 20
 PEEK_BYTES = 200
 #: sessions remembered at once (each a browser that opened the page with the token)
 MAX_SESSIONS = 64
+#: at most this many open reads listed per queue (the oldest items first)
+OPEN_READS_SHOWN = 100
+
+
+#: items in one answer at most (and the default ``limit``)
+FIND_ITEMS = 100
+#: bytes of items (their JSON) in one answer, about: the item that passes it is the last
+FIND_BYTES = 256 * 1024
+#: seconds one search may scan before it answers with what it found so far (the clock is read
+#: every FIND_CHECK_EVERY records)
+FIND_SECONDS = 2.0
+FIND_CHECK_EVERY = 256
+#: at most this many seconds of rest after each batch of FIND_CHECK_EVERY records: as long as
+#: the batch took, so a search takes at most about half of the owner's interpreter lock
+FIND_REST = 0.05
+
+
+class SearchError(ValueError):
+    """A query the search cannot run: the page shows the message (the answer is 400)."""
+
+
+def _one(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name, [])
+    if len(values) > 1:
+        raise SearchError(f"{name} given {len(values)} times")
+    return values[0].strip() if values and values[0].strip() else None
+
+
+def _id(query: dict[str, list[str]], name: str) -> int | None:
+    text = _one(query, name)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise SearchError(f"{name}: not an item id: {text!r}")
+    return int(text)
+
+
+def parse_find(query: dict[str, list[str]]) -> tuple[Filter, int]:
+    """The :class:`~journaled.cli.finding.Filter` and the item limit a query string asks for;
+    :class:`SearchError` for a wrong one."""
+    try:
+        since, until = _one(query, "since"), _one(query, "until")
+        headers = tuple(parse_header(h) for h in query.get("header", []) if h.strip())
+        wanted = Filter(
+            start_id=_id(query, "start") or 0,
+            end_id=_id(query, "end"),
+            since_ms=None if since is None else parse_time(since),
+            until_ms=None if until is None else parse_time(until),
+            key=None if (key := _one(query, "key")) is None else key.encode("utf-8", "surrogateescape"),
+            headers=headers,
+        )
+    except argparse.ArgumentTypeError as exc:
+        raise SearchError(str(exc)) from None
+    limit = _id(query, "limit")
+    if limit is None:
+        limit = FIND_ITEMS
+    if not 1 <= limit <= FIND_ITEMS:
+        raise SearchError(f"limit: between 1 and {FIND_ITEMS}, not {limit}")
+    return wanted, limit
+
+
+def found_json(rec: Put, peek: bool) -> dict[str, Any]:
+    """What the page shows of one record found."""
+    meta = rec.meta if isinstance(rec, PutX) else None
+    row: dict[str, Any] = {
+        "id": rec.id,
+        "at": rec.add_ms / 1000,
+        "size": len(rec.payload),
+        "key": None if meta is None or meta.key is None else show_bytes(meta.key),
+        "headers": {} if meta is None else {escape(k): show_bytes(v) for k, v in meta.headers.items()},
+    }
+    if peek:
+        row["payload"] = escape(rec.payload[:PEEK_BYTES].decode("utf-8", "backslashreplace"))
+        row["payload_cut"] = len(rec.payload) > PEEK_BYTES
+    return row
+
+
+def find(path: str, name: str, wanted: Filter, limit: int, peek: bool) -> dict[str, Any]:
+    """``/api/find``: run ``wanted`` over the journal files of queue ``name`` in ``path``:
+    ``items`` found, ``scanned`` (records read in the range), ``more`` (the answer stopped at a
+    bound; ``next_id`` is where to go on from) and ``damage`` (spans skipped)."""
+    scanner = JournalScanner(path, name)
+    first, last = wanted.id_range(path, name)
+    deadline = time.monotonic() + FIND_SECONDS
+    items: list[dict[str, Any]] = []
+    size = scanned = 0
+    more, next_id = False, None
+    batch = time.monotonic()
+    for rec in scanner.records(first, last):
+        if wanted.past(rec):
+            break  # ids and add times only grow along the journal: nothing later matches
+        late = False
+        if scanned and scanned % FIND_CHECK_EVERY == 0:  # never before the first: every answer gets on
+            now = time.monotonic()
+            late = now > deadline
+            # the scan runs in the owner's process and shares its interpreter lock: it rests as
+            # long as it worked, so the owner's puts and commits keep at least half of it
+            time.sleep(0 if late else min(now - batch, FIND_REST))
+            batch = time.monotonic()
+        if len(items) >= limit or size >= FIND_BYTES or late:
+            more, next_id = True, rec.id
+            break
+        scanned += 1
+        if not wanted.matches(rec):
+            continue
+        row = found_json(rec, peek)
+        size += len(str(row))
+        items.append(row)
+    return {
+        "path": path,
+        "queue": name,
+        "first_id": first,
+        "items": items,
+        "scanned": scanned,
+        "more": more,
+        "next_id": next_id,
+        "damage": len(scanner.damage),
+        "peek": peek,
+    }
 
 
 def _page() -> bytes:
@@ -54,9 +211,48 @@ def _page() -> bytes:
     return resources.files("journaled.cli").joinpath("status.html").read_bytes()
 
 
+def served(queues: Sequence[Any]) -> list[Any]:
+    """``queues`` and, after each, the queues its readers write dead letters and expired items
+    to (``ReaderConfig.dead_letter`` / ``expire_to``, followed transitively) that are open in
+    this process: every queue the process serves, each once (by path), closed ones left out."""
+    out: list[Any] = []
+    seen: set[str] = set()
+    todo = list(reversed(queues))
+    while todo:
+        q = todo.pop()
+        if q.path in seen or getattr(q, "closed", False):
+            continue
+        seen.add(q.path)
+        out.append(q)
+        try:
+            found = [d for d in q.destinations() if isinstance(d, JournaledQueue)]
+        except Exception:  # closing meanwhile: its section says so, its destinations wait
+            found = []
+        todo.extend(reversed(found))
+    return out
+
+
+def rates(history: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    """Puts per second of the queue at ``path`` and commits per second of each of its readers,
+    between the two newest samples of ``history`` that have it (None: fewer than two)."""
+    pts = [p for p in history if path in p["queues"]]
+    if len(pts) < 2 or pts[-1]["t"] <= pts[-2]["t"]:
+        return {"put_per_s": None, "commit_per_s": {}}
+    a, b = pts[-2], pts[-1]
+    dt = b["t"] - a["t"]
+    qa, qb = a["queues"][path], b["queues"][path]
+    commits = {
+        name: max(0, vb[1] - qa["readers"][name][1]) / dt
+        for name, vb in qb["readers"].items()
+        if name in qa["readers"]
+    }
+    return {"put_per_s": max(0, qb["next_id"] - qa["next_id"]) / dt, "commit_per_s": commits}
+
+
 class History:
-    """Samples of every queue's figures, the newest :data:`HISTORY_SECONDS` of them, taken by a
-    daemon thread every :data:`SAMPLE_EVERY` seconds (``lock`` guards ``samples``)."""
+    """Samples of every served queue's figures (:func:`served`), the newest
+    :data:`HISTORY_SECONDS` of them, taken by a daemon thread every :data:`SAMPLE_EVERY` seconds
+    (``lock`` guards ``samples``): per queue its next id, per reader its backlog and commits."""
 
     def __init__(self, queues: Sequence[Any]) -> None:
         self.queues = queues
@@ -70,7 +266,7 @@ class History:
     def take(self) -> None:
         at = time.time()
         point: dict[str, Any] = {"t": at, "queues": {}}
-        for q in self.queues:
+        for q in served(self.queues):
             try:
                 st = q.stats()
             except Exception:  # a closed or lost queue: a gap in its plot, not a dead thread
@@ -97,7 +293,6 @@ def _dead_letters(dead: Any, peek: bool) -> list[dict[str, Any]]:
     from its newest files without taking it (a dead letter redriven since is still listed until
     its file is archived); [] if it cannot be read."""
     from journaled.deadletter import DeadLetter
-    from journaled.offline.scan import JournalScanner
     from journaled.offline.snapshot import queue_name
 
     path = getattr(dead, "path", dead)
@@ -136,10 +331,19 @@ def _dead_letters(dead: Any, peek: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _open_reads(q: Any) -> list[dict[str, Any]]:
+    try:
+        return [attrs.asdict(r) for r in q.open_reads(OPEN_READS_SHOWN)]
+    except Exception:  # closing meanwhile, or not an owner
+        return []
+
+
 def status(queues: Sequence[Any], history: History, peek: bool) -> dict[str, Any]:
-    """What ``/api/status`` answers: every queue's stats, its dead letters, and the history."""
+    """What ``/api/status`` answers: for every served queue (:func:`served`) its stats, rates,
+    open reads (the oldest :data:`OPEN_READS_SHOWN`) and dead letters; and the history."""
     out = []
-    for q in queues:
+    samples = history.copy()
+    for q in served(queues):
         try:
             st = q.stats()
         except Exception as exc:
@@ -155,8 +359,16 @@ def status(queues: Sequence[Any], history: History, peek: bool) -> dict[str, Any
             if isinstance(where, str):
                 full = where if os.path.isabs(where) else os.path.normpath(os.path.join(q.path, where))
                 dead[name] = _dead_letters(full, peek)
-        out.append({"path": q.path, "stats": stats_dict(st), "dead_letters": dead})
-    return {"now": time.time(), "queues": out, "history": history.copy(), "peek": peek}
+        out.append(
+            {
+                "path": q.path,
+                "stats": stats_dict(st),
+                "rates": rates(samples, q.path),
+                "open_reads": _open_reads(q),
+                "dead_letters": dead,
+            }
+        )
+    return {"now": time.time(), "queues": out, "history": samples, "peek": peek}
 
 
 class StatusServer:
@@ -183,6 +395,8 @@ class StatusServer:
         #: one of them, never the token: cookies are sent to every port of a host)
         self.sessions: dict[str, None] = {}
         self._sessions_lock = threading.Lock()
+        #: one search at a time: the page's other worker keeps answering
+        self._searching = threading.Lock()
         # scrapes share renders, and render in turns (docs/design.md, "The cost of a scrape")
         self._status = SharedRender(
             lambda: dumps_in_turns(status(self.queues, self.history, self.peek), default=str).encode()
@@ -263,9 +477,36 @@ class StatusServer:
             return Response(200, _page(), "text/html; charset=utf-8", tuple(extra))
         if req.path == "/api/status":
             return Response(200, self._status.get(), "application/json", tuple(extra))
+        if req.path == "/api/find":
+            return self._find(req, tuple(extra))
         if req.path == "/metrics" and self.metrics is not None:
             return Response(200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8", tuple(extra))
         return Response(404, b"not found", headers=tuple(extra))
+
+    def _find(self, req: Request, extra: tuple[tuple[str, str], ...]) -> Response:
+        """``/api/find`` (:func:`find`): 400 for a wrong query, 404 for a queue not
+        served, 503 while another search runs."""
+
+        def answer(code: int, body: dict[str, Any]) -> Response:
+            return Response(code, json.dumps(body).encode(), "application/json", extra)
+
+        try:
+            wanted, limit = parse_find(req.query)
+        except SearchError as exc:
+            return answer(400, {"error": str(exc)})
+        queues = served(self.queues)
+        path = req.query.get("queue", [queues[0].path if queues else ""])[0]
+        q = next((q for q in queues if q.path == path), None)
+        if q is None:
+            return answer(404, {"error": f"no queue served at {path!r}"})
+        if not self._searching.acquire(blocking=False):
+            return answer(503, {"error": "another search is running: try again when it has answered"})
+        try:
+            return answer(200, find(q.path, q.name, wanted, limit, self.peek))
+        except Exception as exc:  # the files changed under the scan, a newer format: say so
+            return answer(500, {"error": f"the search failed: {exc}"})
+        finally:
+            self._searching.release()
 
     def close(self) -> None:
         """Stop serving."""
@@ -273,4 +514,19 @@ class StatusServer:
         self.httpd.close()
 
 
-__all__ = ["HISTORY_SECONDS", "History", "StatusServer", "status"]
+__all__ = [
+    "FIND_BYTES",
+    "FIND_CHECK_EVERY",
+    "FIND_ITEMS",
+    "FIND_REST",
+    "FIND_SECONDS",
+    "HISTORY_SECONDS",
+    "History",
+    "SearchError",
+    "StatusServer",
+    "find",
+    "parse_find",
+    "rates",
+    "served",
+    "status",
+]

@@ -45,7 +45,8 @@ def _held(delayed: int | None, not_due: int | None) -> int | None:
 
 @attrs.frozen
 class ReaderRow:
-    """One reader at one moment (None: not known without a live owner)."""
+    """One reader at one moment (None: not known without a live owner); ``oldest_age``: the
+    seconds since the oldest item not yet committed (open reads included) was put."""
 
     name: str
     backlog: int
@@ -87,7 +88,7 @@ def sample(path: str, name: str | None = None) -> Sample:
                 name=r["name"],
                 backlog=r["backlog_items"],
                 backlog_bytes=r["backlog_bytes"],
-                oldest_age=r["oldest_age"],
+                oldest_age=r.get("oldest_uncommitted_age", r["oldest_age"]),
                 open_reads=r["open_reads"],
                 delayed=_held(r["items_delayed"], r.get("items_not_due")),
                 dead_lettered=r["dead_lettered"],
@@ -199,7 +200,7 @@ def render(samples: Sequence[Sample], previous: dict[str, Sample], interval: flo
             f"QUEUE {escape(s.name)}  {escape(s.path)}",
             f"  {s.source}   health {s.health}   clients {clients}",
             f"  next id {s.next_id:,}   put/s {put}   journal {s.files} files, {_size(s.nbytes)}",
-            f"  {'READER':<16} {'BACKLOG':>10} {'BYTES':>10} {'COMMIT/S':>10} {'OLDEST':>8} "
+            f"  {'READER':<16} {'BACKLOG':>10} {'BYTES':>10} {'COMMIT/S':>10} {'UNCOMMITTED':>11} "
             f"{'OPEN':>6} {'DELAYED':>8} {'DEAD':>6}  FLAGS",
         ]
         if not s.readers:
@@ -215,7 +216,7 @@ def render(samples: Sequence[Sample], previous: dict[str, Sample], interval: flo
                 rate = _rate(r.settled, prev.settled, dt)
             lines.append(
                 f"  {escape(r.name)[:16]:<16} {r.backlog:>10,} {_size(r.backlog_bytes):>10} {rate:>10} "
-                f"{_age(r.oldest_age):>8} {_opt(r.open_reads):>6} {_opt(r.delayed):>8} "
+                f"{_age(r.oldest_age):>11} {_opt(r.open_reads):>6} {_opt(r.delayed):>8} "
                 f"{_opt(r.dead_lettered):>6}  {', '.join(r.flags)}"
             )
     return [line[:width].rstrip() for line in lines]
@@ -312,11 +313,25 @@ def cmd_top(args: argparse.Namespace) -> int:
     return run(paths, names, args.interval, args.once, sys.stdout)
 
 
+# What `journaled top --help` tells a user (the module docstring above is for developers).
+TOP_HELP = """\
+A live view of one or more queues, refreshed every --interval seconds; press q (or Ctrl-C) to
+quit.  --once prints a single frame, for a script or a log.
+
+Per queue: who owns it, its health, the processes using it, the put rate and the journal's size.
+Per reader: the backlog (items and bytes), the commit rate, the age of the oldest item not yet
+committed, open reads, delayed items and dead letters.
+
+It never opens, creates or changes a queue: a queue with a running owner is asked for its
+figures; one that nobody holds is read from its files, like `journaled stat` (a large backlog
+is then read less often).  Every figure: docs/cli.md."""
+
+
 def add_top_command(sub: Any) -> None:
     p = sub.add_parser(
         "top",
-        help="a live view of queues: backlog, rates, oldest age, open reads, health (q quits)",
-        description=__doc__,
+        help="a live view of queues: backlog, rates, oldest uncommitted age, open reads, health (q quits)",
+        description=TOP_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="queue directories")

@@ -45,9 +45,10 @@
  * configure_items()'s arguments or a twin's contract change, or a fix makes older builds unsafe to
  * run (3: the twins hold their references across Python code; 4: walk_puts; 5: items_from_puts hands
  * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
- * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too), so a stale build
- * is refused (the switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 7
+ * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
+ * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
+ * the metadata columns), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
+#define ABI_VERSION 8
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -244,6 +245,13 @@ static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in fiel
 static PyObject *py_new_item = NULL;
 static PyObject *py_new_items = NULL;
 static PyObject *py_items_from_puts = NULL;
+static PyObject *py_meta_item = NULL; /* builds the item of a PUTX carrying a key, headers or a not-before */
+
+/* The layout of a mappingproxy (Objects/descrobject.c; not in the C API): its one field. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *mapping;
+} mappingproxyobject_compat;
 static PyObject *str_size = NULL;
 static PyObject *str_payload = NULL, *str_id = NULL, *str_add_ms = NULL, *str_expire_ms = NULL, *str_get = NULL;
 static PyObject *float_1000 = NULL; /* the reference's 1000.0 */
@@ -471,17 +479,19 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *kwlist[] = {"item_type", "item_fields", "new_item", "new_items", "items_from_puts", NULL};
-    PyObject *type = NULL, *names = NULL, *refs[3] = {NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOO:configure_items", kwlist, &PyType_Type, &type,
-                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2]))
+    static char *kwlist[] = {"item_type", "item_fields", "new_item", "new_items", "items_from_puts", "meta_item",
+                             NULL};
+    PyObject *type = NULL, *names = NULL, *refs[4] = {NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOOO:configure_items", kwlist, &PyType_Type, &type,
+                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2], &refs[3]))
         return NULL;
     if (!type || !names || !refs[0] || !refs[1] || !refs[2]) {
         PyErr_SetString(PyExc_TypeError, "configure_items() takes all of its keyword arguments");
         return NULL;
     }
     PyObject *slots[ITEM_NFIELDS];
-    if (!all_callable(refs, 3) || field_slots(type, names, item_field_names, ITEM_NFIELDS, slots) < 0)
+    if (!all_callable(refs, refs[3] != NULL && refs[3] != Py_None ? 4 : 3) ||
+        field_slots(type, names, item_field_names, ITEM_NFIELDS, slots) < 0)
         return NULL;
     for (int i = 0; i < ITEM_NFIELDS; i++) {
         keep(&item_fields[i], slots[i]);
@@ -491,6 +501,7 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     keep(&py_new_item, refs[0]);
     keep(&py_new_items, refs[1]);
     keep(&py_items_from_puts, refs[2]);
+    keep(&py_meta_item, refs[3] != NULL ? refs[3] : Py_None); /* None: such records go to the reference */
     Py_RETURN_NONE;
 }
 
@@ -775,6 +786,184 @@ new_putx_tagged(int64_t offset, Py_ssize_t size, const unsigned char *p, IntCach
     return new_record(putx_type, putx_fields, vals, PUTX_NFIELDS);
 }
 
+/* The metadata of a PUTX, checked as metadata.decode checks it (reference: format/metadata.py,
+ * decode), as offsets into the record: no Python object is made.  ``ok`` is 0 when the bytes are not
+ * metadata (the reference then says why: every caller hands such a record to it) or when it holds
+ * more headers than the fast paths take (MAX_FAST_HEADERS: the repeated-name check here compares
+ * each name with the ones before it). */
+#define MAX_FAST_HEADERS 64 /* metadata.MAX_HEADERS: what a put writes at most */
+#define HEADER_LENS_SIZE 5  /* name_len u8, value_len u32 */
+typedef struct {
+    int ok;
+    uint64_t not_before;
+    long long key_at, key_len;       /* from the record's start */
+    long long headers_at, headers_end;
+    int count;
+    long long payload_at;            /* == headers_end */
+} MetaScan;
+
+/* ``s[0..n)`` is UTF-8 as Python's strict decoder takes it: no overlong forms, no surrogates, nothing
+ * past U+10FFFF. */
+static int
+valid_utf8(const unsigned char *s, long long n)
+{
+    long long i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int extra;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            extra = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            extra = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            extra = 3;
+            cp = c & 0x07;
+        } else
+            return 0;
+        if (i + extra >= n)
+            return 0;
+        for (int k = 1; k <= extra; k++) {
+            unsigned char d = s[i + k];
+            if ((d & 0xC0) != 0x80)
+                return 0;
+            cp = cp << 6 | (d & 0x3F);
+        }
+        if ((extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += extra + 1;
+    }
+    return 1;
+}
+
+/* Scan the metadata of the PUTX record at ``p`` whose body ends at ``p + end`` (end >=
+ * PUTX_OVERHEAD: its fixed fields are there). */
+static MetaScan
+scan_meta(const unsigned char *p, long long end)
+{
+    MetaScan m = {0};
+    long long key_len = p[PUTX_KEY_LEN_AT] | p[PUTX_KEY_LEN_AT + 1] << 8;
+    int count = p[PUTX_HEADER_COUNT_AT] | p[PUTX_HEADER_COUNT_AT + 1] << 8;
+    long long block = get_u32(p + PUTX_HEADERS_LEN_AT);
+    long long at = PUTX_OVERHEAD;
+    if (at + key_len + block > end || count > MAX_FAST_HEADERS)
+        return m;
+    m.not_before = get_u64(p + PUTX_NOT_BEFORE_AT);
+    m.key_at = at;
+    m.key_len = key_len;
+    at += key_len;
+    long long stop = at + block;
+    m.headers_at = at;
+    long long name_at[MAX_FAST_HEADERS], name_len[MAX_FAST_HEADERS];
+    for (int i = 0; i < count; i++) {
+        if (at + HEADER_LENS_SIZE > stop)
+            return m;
+        long long nlen = p[at], vlen = get_u32(p + at + 1);
+        at += HEADER_LENS_SIZE;
+        if (nlen == 0 || at + nlen + vlen > stop || !valid_utf8(p + at, nlen))
+            return m;
+        for (int j = 0; j < i; j++)
+            if (name_len[j] == nlen && memcmp(p + name_at[j], p + at, (size_t)nlen) == 0)
+                return m;
+        name_at[i] = at;
+        name_len[i] = nlen;
+        at += nlen + vlen;
+    }
+    if (at != stop)
+        return m;
+    m.headers_end = m.payload_at = stop;
+    m.count = count;
+    m.ok = 1;
+    return m;
+}
+
+/* The header block decoded last in one call, and its mapping (owned), reused for the next record whose
+ * block holds the same bytes (perf: the items of one put share their headers).  Sharing is safe: the
+ * mapping is a read-only proxy of a dict only it refers to. */
+#define HEADER_CACHE_BYTES 256 /* blocks up to this are cached, as a copy: Python code run between
+                                * two records (the collector) may change a bytearray's bytes */
+typedef struct {
+    unsigned char block[HEADER_CACHE_BYTES];
+    long long len;
+    PyObject *hdrs;
+} HeaderCache;
+
+static void
+header_cache_clear(HeaderCache *c)
+{
+    Py_CLEAR(c->hdrs);
+}
+
+/* The Meta of a scanned PUTX, as metadata.decode makes it: the key (None when empty), the headers in
+ * a read-only mapping in stored order (NO_HEADERS when none); ``cache`` may be NULL. */
+static PyObject *
+new_meta(const unsigned char *p, const MetaScan *m, HeaderCache *cache)
+{
+    PyObject *hdrs = NULL;
+    long long block = m->headers_end - m->headers_at;
+    if (m->count == 0)
+        hdrs = Py_NewRef(no_headers);
+    else if (cache != NULL && cache->hdrs != NULL && cache->len == block &&
+             memcmp(cache->block, p + m->headers_at, (size_t)block) == 0)
+        hdrs = Py_NewRef(cache->hdrs);
+    else {
+        PyObject *d = PyDict_New();
+        if (d == NULL)
+            return NULL;
+        long long at = m->headers_at;
+        for (int i = 0; i < m->count; i++) {
+            long long nlen = p[at], vlen = get_u32(p + at + 1);
+            at += HEADER_LENS_SIZE;
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)p + at, (Py_ssize_t)nlen, "strict");
+            PyObject *value = name ? PyBytes_FromStringAndSize((const char *)p + at + nlen, (Py_ssize_t)vlen) : NULL;
+            int rc = value ? PyDict_SetItem(d, name, value) : -1;
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+            if (rc < 0) {
+                Py_DECREF(d);
+                return NULL;
+            }
+            at += nlen + vlen;
+        }
+        /* (the proxy stays tracked by the collector: its dealloc untracks it unconditionally) */
+        hdrs = PyDictProxy_New(d);
+        Py_DECREF(d);
+        if (hdrs == NULL)
+            return NULL;
+        if (cache != NULL && block <= HEADER_CACHE_BYTES) {
+            Py_XSETREF(cache->hdrs, Py_NewRef(hdrs));
+            memcpy(cache->block, p + m->headers_at, (size_t)block);
+            cache->len = block;
+        }
+    }
+    PyObject *mvals[META_NFIELDS] = {
+        PyLong_FromUnsignedLongLong(m->not_before), PyLong_FromUnsignedLongLong(get_u64(p + PUTX_PRODUCER_AT)),
+        PyLong_FromUnsignedLongLong(get_u64(p + PUTX_SEQUENCE_AT)),
+        m->key_len ? PyBytes_FromStringAndSize((const char *)p + m->key_at, (Py_ssize_t)m->key_len) : Py_NewRef(Py_None),
+        hdrs};
+    return new_record(meta_type, meta_fields, mvals, META_NFIELDS);
+}
+
+/* The PutX of the scanned PUTX record at ``p`` (``size`` bytes in all), as record.decode_one makes it;
+ * ``cache`` as put_values(). */
+static PyObject *
+new_putx(int64_t offset, Py_ssize_t size, const unsigned char *p, const MetaScan *m, IntCache *cache,
+         HeaderCache *hcache)
+{
+    PyObject *vals[PUTX_NFIELDS];
+    put_values(vals, offset, size, get_u64(p + PUT_ID_AT), get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
+               p + m->payload_at, size - m->payload_at, cache);
+    vals[PUTX_META] = new_meta(p, m, hcache);
+    return new_record(putx_type, putx_fields, vals, PUTX_NFIELDS);
+}
+
 static PyObject *
 decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -849,6 +1038,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
 
     PyObject *out = PyList_New(0);
     PyObject *damage = Py_None;
+    HeaderCache hcache = {.len = 0, .hdrs = NULL};
     Py_INCREF(damage);
     if (out == NULL)
         goto fail;
@@ -878,11 +1068,14 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                     count++;
                     continue;
                 }
+                MetaScan m = {0};
                 if (p[RECORD_TYPE_AT] == TYPE_PUTX && length >= PUTX_FIELDS_SIZE && (long long)length <= max_body &&
-                    end <= n && putx_tag_only(p) &&
+                    end <= n && (putx_tag_only(p) || (m = scan_meta(p, end - pos)).ok) &&
                     crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
                            (size_t)(end - pos - RECORD_LENGTH_AT)) == crc) {
-                    PyObject *rec = new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, NULL);
+                    /* metadata that does not scan is the reference's to describe (Damage) */
+                    PyObject *rec = m.ok ? new_putx(offset, (Py_ssize_t)(end - pos), p, &m, NULL, &hcache)
+                                         : new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, NULL);
                     if (rec == NULL || PyList_Append(out, rec) < 0) {
                         Py_XDECREF(rec);
                         goto fail;
@@ -923,6 +1116,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
             count++;
         }
         PyBuffer_Release(&view);
+        header_cache_clear(&hcache);
         PyObject *end_obj = PyLong_FromLongLong(pos);
         if (end_obj == NULL) {
             Py_DECREF(out);
@@ -933,6 +1127,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     }
 fail:
     PyBuffer_Release(&view);
+    header_cache_clear(&hcache);
     Py_XDECREF(out);
     Py_DECREF(damage);
     return NULL;
@@ -1044,6 +1239,7 @@ walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
         return NULL;
     PyObject *out = PyList_New(0), *res = NULL;
     IntCache cache[2] = {{0, NULL}, {0, NULL}};
+    HeaderCache hcache = {.len = 0, .hdrs = NULL};
     if (out == NULL)
         goto done;
     {
@@ -1059,20 +1255,23 @@ walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
             long long offset = base_offset + pos;
             uint64_t id = get_u64(p + PUT_ID_AT);
             int tagged = p[RECORD_TYPE_AT] == TYPE_PUTX;
+            MetaScan m = {0};
             if (!(tagged ? length >= PUTX_FIELDS_SIZE : p[RECORD_TYPE_AT] == TYPE_PUT && length >= PUT_FIELDS_SIZE) ||
-                (long long)length > MAX_BODY || end > n || id > (uint64_t)INDEX_MAX || (tagged && !putx_tag_only(p)) ||
+                (long long)length > MAX_BODY || end > n || id > (uint64_t)INDEX_MAX ||
+                (tagged && !putx_tag_only(p) && !(m = scan_meta(p, end - pos)).ok) ||
                 crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT, (size_t)(end - pos - RECORD_LENGTH_AT)) !=
                     crc)
                 break;
             if ((long long)id >= expected) {
                 /* below 2**31: nbytes + len cannot overflow */
-                long long len = end - pos - (tagged ? PUTX_OVERHEAD : PUT_OVERHEAD);
+                long long len = end - pos - (m.ok ? m.payload_at : tagged ? PUTX_OVERHEAD : PUT_OVERHEAD);
                 if ((PyList_GET_SIZE(out) > 0 || !first_free) && nbytes + len > max_bytes) {
                     res = walk_result(out, pos, expected, nbytes, 1, pos);
                     goto done;
                 }
-                PyObject *rec = tagged ? new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, cache)
-                                       : new_put(offset, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
+                PyObject *rec = m.ok     ? new_putx(offset, (Py_ssize_t)(end - pos), p, &m, cache, &hcache)
+                                : tagged ? new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, cache)
+                                         : new_put(offset, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
                                                  get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache);
                 if (rec == NULL)
                     goto done;
@@ -1093,6 +1292,7 @@ walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
     }
 done:
     cache_clear(cache, 2);
+    header_cache_clear(&hcache);
     PyBuffer_Release(&view);
     Py_XDECREF(out);
     return res;
@@ -1104,14 +1304,63 @@ reference:
  * reference: format/fallback.py, decode_columns */
 
 /* decode_columns(buf, base_offset, salt, pos, lo, hi, end_offset, max_rows, max_bytes, out): see the
- * reference for what it does.  ``out`` is [ids, add_ms, expire_ms, offsets, data] (columns.py's
- * layout), five bytearrays: ids and times as little-endian u64, the payloads' end offsets in
- * ``data`` as little-endian int32, the payloads back to back.  Arguments off the fast path (other
- * types, numbers outside their range) go to the reference. */
+ * reference for what it does.  ``out`` is columns.py's layout: five bytearrays (ids and times as
+ * little-endian u64, the payloads' end offsets in ``data`` as little-endian int32, the payloads back to
+ * back), or those and eight more for the metadata (columns.META_COLUMNS: key offsets and bytes,
+ * not-before, header offsets, header names' offsets and bytes, values' offsets and bytes), with which
+ * every PUTX whose metadata scans is a row.  Arguments off the fast path (other types, numbers outside
+ * their range) go to the reference. */
 
-enum { COL_IDS, COL_ADD_MS, COL_EXPIRE_MS, COL_OFFSETS, COL_DATA, NCOLUMNS };
+enum {
+    COL_IDS,
+    COL_ADD_MS,
+    COL_EXPIRE_MS,
+    COL_OFFSETS,
+    COL_DATA,
+    NCOLUMNS,
+    COL_KEY_OFFSETS = NCOLUMNS,
+    COL_KEY_DATA,
+    COL_NOT_BEFORE,
+    COL_HEADER_OFFSETS,
+    COL_NAME_OFFSETS,
+    COL_NAME_DATA,
+    COL_VALUE_OFFSETS,
+    COL_VALUE_DATA,
+    NCOLUMNS_META
+};
 #define U64 8 /* bytes of one id or time in its column */
 #define I32 4 /* bytes of one payload end offset in its column */
+
+/* One column being appended to: its bytearray, its size on entry and the bytes written so far. */
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t size0, used;
+} Col;
+
+/* Room for ``need`` more bytes in ``c`` (grown by doubling); -1 with an error. */
+static int
+col_reserve(Col *c, long long need)
+{
+    Py_ssize_t have = PyByteArray_GET_SIZE(c->obj);
+    if (c->size0 + c->used + need <= have)
+        return 0;
+    long long want = c->size0 + c->used + need, doubled = 2 * (long long)have;
+    return PyByteArray_Resize(c->obj, (Py_ssize_t)(doubled > want ? doubled : want));
+}
+
+static inline unsigned char *
+col_at(Col *c)
+{
+    return (unsigned char *)PyByteArray_AS_STRING(c->obj) + c->size0 + c->used;
+}
+
+/* Append ``n`` bytes (reserved) to ``c``. */
+static inline void
+col_put(Col *c, const unsigned char *p, long long n)
+{
+    memcpy(col_at(c), p, (size_t)n);
+    c->used += n;
+}
 
 static PyObject *
 decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -1132,50 +1381,58 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         goto reference;
     }
     PyObject *out = args[9];
-    if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) != NCOLUMNS)
+    if (!PyList_CheckExact(out) || (PyList_GET_SIZE(out) != NCOLUMNS && PyList_GET_SIZE(out) != NCOLUMNS_META))
         goto reference;
-    PyObject *col[NCOLUMNS];
-    for (int i = 0; i < NCOLUMNS; i++) {
-        col[i] = PyList_GET_ITEM(out, i);
-        if (!PyByteArray_CheckExact(col[i]))
+    int ncols = (int)PyList_GET_SIZE(out), with_meta = ncols == NCOLUMNS_META;
+    Col col[NCOLUMNS_META];
+    for (int i = 0; i < ncols; i++) {
+        col[i].obj = PyList_GET_ITEM(out, i);
+        if (!PyByteArray_CheckExact(col[i].obj))
             goto reference;
         for (int j = 0; j < i; j++)
-            if (col[j] == col[i])
-                goto reference;  /* one bytearray for two columns: the reference's appends interleave */
+            if (col[j].obj == col[i].obj)
+                goto reference; /* one bytearray for two columns: the reference's appends interleave */
+        col[i].size0 = PyByteArray_GET_SIZE(col[i].obj);
+        col[i].used = 0;
+    }
+    /* as the reference: the metadata offsets continue from the sizes of their data columns, the header
+     * offsets from the count of names (len(name offsets) // 4 - 1, after the leading 0) */
+    long long key_end = 0, header_end = 0, name_end = 0, value_end = 0, meta_bytes = 0;
+    if (with_meta) {
+        key_end = col[COL_KEY_DATA].size0;
+        name_end = col[COL_NAME_DATA].size0;
+        value_end = col[COL_VALUE_DATA].size0;
+        header_end = col[COL_NAME_OFFSETS].size0 / I32 - 1;
+        if (col[COL_NAME_OFFSETS].size0 < I32 || key_end > MAX_BATCH_BYTES || name_end > MAX_BATCH_BYTES ||
+            value_end > MAX_BATCH_BYTES)
+            goto reference; /* not columns this layout makes: the reference says what it makes of them */
+        meta_bytes = key_end + name_end + value_end;
     }
     /* as the reference: the row count is len(ids) // 8, offsets continue from len(data) */
-    Py_ssize_t ids0 = PyByteArray_GET_SIZE(col[COL_IDS]), data0 = PyByteArray_GET_SIZE(col[COL_DATA]);
+    Py_ssize_t data0 = col[COL_DATA].size0;
     {
-        Py_INCREF(args[0]);  /* the bytes stay alive (and unchanged) while we read them */
+        Py_INCREF(args[0]); /* the bytes stay alive (and unchanged) while we read them */
         const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
         long long n = PyBytes_GET_SIZE(args[0]);
-        long long rows = ids0 / U64;
-        /* room for every record the buffer can hold (at most one per PUT_OVERHEAD bytes) */
+        long long rows = col[COL_IDS].size0 / U64;
+        /* at most one record per PUT_OVERHEAD bytes, and max_rows in all */
         long long room = pos < n ? (n - pos) / PUT_OVERHEAD : 0;
         if (room > max_rows - rows)
             room = max_rows - rows > 0 ? max_rows - rows : 0;
-        long long bytes_room = pos < n ? n - pos : 0;
-        Py_ssize_t size0[NCOLUMNS];
-        long long grow[NCOLUMNS] = {U64 * room, U64 * room, U64 * room, I32 * room, bytes_room};
-        for (int i = 0; i < NCOLUMNS; i++) {
-            size0[i] = PyByteArray_GET_SIZE(col[i]);
-            if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)grow[i]) < 0) {
-                for (int j = 0; j < i; j++)
-                    PyByteArray_Resize(col[j], size0[j]);
-                Py_DECREF(args[0]);
-                return NULL;
-            }
-        }
-        unsigned char *w_ids = (unsigned char *)PyByteArray_AS_STRING(col[COL_IDS]) + size0[COL_IDS];
-        unsigned char *w_add = (unsigned char *)PyByteArray_AS_STRING(col[COL_ADD_MS]) + size0[COL_ADD_MS];
-        unsigned char *w_exp = (unsigned char *)PyByteArray_AS_STRING(col[COL_EXPIRE_MS]) + size0[COL_EXPIRE_MS];
-        unsigned char *w_off = (unsigned char *)PyByteArray_AS_STRING(col[COL_OFFSETS]) + size0[COL_OFFSETS];
-        unsigned char *w_data = (unsigned char *)PyByteArray_AS_STRING(col[COL_DATA]) + size0[COL_DATA];
+        /* the columns grow as rows come, by doubling (perf: reserving for the most rows the buffer could
+         * hold, four times what 100-byte items fill, made every call shrink them again, and the
+         * allocator hand back and fault in their pages); ``cap`` rows fit the fixed-size columns */
+        static const long long per_row[NCOLUMNS_META] = {U64, U64, U64, I32, 0, I32, 0, U64, I32, 0, 0, 0, 0};
+        long long cap = 0;
+        unsigned char *w[NCOLUMNS_META] = {NULL}; /* the fixed-size columns' row 0 of this call */
+        /* the payloads: room for all the buffer holds (what a batch of a read takes, mostly) */
+        if (col_reserve(&col[COL_DATA], pos < n ? n - pos : 0) < 0)
+            goto fail;
         long long dlen = data0, added = 0;
         uint64_t last_id = 0;
         int have_last = 0, status = 0;
         while (1) {
-            if (rows >= max_rows || dlen >= max_bytes) {
+            if (rows >= max_rows || dlen >= max_bytes || meta_bytes >= max_bytes) {
                 status = 2;
                 break;
             }
@@ -1186,8 +1443,10 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             long long end = pos + RECORD_HEADER_SIZE + (long long)length;
             /* a PUTX carrying only a producer's tag is a row like a PUT: no column holds the tag */
             int tagged = p[RECORD_TYPE_AT] == TYPE_PUTX;
+            MetaScan m = {0};
             if (!(tagged ? length >= PUTX_FIELDS_SIZE : p[RECORD_TYPE_AT] == TYPE_PUT && length >= PUT_FIELDS_SIZE) ||
-                (long long)length > MAX_BODY || end > n || (tagged && !putx_tag_only(p)))
+                (long long)length > MAX_BODY || end > n ||
+                (tagged && !putx_tag_only(p) && !(with_meta && (m = scan_meta(p, end - pos)).ok)))
                 break;
             long long offset = base_offset + pos;
             if (crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
@@ -1201,28 +1460,88 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             last_id = id;
             have_last = 1;
             if (id >= (uint64_t)lo) {
-                long long start = tagged ? PUTX_OVERHEAD : PUT_OVERHEAD, len = end - pos - start;
-                memcpy(w_ids + U64 * added, p + PUT_ID_AT, U64);
-                memcpy(w_add + U64 * added, p + PUT_ADD_MS_AT, U64);
-                memcpy(w_exp + U64 * added, p + PUT_EXPIRE_MS_AT, U64);
-                memcpy(w_data, p + start, (size_t)len);
-                w_data += len;
+                long long start = m.ok ? m.payload_at : tagged ? PUTX_OVERHEAD : PUT_OVERHEAD, len = end - pos - start;
+                if (added == cap) {
+                    long long more = cap > 256 ? cap : 256;
+                    cap = more > room - added ? room : added + more; /* room > added: this row fits it */
+                    for (int i = 0; i < ncols; i++)
+                        if (per_row[i]) {
+                            if (col_reserve(&col[i], per_row[i] * cap) < 0)
+                                goto fail;
+                            w[i] = col_at(&col[i]); /* where row 0 of this call goes */
+                        }
+                }
+                if (col_reserve(&col[COL_DATA], len) < 0)
+                    goto fail;
+                memcpy(w[COL_IDS] + U64 * added, p + PUT_ID_AT, U64);
+                memcpy(w[COL_ADD_MS] + U64 * added, p + PUT_ADD_MS_AT, U64);
+                memcpy(w[COL_EXPIRE_MS] + U64 * added, p + PUT_EXPIRE_MS_AT, U64);
+                col_put(&col[COL_DATA], p + start, len);
                 dlen += len;
-                put_u32(w_off + I32 * added, (uint32_t)dlen);
+                put_u32(w[COL_OFFSETS] + I32 * added, (uint32_t)dlen);
+                if (with_meta) {
+                    /* below 2**31: each end is below max_bytes before the record, which adds less
+                     * than MAX_BODY */
+                    if (m.ok && m.count) {
+                        long long block = m.headers_end - m.headers_at;
+                        if (col_reserve(&col[COL_NAME_OFFSETS], I32 * (long long)m.count) < 0 ||
+                            col_reserve(&col[COL_VALUE_OFFSETS], I32 * (long long)m.count) < 0 ||
+                            col_reserve(&col[COL_NAME_DATA], block) < 0 || col_reserve(&col[COL_VALUE_DATA], block) < 0)
+                            goto fail;
+                        long long at = m.headers_at;
+                        for (int h = 0; h < m.count; h++) {
+                            long long nlen = p[at], vlen = get_u32(p + at + 1);
+                            at += HEADER_LENS_SIZE;
+                            col_put(&col[COL_NAME_DATA], p + at, nlen);
+                            name_end += nlen;
+                            put_u32(col_at(&col[COL_NAME_OFFSETS]), (uint32_t)name_end);
+                            col[COL_NAME_OFFSETS].used += I32;
+                            col_put(&col[COL_VALUE_DATA], p + at + nlen, vlen);
+                            value_end += vlen;
+                            put_u32(col_at(&col[COL_VALUE_OFFSETS]), (uint32_t)value_end);
+                            col[COL_VALUE_OFFSETS].used += I32;
+                            at += nlen + vlen;
+                        }
+                        header_end += m.count;
+                        meta_bytes += block - HEADER_LENS_SIZE * (long long)m.count;
+                    }
+                    if (m.ok && m.key_len) {
+                        if (col_reserve(&col[COL_KEY_DATA], m.key_len) < 0)
+                            goto fail;
+                        col_put(&col[COL_KEY_DATA], p + m.key_at, m.key_len);
+                        key_end += m.key_len;
+                        meta_bytes += m.key_len;
+                    }
+                    put_u32(w[COL_KEY_OFFSETS] + I32 * added, (uint32_t)key_end);
+                    put_u64(w[COL_NOT_BEFORE] + U64 * added, m.ok ? m.not_before : 0);
+                    put_u32(w[COL_HEADER_OFFSETS] + I32 * added, (uint32_t)header_end);
+                }
                 added++;
                 rows++;
             }
             pos = end;
         }
         Py_DECREF(args[0]);
-        long long used[NCOLUMNS] = {U64 * added, U64 * added, U64 * added, I32 * added, dlen - data0};
-        for (int i = 0; i < NCOLUMNS; i++)
-            if (PyByteArray_Resize(col[i], size0[i] + (Py_ssize_t)used[i]) < 0)
+        for (int i = 0; i < ncols; i++) {
+            long long used = per_row[i] ? per_row[i] * added : col[i].used;
+            if (PyByteArray_Resize(col[i].obj, col[i].size0 + (Py_ssize_t)used) < 0)
                 return NULL;
+        }
         PyObject *last = have_last ? PyLong_FromUnsignedLongLong(last_id) : Py_NewRef(Py_None);
         if (last == NULL)
             return NULL;
         return Py_BuildValue("(LNi)", pos, last, status);
+    fail:
+        Py_DECREF(args[0]);
+        for (int i = 0; i < ncols; i++)
+            if (PyByteArray_GET_SIZE(col[i].obj) != col[i].size0) {
+                PyObject *t, *v, *tb;
+                PyErr_Fetch(&t, &v, &tb);
+                if (PyByteArray_Resize(col[i].obj, col[i].size0) < 0)
+                    PyErr_Clear(); /* shrinking: cannot fail */
+                PyErr_Restore(t, v, tb);
+            }
+        return NULL;
     }
 reference:
     return PyObject_Vectorcall(py_decode_columns, args, (size_t)nargs, kwnames);
@@ -1343,6 +1662,7 @@ reference:
  * reference's division does) and a bytes payload.  The fields are new references. */
 typedef struct {
     PyObject *id, *payload;
+    PyObject *meta; /* of a PutX carrying what a reader sees (shown_putx()), else NULL */
     long long add_ms, expire_ms, charge;
 } FastPut;
 
@@ -1351,6 +1671,7 @@ fast_put_clear(FastPut *p)
 {
     Py_CLEAR(p->id);
     Py_CLEAR(p->payload);
+    Py_CLEAR(p->meta);
 }
 
 /* A slot of ``obj`` (a new reference; NULL with AttributeError when unset): runs no Python code. */
@@ -1385,14 +1706,44 @@ tag_only_putx(PyObject *rec)
     return ok;
 }
 
+/* ``rec``, an exact PutX, carries an exact Meta that the reference's ``_shown`` finds something in:
+ * its not-before (an exact int) is not 0, its key is not None, or its headers (an exact mappingproxy)
+ * are not empty.  The Meta (a new reference) when so, else NULL (no error set; anything else is the
+ * reference's to judge).  Reading these runs no Python code. */
+static PyObject *
+shown_putx(PyObject *rec)
+{
+    PyObject *meta = get_slot(putx_fields, PUTX_META, rec), *nb = NULL, *key = NULL, *headers = NULL;
+    int ok = meta != NULL && Py_TYPE(meta) == meta_type;
+    if (ok)
+        ok = (nb = get_slot(meta_fields, META_NOT_BEFORE, meta)) != NULL &&
+             (key = get_slot(meta_fields, META_KEY, meta)) != NULL &&
+             (headers = get_slot(meta_fields, META_HEADERS, meta)) != NULL;
+    if (ok) {
+        ok = PyLong_CheckExact(nb) && Py_IS_TYPE(headers, &PyDictProxy_Type);
+        if (ok) {
+            PyObject *mapping = ((mappingproxyobject_compat *)headers)->mapping;
+            ok = PyDict_CheckExact(mapping) && (key != Py_None || PyDict_GET_SIZE(mapping) > 0 || Py_SIZE(nb) != 0);
+        }
+    }
+    Py_XDECREF(nb);
+    Py_XDECREF(key);
+    Py_XDECREF(headers);
+    PyErr_Clear();
+    if (!ok)
+        Py_CLEAR(meta);
+    return meta;
+}
+
 /* 1 with *p filled when ``rec`` is a record the fast path takes; 0 when not (no error set). */
 static int
 fast_put(PyObject *rec, long long overhead, FastPut *p)
 {
-    p->id = p->payload = NULL;
+    p->id = p->payload = p->meta = NULL;
     PyObject *const *fields = put_fields;
     if (Py_TYPE(rec) == putx_type) {
-        if (!tag_only_putx(rec))
+        if (!tag_only_putx(rec) && (py_meta_item == NULL || py_meta_item == Py_None ||
+                                    (p->meta = shown_putx(rec)) == NULL))
             return 0;
         fields = putx_fields;
     } else if (Py_TYPE(rec) != put_type)
@@ -1465,7 +1816,15 @@ take_fast(Walk *w, FastPut *p)
     vals[ITEM_ERROR_COUNT] = count != NULL ? Py_NewRef(count) : PyLong_FromLong(0);
     if (vals[ITEM_ERROR_COUNT] == NULL)
         goto done;
-    PyObject *obj = build_item(vals); /* left out of the collector's walks when it can be */
+    PyObject *obj;
+    if (p->meta != NULL) {
+        /* the reference's meta_item(id, payload, add_time, expire_at, error_count, meta) */
+        PyObject *margs[ITEM_NFIELDS + 1] = {vals[0], vals[1], vals[2], vals[3], vals[4], p->meta};
+        PyObject *fn = Py_NewRef(py_meta_item); /* Python code may configure again */
+        obj = PyObject_Vectorcall(fn, margs, ITEM_NFIELDS + 1, NULL);
+        Py_DECREF(fn);
+    } else
+        obj = build_item(vals); /* left out of the collector's walks when it can be */
     if (obj == NULL)
         goto done;
     rc = PyList_Append(w->out, obj) < 0 ? -1 : 1;

@@ -15,10 +15,22 @@ The buffers are what Arrow takes as they are (the Spark source wraps them with
   seeds it with a leading 0, as Arrow's binary layout wants);
 * ``data``: the payloads back to back.
 
-Anything else at ``pos`` -- another record type, a PUTX with a key, headers or a not-before,
+Given ``new_columns(meta=True)``, eight more buffers (:data:`META_COLUMNS`) take what a
+PUTX carries besides its payload, and every PUTX whose metadata is consistent (metadata.decode
+accepts it) with at most ``metadata.MAX_HEADERS`` headers is a row too:
+
+* ``key_offsets``, ``key_data``: each row's key as Arrow binary (int32 end offsets with a leading
+  0); a row without a key has an empty one (a stored key is never empty);
+* ``not_before``: little-endian u64 per row, 0 = none;
+* ``header_offsets``: int32 end index of each row's headers in the header columns (leading 0);
+* ``name_offsets``, ``name_data``, ``value_offsets``, ``value_data``: each header's name (UTF-8)
+  and value, in stored order, as Arrow string and binary.
+
+Anything else at ``pos`` -- another record type, a PUTX with a key, headers or a not-before
+without the metadata columns (or one with more headers, or inconsistent metadata, with them),
 damage, a record cut by the end of the buffer -- stops the walk there (status :data:`MORE`), so
-the caller reads on (arrowread.py decodes the other PUTXs itself) or hands over to the general
-reader (log/walker.py), which classifies damage.
+the caller reads on (arrowread.py decodes such PUTXs itself) or hands over to the general reader
+(log/walker.py), which classifies damage.
 """
 
 from __future__ import annotations
@@ -33,9 +45,27 @@ FULL = 2
 #: Largest ``max_bytes``: a batch's payloads plus one more record stay below 2**31 (int32 offsets).
 MAX_BATCH_BYTES = 1 << 30
 
+#: The names of the buffers, in order: the five of a plain batch, then the metadata's.
+PLAIN_COLUMNS = ("ids", "add_ms", "expire_ms", "offsets", "data")
+META_COLUMNS = (
+    "key_offsets",
+    "key_data",
+    "not_before",
+    "header_offsets",
+    "name_offsets",
+    "name_data",
+    "value_offsets",
+    "value_data",
+)
+
 Columns = list[bytearray]
 
 
-def new_columns() -> Columns:
-    """Empty ``[ids, add_ms, expire_ms, offsets, data]`` with the leading 0 offset."""
-    return [bytearray(), bytearray(), bytearray(), bytearray(4), bytearray()]
+def new_columns(meta: bool = False) -> Columns:
+    """Empty ``[ids, add_ms, expire_ms, offsets, data]`` with the leading 0 offset; with ``meta``,
+    followed by the empty :data:`META_COLUMNS` (each offsets column with its leading 0)."""
+    cols = [bytearray(), bytearray(), bytearray(), bytearray(4), bytearray()]
+    if meta:
+        cols += [bytearray(4), bytearray(), bytearray(), bytearray(4), bytearray(4), bytearray()]
+        cols += [bytearray(4), bytearray()]
+    return cols

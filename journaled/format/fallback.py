@@ -11,7 +11,7 @@ is stale, or ``JOURNALED_PURE_PYTHON=1``.
 * :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops, the batch forms
   of format/record.py's single-record ``encode_put`` and ``decode_one``;
 * :func:`walk_puts`: the record walker's loop over decode_many's records (journaled.log.walker);
-* :func:`decode_columns`: PUT (and tag-only PUTX) records into the Arrow column buffers of
+* :func:`decode_columns`: PUT and PUTX records into the Arrow column buffers of
   format/columns.py;
 * :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
   it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
@@ -30,7 +30,9 @@ import attrs
 from attrs import AttrsInstance
 from crc32c import crc32c
 
+from journaled.format import metadata
 from journaled.format.columns import DONE, FULL, MAX_BATCH_BYTES, MORE, Columns
+from journaled.format.metadata import Meta
 from journaled.format.record import (
     CRC_STRUCT,
     MAX_BODY,
@@ -261,21 +263,25 @@ def decode_columns(
 ) -> tuple[int, int | None, int]:
     """Append the PUT records, and the PUTX records carrying only a producer's tag, from
     ``buf[pos:]`` (``buf`` lies at file offset ``base_offset``) with ids in ``[lo, hi)`` to ``out``
-    (columns.py's five buffers, see there).
+    (columns.py's five buffers, see there); given the thirteen of ``new_columns(meta=True)``, the
+    PUTX records whose metadata is consistent, with at most ``metadata.MAX_HEADERS`` headers, too,
+    their metadata in the eight others.
 
     compiled twin: _speedups.c, section decode_columns.
 
     Records with ids below ``lo`` are walked over without being appended.  Returns ``(pos,
     last_id, status)``: the buffer position after the last record walked, the id of that record
     (``None`` when none was), and why the walk stopped: ``columns.MORE`` (anything but a valid
-    PUT or tag-only PUTX -- a PUTX with a key, headers or a not-before among them -- or the end
-    of ``buf``), ``columns.DONE`` (``pos`` is at a valid record with id >= ``hi``
-    or offset >= ``end_offset``) or ``columns.FULL`` (``max_rows`` rows or ``max_bytes`` payload
-    bytes, checked before each record against the whole of ``out``).
+    record of those -- a PUTX with a key, headers or a not-before among them without the metadata
+    columns -- or the end of ``buf``), ``columns.DONE`` (``pos`` is at a valid record with id >=
+    ``hi`` or offset >= ``end_offset``) or ``columns.FULL`` (``max_rows`` rows, ``max_bytes``
+    payload bytes, or with the metadata columns ``max_bytes`` bytes of keys, names and values,
+    checked before each record against the whole of ``out``).
     """
     if not 0 <= max_bytes <= MAX_BATCH_BYTES:
         raise ValueError(f"max_bytes must be in 0..{MAX_BATCH_BYTES}")
-    ids_col, add_col, exp_col, off_col, data_col = out
+    ids_col, add_col, exp_col, off_col, data_col = out[:5]
+    with_meta = len(out) == 13
     rows = len(ids_col) // 8
     dlen = len(data_col)
     ids: list[int] = []
@@ -283,6 +289,21 @@ def decode_columns(
     exps: list[int] = []
     offs: list[int] = []
     parts: list[bytes] = []
+    # the metadata columns: offsets continue from the sizes of their data, header offsets from the
+    # count of names so far
+    key_offs: list[int] = []
+    keys: list[bytes] = []
+    not_befores: list[int] = []
+    header_offs: list[int] = []
+    name_offs: list[int] = []
+    names: list[bytes] = []
+    value_offs: list[int] = []
+    values: list[bytes] = []
+    key_end = name_end = value_end = header_end = meta_bytes = 0
+    if with_meta:
+        key_end, name_end, value_end = len(out[6]), len(out[10]), len(out[12])
+        header_end = len(out[9]) // 4 - 1
+        meta_bytes = key_end + name_end + value_end
     last_id: int | None = None
     status = MORE
     n = len(buf)
@@ -290,13 +311,14 @@ def decode_columns(
     view = memoryview(buf)
     try:
         while True:
-            if rows >= max_rows or dlen >= max_bytes:
+            if rows >= max_rows or dlen >= max_bytes or meta_bytes >= max_bytes:
                 status = FULL
                 break
             if pos + PUT_OVERHEAD > n:
                 break
             crc, length, rtype, item_id, add_ms, expire_ms = unpack(buf, pos)
             end = pos + RECORD_HEADER_SIZE + length
+            meta: Meta | None = None
             if rtype == TYPE_PUT:
                 start = pos + PUT_OVERHEAD
                 if length < PUT_FIELDS_SIZE:
@@ -304,6 +326,11 @@ def decode_columns(
             elif rtype == TYPE_PUTX and length >= PUTX_FIELDS_SIZE and end <= n and _tag_only(buf, pos):
                 # the tag is the owner's (its retry index); no column holds it
                 start = pos + PUTX_OVERHEAD
+            elif rtype == TYPE_PUTX and with_meta and length >= PUTX_FIELDS_SIZE and end <= n:
+                got = metadata.decode(view, pos + RECORD_HEADER_SIZE + PUT_FIELDS_SIZE, end)
+                if isinstance(got, str) or len(got[0].headers) > metadata.MAX_HEADERS:
+                    break
+                meta, start = got
             else:
                 break
             if length > MAX_BODY or end > n:
@@ -323,6 +350,25 @@ def decode_columns(
                 dlen += end - start
                 offs.append(dlen)
                 rows += 1
+                if with_meta:
+                    if meta is not None:
+                        for name, value in meta.headers.items():
+                            raw = name.encode("utf-8")
+                            names.append(raw)
+                            name_end += len(raw)
+                            name_offs.append(name_end)
+                            values.append(value)
+                            value_end += len(value)
+                            value_offs.append(value_end)
+                            meta_bytes += len(raw) + len(value)
+                        header_end += len(meta.headers)
+                        if meta.key is not None:
+                            keys.append(meta.key)
+                            key_end += len(meta.key)
+                            meta_bytes += len(meta.key)
+                    key_offs.append(key_end)
+                    not_befores.append(0 if meta is None else meta.not_before_ms)
+                    header_offs.append(header_end)
             pos = end
     finally:
         view.release()
@@ -331,6 +377,15 @@ def decode_columns(
     exp_col += _le("Q", exps)
     off_col += _le("i", offs)  # below 2**31: at most max_bytes - 1 + MAX_PAYLOAD
     data_col += b"".join(parts)
+    if with_meta:
+        out[5] += _le("i", key_offs)  # below 2**31 as the payloads' (max_bytes bounds them too)
+        out[6] += b"".join(keys)
+        out[7] += _le("Q", not_befores)
+        out[8] += _le("i", header_offs)
+        out[9] += _le("i", name_offs)
+        out[10] += b"".join(names)
+        out[11] += _le("i", value_offs)
+        out[12] += b"".join(values)
     return pos, last_id, status
 
 

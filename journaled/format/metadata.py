@@ -74,19 +74,18 @@ def header_bytes(headers: Mapping[str, bytes]) -> int:
 def encode(meta: Meta) -> bytes:
     """The metadata part of a PUTX body (what follows ``expire_ms`` and precedes the payload)."""
     key = meta.key or b""
+    headers = meta.headers
+    if not headers:  # perf: a key, a not-before or a tag alone (most puts with metadata)
+        return META_FIXED.pack(meta.not_before_ms, meta.producer, meta.sequence, len(key), 0, 0) + key
     block = bytearray()
-    for name, value in meta.headers.items():
+    for name, value in headers.items():
         raw = name.encode("utf-8")
         block += _HEADER_LENS.pack(len(raw), len(value))
         block += raw
         block += value
-    return (
-        META_FIXED.pack(
-            meta.not_before_ms, meta.producer, meta.sequence, len(key), len(meta.headers), len(block)
-        )
-        + key
-        + block
-    )
+    count = len(headers)
+    fixed = META_FIXED.pack(meta.not_before_ms, meta.producer, meta.sequence, len(key), count, len(block))
+    return fixed + key + block
 
 
 def decode(body: bytes | memoryview, at: int, end: int) -> tuple[Meta, int] | str:

@@ -187,6 +187,7 @@ PUT_HEADER_STRUCT = struct.Struct("<IIBQQQ")  # a whole PUT header: record heade
 PUT_FIELDS_STRUCT = struct.Struct("<QQQ")
 PUT_TAIL_STRUCT = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
 CRC_STRUCT = struct.Struct("<I")
+_RECORD_TAIL = struct.Struct("<IB")  # a record header without its leading CRC: length, type
 PUT_OVERHEAD: Final = PUT_HEADER_STRUCT.size  # 33: bytes a PUT adds around its payload
 #: A PUT's fixed fields (id, add_ms, expire_ms): the least body a PUT has.
 PUT_FIELDS_SIZE: Final = PUT_FIELDS_STRUCT.size  # 24
@@ -264,9 +265,11 @@ def encode_record(salt: int, offset: int, rtype: int, body: bytes) -> bytes:
     """Encode a record of any type (used for future/skippable types and in tests)."""
     if not 0 < rtype < 256:
         raise ValueError("record type must be 1..255")
-    rec = RECORD_HEADER_STRUCT.pack(0, len(body), rtype) + body
-    crc = crc32c(memoryview(rec)[4:], (salt ^ offset) & 0xFFFFFFFF)
-    return struct.pack("<I", crc) + rec[4:]
+    # perf: the CRC chained over (length and type, body), as encode_puts does, instead of over a
+    # copy of the record: crc32c(a + b, seed) == crc32c(b, crc32c(a, seed)); one copy, not three
+    # (every put with metadata comes here)
+    tail = _RECORD_TAIL.pack(len(body), rtype)
+    return CRC_STRUCT.pack(crc32c(body, crc32c(tail, (salt ^ offset) & 0xFFFFFFFF))) + tail + body
 
 
 @attrs.frozen

@@ -36,7 +36,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 7
+ABI_VERSION: Final = 8
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -153,8 +153,9 @@ def item_twins(
     ``Item``, which calls this once at import; ``meta_item`` builds the items of PUTX records): the
     compiled twins, configured with the class and the references of
     :func:`fallback.item_references`, or those references.  The compiled ``items_from_puts`` takes
-    only records of exactly ``record.Put``, or ``record.PutX`` carrying only a producer's tag, and
-    hands the rest to the reference."""
+    records of exactly ``record.Put`` and ``record.PutX`` (building the item of a PUTX that carries a
+    key, headers or a not-before with ``meta_item``, as the reference does) and hands the rest to
+    the reference."""
     references = fallback.item_references(item_type, meta_item)
     if native is None:
         return references
@@ -165,5 +166,6 @@ def item_twins(
         new_item=new_item,
         new_items=new_items,
         items_from_puts=items_from_puts,
+        meta_item=meta_item,
     )
     return native.new_item, native.new_items, native.items_from_puts

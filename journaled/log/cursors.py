@@ -26,13 +26,13 @@ from journaled.disk import fileio
 from journaled.errors import CorruptJournal, QueueClosed, UnsupportedVersion
 from journaled.format.record import Put
 from journaled.log.state import INDEX_EVERY, Cursor, JournalFile, LogState, RecoveryEvent, keep_aside
-from journaled.log.walker import READ_CHUNK, LogReader, Reporter, Span
+from journaled.log.walker import READ_CHUNK, FileWalker, Reporter, Span
 from journaled.log.writer import Writer
 
 log = logging.getLogger("journaled")
 
 
-class LogReading:
+class CursorReader:
     """Reads records of ``state``'s files (``writer``'s buffer is written out when needed)."""
 
     def __init__(self, state: LogState, writer: Writer) -> None:
@@ -83,7 +83,7 @@ class LogReading:
                         break
                     cursor = Cursor(nxt.ms, nxt.header.size, max(cursor.next_id, nxt.first_id))
                     continue
-                walker = LogReader(
+                walker = FileWalker(
                     lambda n, off: fileio.ops.pread(fd, n, off),
                     jf.header.salt,
                     cursor.offset,
@@ -205,7 +205,7 @@ class LogReading:
             shared = st.read_fd(jf)
             fd = shared.acquire()
         try:
-            walker = LogReader(
+            walker = FileWalker(
                 lambda n, off: fileio.ops.pread(fd, n, off),
                 jf.header.salt,
                 offset,

@@ -25,7 +25,7 @@ from journaled.config import QueueConfig
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import detect_queue_name, list_journal_files
 from journaled.errors import JournalIOError
-from journaled.log.cursors import LogReading
+from journaled.log.cursors import CursorReader
 from journaled.log.opening import open_journal
 from journaled.log.positions import Positions
 from journaled.log.retention import archivable, archive, past_retention
@@ -57,7 +57,7 @@ class Journal:
         state = self._state = LogState(directory, name, config)
         writer = self._writer = Writer(state)
         open_journal(state, writer, id_floor)
-        self._reading = LogReading(state, writer)
+        self._reading = CursorReader(state, writer)
         self._positions = Positions(state, writer, self._reading)
         # perf: the hot calls are the parts' own bound methods, not a forwarding frame
         self.append_one = writer.append_one

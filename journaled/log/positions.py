@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from journaled.log.cursors import LogReading
+from journaled.log.cursors import CursorReader
 from journaled.log.state import Cursor, JournalFile, LogState
 from journaled.log.writer import Writer
 
@@ -17,7 +17,7 @@ from journaled.log.writer import Writer
 class Positions:
     """Id, time and size questions about ``state``'s journal."""
 
-    def __init__(self, state: LogState, writer: Writer, reading: LogReading) -> None:
+    def __init__(self, state: LogState, writer: Writer, reading: CursorReader) -> None:
         self.state = state
         self.writer = writer
         self.reading = reading

@@ -13,7 +13,7 @@ import attrs
 
 from journaled.errors import CorruptJournal
 from journaled.format.record import FileHeader
-from journaled.log.walker import LogReader, Span
+from journaled.log.walker import FileWalker, Span
 
 #: The modes of ``QueueConfig.recovery``.
 MODES = ("salvage", "point_in_time", "tolerate_tail", "strict")
@@ -53,7 +53,7 @@ def scan_file(data: bytes, header: FileHeader) -> FileScan:
         spans.append(span)
         return True  # keep going: the mode decides later what the spans mean
 
-    walker = LogReader(
+    walker = FileWalker(
         lambda n, off: data[off : off + n],
         header.salt,
         header.size,

@@ -1,4 +1,4 @@
-"""THE record walker: every reader of journal bytes goes through :class:`LogReader`.
+"""THE record walker: every reader of journal bytes goes through :class:`FileWalker`.
 
 Like LevelDB's ``log::Reader`` with its ``Reporter``, one class answers, for everyone (the
 queue's read path and read-behind, recovery at open, ``journaled check``/``repair``, the
@@ -79,7 +79,7 @@ def skip_all(span: Span, rest: bytes) -> bool:
     return True
 
 
-class LogReader:
+class FileWalker:
     """Walk the records of one journal file from ``pos`` (a record boundary) to ``limit``.
 
     ``pos`` is always just past what has been returned (or at a resync point); ``expected`` is
@@ -195,7 +195,7 @@ class LogReader:
         else:
             self.pos = resume
 
-    def __iter__(self) -> LogReader:
+    def __iter__(self) -> FileWalker:
         return self
 
     def __next__(self) -> list[Put]:

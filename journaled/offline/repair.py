@@ -14,7 +14,7 @@ import time
 import attrs
 
 from journaled.disk import checkpointfiles as ckp
-from journaled.disk import fileio
+from journaled.disk import fileio, lease
 from journaled.disk.dirlock import DirLock, owner_pid
 from journaled.disk.layout import HeaderCheck, detect_queue_name, inspect_journal, is_ours, list_journal_files
 from journaled.errors import CorruptJournal, UnsupportedVersion
@@ -255,14 +255,21 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
     """Rewrite a queue directory offline so it opens cleanly under any recovery mode.
 
     Takes the directory lock (raises :class:`~journaled.errors.QueueLocked` when a live process
-    holds it).  Every file changed or removed is first copied into ``repair-<UTC time>/`` inside
-    the directory.  ``mode`` is ``salvage`` (keep every valid record) or ``point_in_time`` (keep
-    each file up to its first damage).  Returns ``(backup directory, actions)``.
+    holds it) and renews the lease for the whole run; raises
+    :class:`~journaled.disk.lease.LeaseLost` (a :class:`~journaled.errors.QueueDirectoryGone`),
+    writing nothing more, if another host took the directory over meanwhile.  Every file
+    changed or removed is first copied into ``repair-<UTC time>/`` inside the directory.
+    ``mode`` is ``salvage`` (keep every valid record) or ``point_in_time`` (keep each file up to
+    its first damage).  Returns ``(backup directory, actions)``.
     """
     if mode not in ("salvage", "point_in_time"):
         raise ValueError("repair mode must be 'salvage' or 'point_in_time'")
     lock = DirLock.acquire(directory)
+    # renewed for the whole run: a repair longer than the lease's expiry must not let another host
+    # take the directory over while it still rewrites files (checked before each write)
+    kept = lease.KeptRenewed(lock.lease)
     try:
+        kept.start()
         report = check_dir(directory, name, live=False)
         name = report.name
         backup = os.path.join(directory, "repair-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
@@ -270,10 +277,12 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
         damaged = {f.path for f in report.findings if f.kind != "id-gap"}
         if not damaged:
             return "", ["nothing to repair"]
+        kept.check()
         fileio.make_dirs(backup, 0o700)
 
         def keep_original(path: str) -> None:
-            # durable before the original is rewritten or removed
+            # durable before the original is rewritten or removed; the caller writes next
+            kept.check()
             fileio.copy_file(path, os.path.join(backup, os.path.basename(path)))
 
         files = list_journal_files(directory, name)
@@ -293,6 +302,7 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
             p = plan(scan, mode, path, k == len(files) - 1)
             keep = [r for r in scan.records if r[1] < p.end]
             rebuilt = _rebuild(path, data, header, keep)
+            kept.check()
             fileio.write_atomic(path, rebuilt)
             actions.append(
                 f"rewrote {os.path.basename(path)}: kept {len(keep)} of {len(scan.records)} valid records "
@@ -313,8 +323,10 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
             actions.append("rewrote the reader registry from the checkpoint files")
         elif any(x.kind == "bad-checkpoint" for x in report.findings):
             registered = ckp.read_registry(reg) or []
+            kept.check()
             ckp.write_registry(reg, sorted(set(registered) | set(names)), 0o600)
         fileio.ops.fsync_dir(directory)
         return backup, actions
     finally:
+        kept.stop()
         lock.release()

@@ -18,7 +18,7 @@ import attrs
 from journaled.disk.layout import detect_queue_name, inspect_journal, list_journal_files
 from journaled.errors import UnsupportedVersion
 from journaled.format.record import HEADER_FIXED_SIZE, MAX_NAME_BYTES, FileHeader, Put
-from journaled.log.walker import READ_CHUNK, LogReader, Span
+from journaled.log.walker import READ_CHUNK, FileWalker, Span
 
 #: A file shorter than this may be a header still being written.
 _MAX_HEADER = HEADER_FIXED_SIZE + MAX_NAME_BYTES + 4
@@ -117,7 +117,7 @@ class JournalScanner:
 
         try:
             size = os.fstat(fd).st_size
-            walker = LogReader(
+            walker = FileWalker(
                 lambda n, off: os.pread(fd, n, off),
                 sf.header.salt,
                 sf.header.size,

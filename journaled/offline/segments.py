@@ -32,7 +32,7 @@ from journaled.format.record import (
     Put,
     decode_one,
 )
-from journaled.log.walker import LogReader, Span
+from journaled.log.walker import FileWalker, Span
 
 #: Bytes read per probe when looking for a record boundary.
 PROBE = 64 * 1024
@@ -143,7 +143,7 @@ def iter_records(
             gaps.append(Gap(path, span.offset, span.reason, span.expected, span.resume_id))
         return True
 
-    walker = LogReader(lambda n, off: os.pread(fd, n, off), salt, pos, size, min_id, report, chunk=chunk)
+    walker = FileWalker(lambda n, off: os.pread(fd, n, off), salt, pos, size, min_id, report, chunk=chunk)
     for batch in walker:
         yield from batch
 

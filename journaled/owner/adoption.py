@@ -38,16 +38,10 @@ from journaled.config import QueueConfig
 from journaled.disk import fileio, intents
 from journaled.disk.spoolfiles import (
     BATCH_SUFFIX,
-    LEDGER,
-    LEDGER_TAIL_LIMIT,
-    MAX_KEY_BYTES,
     REJECTED,
     SPOOL_DIR,
     STAGING,
-    BatchRecord,
     BatchWriter,
-    Ledger,
-    NotABatch,
     new_temp_path,
     pending_batches,
     publish,
@@ -56,14 +50,16 @@ from journaled.disk.spoolfiles import (
     spool_dir,
     spool_put,
 )
+from journaled.disk.spoolledger import LEDGER, LEDGER_TAIL_LIMIT, Ledger
 from journaled.errors import CorruptJournal, Full
 from journaled.format.metadata import Meta, encoded_size
+from journaled.format.spoolbatch import MAX_KEY_BYTES, BatchRecord, NotABatch
 
 log = logging.getLogger("journaled")
 
 #: ``(payloads, expire_ms)`` or ``(payloads, expire_ms, metas)``: items appended with one expiry
 #: (0 = never) and, in the second form, each item's metadata (None for a plain PUT).
-Run = tuple[Sequence[bytes], int] | tuple[Sequence[bytes], int, Sequence[Meta | None]]
+PutGroup = tuple[Sequence[bytes], int] | tuple[Sequence[bytes], int, Sequence[Meta | None]]
 
 __all__ = [
     "BATCH_SUFFIX",
@@ -127,13 +123,13 @@ class SpoolHost(Protocol):
         """The id the next append gets (read only while no append can run: at open)."""
         ...
 
-    def append_runs(self, runs: Sequence[Run], intent: Callable[[int], None]) -> int:
-        """Append runs (see :data:`Run`) through the queue's one append path, calling
+    def append_runs(self, runs: Sequence[PutGroup], intent: Callable[[int], None]) -> int:
+        """Append runs (see :data:`PutGroup`) through the queue's one append path, calling
         ``intent(first_id)`` under the append lock just before anything is appended (after the
         policies have accepted the batch).  Returns the first id."""
         ...
 
-    def reserve(self, runs: Sequence[Run]) -> None:
+    def reserve(self, runs: Sequence[PutGroup]) -> None:
         """Create every journal file appending ``runs`` will rotate into, so that once the intent
         line is written the append cannot fail on an ``open`` (which would leave the intent
         counting other items as this batch's).  Call under the append lock, in ``intent``."""
@@ -142,7 +138,7 @@ class SpoolHost(Protocol):
     def sync(self) -> None: ...
 
 
-def _runs(records: Sequence[BatchRecord]) -> Iterator[Run]:
+def _runs(records: Sequence[BatchRecord]) -> Iterator[PutGroup]:
     """Consecutive records sharing an expiry, as one append each (with their metadata when
     any of them has some)."""
     i = 0
@@ -161,7 +157,7 @@ def _runs(records: Sequence[BatchRecord]) -> Iterator[Run]:
         i = j
 
 
-def _sizes(runs: Sequence[Run]) -> list[int]:
+def _sizes(runs: Sequence[PutGroup]) -> list[int]:
     """What each item of ``runs`` adds to a PUT's fixed size: its payload and metadata."""
     out: list[int] = []
     for run in runs:
@@ -406,7 +402,7 @@ class QueueAppender:
     def next_id(self) -> int:
         return self._journal.next_id
 
-    def append_runs(self, runs: Sequence[Run], intent: Callable[[int], None]) -> int:
+    def append_runs(self, runs: Sequence[PutGroup], intent: Callable[[int], None]) -> int:
         count = sum(len(run[0]) for run in runs)
         nbytes = sum(len(x) for run in runs for x in run[0])
         with self._lock:
@@ -418,5 +414,5 @@ class QueueAppender:
     def sync(self) -> None:
         self._journal.sync()
 
-    def reserve(self, runs: Sequence[Run]) -> None:
+    def reserve(self, runs: Sequence[PutGroup]) -> None:
         self._journal.reserve(_sizes(runs))

@@ -6,6 +6,12 @@ the queue itself (its own readers' stored sinks are provided while it opens), an
 -> A (B, opened while A opens, names A).  Both are used as they are; until that queue is open, a
 sink thread keeps the items bound for it (owner/engine.py: a closed sink is not handed any), so
 nothing is appended to it before it has adopted its spool.
+
+A destination directory must be a queue's, an empty one, or a missing one
+(:func:`destination_problem`): one that holds other things, several queues, or a file is
+refused when it is set (``ValueError``, as ``journaled config`` and ``serve`` refuse it) and
+not opened when a stored destination names it later (the sink is reported missing), so a typo
+never turns a directory of other things into a queue.
 """
 
 from __future__ import annotations
@@ -17,12 +23,35 @@ from collections.abc import Callable, MutableMapping
 from typing import Any, cast
 
 from journaled.config import Sink, sink_dir
+from journaled.offline.snapshot import queues_in
 
 log = logging.getLogger("journaled")
 
 #: The directories whose queue is being opened, each with the thread opening it (a queue is
 #: opened on one thread, and the opens it causes, of its destinations, run on that thread too).
 _OPENING: dict[str, int] = {}
+
+
+#: entries of a queue's own lock, lease and socket: a directory holding only these is empty
+_OURS = (".journaled.",)
+
+
+def destination_problem(path: str) -> str | None:
+    """Why directory ``path`` cannot be a destination queue (None when it can: a queue's
+    directory, an empty directory, or a missing one, which is opened once it exists)."""
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not os.path.isdir(path):
+        return f"{path}: not a directory"
+    names = queues_in(path)
+    if len(names) > 1:
+        return f"{path}: holds several queues ({', '.join(names)}); a destination is one"
+    if not names and any(not n.startswith(_OURS) for n in os.listdir(path)):
+        return (
+            f"{path}: holds no journaled queue and is not empty (a destination is a queue's "
+            "directory, or an empty one)"
+        )
+    return None
 
 
 class Destinations:
@@ -59,6 +88,10 @@ class Destinations:
             return cast("Sink", found)
         if not os.path.isdir(path):
             log.warning("queue %s: destination %s is not a directory", self.path, path)
+            return None
+        problem = destination_problem(path)
+        if problem is not None:
+            log.warning("queue %s: destination not opened: %s", self.path, problem)
             return None
         try:
             dest = self._opener(path)

@@ -36,7 +36,7 @@ from journaled.item import (
 )
 from journaled.log.journal import Journal
 from journaled.owner import closing
-from journaled.owner.adoption import Run
+from journaled.owner.adoption import PutGroup
 from journaled.owner.dedup import KeyWindow, Producers, rebuild
 
 _JUST_BYTES = {bytes}
@@ -119,7 +119,7 @@ class PutPath:
             producer is not None or (dedup and keys is not None and self.keys is not None)
         ):
             return self._put_once(payloads, expire, metas, add_ms, dedup)
-        run: Run = (payloads, expire) if metas is None else (payloads, expire, metas)
+        run: PutGroup = (payloads, expire) if metas is None else (payloads, expire, metas)
         with self.lock:
             first_id, seq = self.append_locked((run,), len(payloads), sum(map(len, payloads)), add_ms)
         if self.config.sync == "always":
@@ -152,7 +152,7 @@ class PutPath:
             pid, sequence = producer_tag(producer, 1)
         if not (nb or hdrs or pid or key is not None):
             with self.lock:
-                run: Run = ((payload,), expire)
+                run: PutGroup = ((payload,), expire)
                 first_id, seq = self.append_locked((run,) if expire else payload, 1, len(payload), add_ms)
         else:
             meta = Meta(nb, pid, sequence, key, hdrs)
@@ -257,7 +257,7 @@ class PutPath:
 
     def append_locked(
         self,
-        items: bytes | Sequence[Run],
+        items: bytes | Sequence[PutGroup],
         count: int,
         nbytes: int,
         add_ms: int,
@@ -280,7 +280,7 @@ class PutPath:
                     core.on_put(made, nbytes)
         else:
             first_id = seq = -1
-            for run in cast("Sequence[Run]", items):
+            for run in cast("Sequence[PutGroup]", items):
                 payloads, run_expire = run[0], run[1]
                 metas = run[2] if len(run) > 2 else None
                 if metas is None:

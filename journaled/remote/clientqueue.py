@@ -18,9 +18,10 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
   per queue object, and a sequence per item, consecutive within a ``put_many``), and an owner
   stores only the items whose sequences it does not hold, returning the ids of those it does,
   so the put lands exactly once.  It raises :class:`OwnerLost` with ``outcome_unknown=True``
-  only when no next owner answers within :data:`PUT_RETRY` seconds, or when the owner did not
-  answer within the reply's deadline but did not die (stopped, wedged): it still holds the
-  directory, so there is no next owner to ask, and it may still carry the put out;
+  only when no next owner answers within :data:`~journaled.remote.routing.PUT_RETRY` seconds,
+  or when the owner did not answer within the reply's deadline but did not die (stopped,
+  wedged): it still holds the directory, so there is no next owner to ask, and it may still
+  carry the put out;
 * a read opened under a previous owner is not open any more: ``commit``/``commit_many``/
   ``abort``/``release``/``reject`` of it raise ``OwnerLost`` and are never made again (the item
   is delivered again: at least once, as after a crash); ``outcome_unknown`` is True when the
@@ -28,7 +29,8 @@ the queue and serves it, the others connect to it.  Calls then go on, with these
   worker loops (``process``, ``iter``, ``transaction`` and their asyncio forms) report such a
   lost commit and go on with the next owner (journaled/txn.py).
 
-**Deadlines and limits** (remote/connections.py): an open has :data:`CONNECT_TIMEOUT` to
+**Deadlines and limits** (remote/connections.py): an open has
+:data:`~journaled.remote.routing.CONNECT_TIMEOUT` to
 reach the owner or become it (``QueueLocked`` after it, its cause naming the deadline that
 passed); every request has its wait plus ``REPLY_MARGIN`` to be answered, or the owner is taken
 for lost (``OwnerLost``).  A queue object used in a process forked from the one that opened it
@@ -36,8 +38,9 @@ raises :class:`~journaled.QueueForked`: the child never uses nor replaces the pa
 
 Once this process is the owner, its calls are the same requests, carried out on the queue it
 owns by the owner's own request handlers (remote/handlers.py) instead of over the socket: the
-choice between the two is made in one place, :meth:`RemoteQueue.call`, and every method states
-only its request and how it reads the reply.
+choice between the two is made in one place, remote/routing.py's :meth:`Route.call
+<journaled.remote.routing.Route.call>`, and every method here states only its request and how it
+reads the reply.
 """
 
 from __future__ import annotations
@@ -49,36 +52,19 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any
 
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.disk.lease import OwnedElsewhere
-from journaled.errors import OwnerLost, QueueForked, QueueLocked, UnknownReader, UnsafeDirectory
+from journaled.errors import OwnerLost, QueueLocked, UnknownReader, UnsafeDirectory
 from journaled.format.metadata import Meta
 from journaled.item import as_payload, epoch_ms, expire_ms, put_metas
 from journaled.owner import closing
-from journaled.remote import handlers
 from journaled.remote import protocol as proto
+from journaled.remote import routing
 from journaled.remote.clientreader import RemoteReader
-from journaled.remote.connections import SETTLE_OPS, Link, closed_error
-from journaled.remote.contract import ServedQueue
+from journaled.remote.connections import Link
 from journaled.stats import ClientStats, Health, QueueStats, ReaderStats
-
-#: seconds an open, or a call after the owner went away, keeps trying to reach or become the
-#: owner (each connection's connect and hello must fit in what is left of it)
-CONNECT_TIMEOUT = 10.0
-_RETRY_PAUSE = 0.01  # between attempts while a new owner recovers and starts serving
-#: seconds a put whose owner died before answering is made again on the next owners
-PUT_RETRY = 60.0
-
-
-class OwnedQueue(ServedQueue, Protocol):
-    """The queue this process owns after taking the directory over (a ``JournaledQueue``): it is
-    served the owner's contract, and closed with this object."""
-
-    def close(self) -> None:
-        """Close the queue as its owner does, releasing the directory."""
-        ...
 
 
 class OpenOrConnect(type):
@@ -90,7 +76,7 @@ class OpenOrConnect(type):
         def open_owner() -> Any:
             return type.__call__(cls, path, config, name=name)
 
-        deadline = time.monotonic() + CONNECT_TIMEOUT
+        deadline = time.monotonic() + routing.CONNECT_TIMEOUT
         while True:
             try:
                 return open_owner()
@@ -98,7 +84,7 @@ class OpenOrConnect(type):
                 if exc.pid == os.getpid() or isinstance(exc, OwnedElsewhere):
                     raise  # the owner is in this very process, or on another host: no socket reaches it
                 try:
-                    link = Link(os.path.abspath(os.fspath(path)), _left(deadline))
+                    link = Link(os.path.abspath(os.fspath(path)), routing.left(deadline))
                 except UnsafeDirectory:
                     raise
                 except PermissionError:
@@ -106,17 +92,13 @@ class OpenOrConnect(type):
                 except (OSError, proto.ProtocolError) as err:
                     # an owner still recovering (no socket yet), or one that just died: again
                     if time.monotonic() >= deadline:  # the cause says which deadline passed
+                        within = routing.CONNECT_TIMEOUT
                         raise exc from OwnerLost(
-                            f"the owner of {path} could not be reached within {CONNECT_TIMEOUT:g} s: {err}"
+                            f"the owner of {path} could not be reached within {within:g} s: {err}"
                         )
-                    time.sleep(_RETRY_PAUSE)
+                    time.sleep(routing.RETRY_PAUSE)
                     continue
                 return RemoteQueue(link, config, open_owner, functools.partial(cls, path, config, name=name))
-
-
-def _left(deadline: float) -> float:
-    """Seconds until ``deadline`` (a little at least: a connection needs a moment)."""
-    return max(deadline - time.monotonic(), 0.05)
 
 
 class RemoteQueue(closing.Closing):
@@ -129,87 +111,41 @@ class RemoteQueue(closing.Closing):
         self,
         link: Link,
         config: QueueConfig | None,
-        open_owner: Callable[[], OwnedQueue],
+        open_owner: Callable[[], routing.OwnedQueue],
         opener: Callable[[], Any] | None = None,
     ) -> None:
         self.path = link.directory
         self.name = link.name
         self.config = config if config is not None else QueueConfig()
-        # the way to the owner: changed together under _state (a leaf), so that a call never
-        # pairs one owner's generation with another's connection
-        self._state = threading.Lock()
-        self._link: Link | None = link
-        self._local: OwnedQueue | None = None  # the JournaledQueue this process owns after a failover
-        self._here = handlers.Session(os.getpid())  # this process's open reads on _local
-        self._generation = 0
-        self._here_lock = threading.Lock()  # a leaf, as the server's: guards here.reads
-        self._open_owner = open_owner
+        self._route = routing.Route(self.path, link, open_owner)
         self._opener = opener  # picklable: how another process opens this queue
-        self._switch = threading.Lock()
-        self._pid = os.getpid()
-        self._closed = False
         self._readers: dict[str, RemoteReader] = {}
         # exactly-once puts: every put is tagged (producer id, sequence); the id is this object's
         # (random, nonzero, 63 bits: no coordination between processes, collisions negligible)
         self._producer = secrets.randbits(63) or 1
         self._next_sequence = 1
-        self._tags = threading.Lock()  # a leaf: guards _next_sequence and _retried
-        self._retried = 0
+        self._tags = threading.Lock()  # a leaf: guards _next_sequence
 
     # ------------------------------------------------------------------ the way to the owner
     @property
     def is_owner(self) -> bool:
         """True when this process owns the directory (it took over after the owner left)."""
-        return self._local is not None
+        return self._route.is_owner
 
     @property
     def owner_pid(self) -> int:
         """The pid of the process serving this queue now."""
-        with self._state:
-            link, local = self._link, self._local
-        return os.getpid() if local is not None else cast(Link, link).owner_pid
+        return self._route.owner_pid
 
     @property
     def puts_retried(self) -> int:
         """How many puts this object made again on a next owner after theirs died unanswered."""
-        return self._retried
+        return self._route.puts_retried
 
     @property
     def generation(self) -> int:
         """How many times this object changed owner: a read opened under another is gone."""
-        return self._generation
-
-    def _reconnect(self, generation: int) -> None:
-        """The owner of ``generation`` is gone: own the directory, or connect to who does."""
-        with self._switch:
-            if self._generation != generation or self._closed:
-                return
-            deadline = time.monotonic() + CONNECT_TIMEOUT
-            while True:
-                try:
-                    owned = self._open_owner()
-                    here = handlers.Session(os.getpid())
-                    with self._state:
-                        self._local, self._link, self._here = owned, None, here
-                        self._generation += 1
-                    return
-                except (OwnerLost, QueueLocked):
-                    pass
-                try:
-                    link = Link(self.path, _left(deadline))
-                    with self._state:
-                        self._link = link
-                        self._generation += 1
-                    return
-                except UnsafeDirectory:
-                    raise
-                except (OSError, proto.ProtocolError) as exc:
-                    if time.monotonic() >= deadline:
-                        raise OwnerLost(
-                            f"no owner of {self.path} could be reached or become within "
-                            f"{CONNECT_TIMEOUT:g} s: {exc}"
-                        ) from exc
-                    time.sleep(_RETRY_PAUSE)
+        return self._route.generation
 
     def call(
         self,
@@ -220,78 +156,9 @@ class RemoteQueue(closing.Closing):
         wait: float = 0.0,
         opened: int | None = None,
     ) -> tuple[dict[str, Any], bytes, int]:
-        """One request to the owner: its reply, payload and this object's generation.
-
-        The one place that chooses where a request is carried out: over the socket by the
-        owner, or, once this process is the owner, here, by the same handlers the owner's server
-        runs (the same reply, the same errors).  After a loss that left nothing done the
-        request is made again on the next owner.  ``wait`` is how long the owner may take on
-        purpose (a blocking get's timeout); ``opened``, for a request settling reads, is the
-        generation they were opened under: under another, :class:`OwnerLost` and nothing sent.
-        A put carrying its producer's tag that reached an owner which died before answering is
-        made again, with the same tag, on the next owner, for up to :data:`PUT_RETRY` seconds."""
-        retry_until = 0.0
-        while True:
-            if self._closed:
-                raise closed_error(self.path)
-            if os.getpid() != self._pid:
-                raise QueueForked(
-                    f"queue {self.path!r} was opened by the process this one was forked from: open it here"
-                )
-            with self._state:
-                generation, link, local, here = self._generation, self._link, self._local, self._here
-            if opened is not None and opened != generation:
-                raise OwnerLost(
-                    f"the reads were opened under an owner of {self.path} that is gone; they are "
-                    f"delivered again"
-                )
-            if local is not None:
-                reply, data = handlers.carry_out_here(local, here, self._here_lock, header, payload)
-                return reply, data, generation
-            try:
-                reply, data = cast(Link, link).call(header, payload, is_put=is_put, wait=wait)
-                return reply, data, generation
-            except OwnerLost as exc:
-                if not exc.outcome_unknown and header["op"] not in SETTLE_OPS:
-                    self._reconnect(generation)
-                    continue  # nothing was done: again, on the next owner
-                if is_put and "tag" in header and not isinstance(exc.__cause__, TimeoutError):
-                    # the owner died (its connection dropped): the next owner stores only what
-                    # the dead one had not (exactly once).  One that merely did not answer in
-                    # time is alive and holds the queue: no next owner can take it over.
-                    retry_until = retry_until or time.monotonic() + PUT_RETRY
-                    self._put_again(generation, retry_until, exc)
-                    with self._tags:
-                        self._retried += 1
-                    continue
-                try:
-                    self._reconnect(generation)
-                except OwnerLost:
-                    pass  # no owner yet: the next call tries again; this one reports its own loss
-                if exc.outcome_unknown:
-                    raise
-                lost = OwnerLost(
-                    f"the owner of {self.path} went away before it carried out a "
-                    f"{header['op']}: the reads are not open any more, they are delivered again"
-                )
-                raise lost from exc
-
-    def _put_again(self, generation: int, retry_until: float, lost: OwnerLost) -> None:
-        """Find the next owner for a tagged put ``lost`` left unanswered, or raise ``lost`` (its
-        outcome unknown) once ``retry_until`` has passed without one."""
-        while True:
-            try:
-                self._reconnect(generation)
-                return
-            except OwnerLost as exc:
-                if time.monotonic() >= retry_until:
-                    given_up = OwnerLost(
-                        f"the owner of {self.path} went away during a put and no next owner "
-                        f"answered within {PUT_RETRY:g} s: the put may or may not be stored ({exc})"
-                    )
-                    given_up.outcome_unknown = True
-                    raise given_up from lost
-                time.sleep(_RETRY_PAUSE)
+        """One request to the owner (:meth:`~journaled.remote.routing.Route.call`): its reply,
+        payload and this object's generation."""
+        return self._route.call(header, payload, is_put=is_put, wait=wait, opened=opened)
 
     # ------------------------------------------------------------------ putting
     def _sequences(self, count: int) -> int:
@@ -465,18 +332,12 @@ class RemoteQueue(closing.Closing):
     @property
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
-        return self._closed
+        return self._route.closed
 
     def close(self) -> None:
         """Leave the queue: this process's open reads are aborted by the owner (delivered again);
         if this process had become the owner, the queue is closed as an owner closes it."""
-        with self._switch:
-            self._closed = True
-            link, local = self._link, self._local
-        if link is not None:
-            link.kill()
-        if local is not None:
-            local.close()
+        self._route.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Sent to another process, the queue is opened there by path (see :func:`reopen`)."""

@@ -1,22 +1,14 @@
 """The owner's side of sharing a queue with other processes of the same user.
 
 The process that owns a queue directory listens on a Unix domain socket inside it
-(``.journaled.sock``, mode 0600, no TCP).  Each accepted connection gets a thread of its own,
-so a slow, stuck or blocked client (a ``get`` waiting for items) delays nobody else.  A peer
-whose uid (``SO_PEERCRED``) is not ours is refused at once.
-
-The owner's limits, each refused with an error reply naming it (docs/design.md, "Many
-processes, one queue"): connections (``MAX_CONNECTIONS``, fewer under a low ``RLIMIT_NOFILE``:
-:func:`connection_limit`), descriptors (``FD_RESERVE`` always left to the journal and the rest
-of the process), threads (a connection the process cannot start one for is refused and the
-accept loop goes on after a pause), connections that have not said hello (``MAX_PENDING``, each
-closed after ``HELLO_TIMEOUT``; a new one pushes out the oldest) and the memory of requests
-being received at once (``REQUEST_MEMORY``: a large request waits up to ``REQUEST_WAIT`` for
-room, then is refused, read and dropped, and the connection goes on; one that stalls
-mid-frame for ``RECEIVE_TIMEOUT`` ends its connection).  Every
+(``.journaled.sock``, mode 0600, no TCP).  Who may connect, and how many at once, is
+remote/admission.py's; each admitted connection is served here, in a thread of its own.  Every
 request is a frame of remote/protocol.py, read and sent with remote/transport.py (the client's
 framing too); a malformed one gets an error reply and the connection is closed, the queue is
-never touched by it.  What each request does is in remote/handlers.py; the queue is used only
+never touched by it.  The memory of requests being received at once is bounded
+(``REQUEST_MEMORY``: a large request waits up to ``REQUEST_WAIT`` for room, then is refused,
+read and dropped, and the connection goes on; one that stalls mid-frame for ``RECEIVE_TIMEOUT``
+ends its connection).  What each request does is in remote/handlers.py; the queue is used only
 through the owner's contract, remote/contract.py's ``ServedQueue``.
 
 Clients (remote/connections.py) identify their process with a *session*: every connection of one session
@@ -32,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import select
 import socket
 import stat
@@ -46,25 +37,15 @@ from journaled.disk import fileio, lifecycle
 from journaled.disk.dirlock import DirLock
 from journaled.errors import Empty, JournaledError, QueueClosed
 from journaled.item import Item
-from journaled.remote import handlers
+from journaled.remote import admission, handlers
 from journaled.remote import protocol as proto
 from journaled.remote.contract import ServedQueue, ServedReader
 from journaled.remote.handlers import Session
-from journaled.remote.transport import SMALL_PAYLOAD, FrameReader, peer_ids, send_frame, socket_address
+from journaled.remote.transport import SMALL_PAYLOAD, FrameReader, send_frame, socket_address
 from journaled.stats import ClientStats
 
 log = logging.getLogger("journaled")
 
-#: connections served at once; more are refused with an error reply (fewer under a low
-#: ``RLIMIT_NOFILE``: :func:`connection_limit`)
-MAX_CONNECTIONS = 256
-#: descriptors never taken by a connection: the journal's files, checkpoints, rotation, and
-#: whatever else the owner's process opens
-FD_RESERVE = 64
-#: connections that have not said hello yet; one more closes the oldest of them
-MAX_PENDING = 32
-#: seconds a new connection has to complete its ``hello`` before it is closed
-HELLO_TIMEOUT = 10.0
 #: the largest ``hello`` header (it carries a version, a session id and a pid)
 MAX_HELLO = 4096
 #: memory for requests being received and carried out at once (those over ``SMALL_PAYLOAD``),
@@ -77,8 +58,6 @@ PAYLOAD_COPIES = 2
 REQUEST_WAIT = 10.0
 #: seconds a large request may stall mid-frame before its connection is dropped
 RECEIVE_TIMEOUT = 30.0
-#: the accept loop's pause after a failure (doubled while they last, up to the second value)
-ACCEPT_PAUSE = (0.05, 1.0)
 #: a blocked ``get`` wakes this often to notice its client went away
 GET_SLICE = 0.25
 #: seconds a connection polls for the next frame before blocking, while frames come quickly
@@ -87,15 +66,6 @@ SPIN = 0.0001
 #: seconds a reply may take to be accepted by a client that does not read (then it is dropped)
 SEND_TIMEOUT = 30.0
 _TIMEVAL = struct.Struct("ll")
-
-
-def connection_limit() -> int:
-    """How many connections the owner serves at once: ``MAX_CONNECTIONS``, or half of what
-    ``RLIMIT_NOFILE`` leaves beyond ``FD_RESERVE`` when that is fewer."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
-        return MAX_CONNECTIONS
-    return max(0, min(MAX_CONNECTIONS, (soft - FD_RESERVE) // 2))
 
 
 class Budget:
@@ -133,29 +103,21 @@ class Server:
     def __init__(self, queue: ServedQueue, dirlock: DirLock) -> None:
         self._queue = weakref.ref(queue)  # an abandoned queue must still be collected and closed
         self.name = queue.name
-        self._lock = threading.Lock()  # a leaf: guards the sessions and connection set only
+        self._lock = threading.Lock()  # a leaf: guards the sessions only
         self._sessions: dict[str, Session] = {}
-        self._conns: set[socket.socket] = set()
-        self._pending: dict[socket.socket, int] = {}  # not past hello yet, oldest first -> pid
         self._budget = Budget(REQUEST_MEMORY)
-        self._busy: set[socket.socket] = set()  # carrying out a request: answered before stop closes it
-        self._threads: set[threading.Thread] = set()
-        self._stopping = False
         self._foreign_before = dirlock.foreign_before
         self._dir_fd = os.open(queue.path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
         try:
             self._address = socket_address(self._dir_fd, queue.path)
             self._socket_path = os.path.join(queue.path, proto.SOCKET_NAME)
-            self._listener = self._bind()
+            self._admission = admission.Admission(self.name, self._bind(), self._serve)
         except BaseException:
             os.close(self._dir_fd)
             raise
         dirlock.on_release(self.stop)
         lifecycle.track(self, None, Server.forget_in_child)
-        self._acceptor = threading.Thread(
-            target=self._accept_loop, name=f"journaled-{self.name}-serve", daemon=True
-        )
-        self._acceptor.start()
+        self._admission.start()
 
     @property
     def queue(self) -> ServedQueue:
@@ -199,98 +161,7 @@ class Server:
         listener.listen(64)
         return listener
 
-    # ------------------------------------------------------------------ connections
-    def _accept_loop(self) -> None:
-        lifecycle.mark_background()
-        pause = 0.0
-        while not self._stopping:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError as exc:
-                if self._stopping:
-                    return
-                pause = self._pause(pause, f"cannot accept a connection: {exc}")  # EMFILE and the like
-                continue
-            try:
-                started = self._admit(conn)
-            except Exception as exc:  # never let one connection end the loop
-                conn.close()
-                started = False
-                log.error("journaled %s: admitting a connection failed: %r", self.name, exc)
-            if started:
-                pause = 0.0
-            else:
-                pause = self._pause(pause, "a connection was refused for want of resources")
-
-    def _pause(self, pause: float, why: str) -> float:
-        """Sleep after an accept-loop failure, longer while they last; logged when they start."""
-        if not pause:
-            log.warning("journaled %s: %s; accepting again after a pause", self.name, why)
-        pause = min(max(pause * 2, ACCEPT_PAUSE[0]), ACCEPT_PAUSE[1])
-        time.sleep(pause)
-        return pause
-
-    def _admit(self, conn: socket.socket) -> bool:
-        """Serve ``conn`` in a thread of its own, or refuse it; False when the owner lacked the
-        resources for it (the accept loop then pauses)."""
-        try:
-            pid, uid = peer_ids(conn)
-        except OSError:
-            conn.close()
-            return True
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        evict: socket.socket | None = None
-        short = False  # of descriptors: the accept loop pauses
-        with self._lock:
-            if uid != os.geteuid():
-                why = "peer uid is not the queue owner's"
-            elif self._stopping:
-                why = "the owner is closing"
-            elif soft != resource.RLIM_INFINITY and conn.fileno() >= soft - FD_RESERVE:
-                # descriptors are given lowest first: this one's number says how many are taken
-                why, short = f"the owner is short of file descriptors (RLIMIT_NOFILE {soft})", True
-            elif len(self._conns) >= connection_limit():
-                why = f"too many connections (the owner serves at most {connection_limit()})"
-            else:
-                why = ""
-                if len(self._pending) >= MAX_PENDING:
-                    evict = next(iter(self._pending))
-                    self._pending.pop(evict)
-                self._conns.add(conn)
-                self._pending[conn] = pid
-        if evict is not None:
-            log.warning(
-                "journaled %s: closed the oldest of %d connections that have not said hello",
-                self.name,
-                MAX_PENDING,
-            )
-            _shut([evict])
-        if why:
-            self._refuse(conn, pid, why)
-            return not short
-        thread = threading.Thread(target=self._serve, args=(conn, pid), name="journaled-conn", daemon=True)
-        with self._lock:
-            self._threads.add(thread)
-        try:
-            thread.start()
-        except (RuntimeError, MemoryError) as exc:  # a pids limit, no memory for a stack
-            with self._lock:
-                self._threads.discard(thread)
-                self._conns.discard(conn)
-                self._pending.pop(conn, None)
-            self._refuse(conn, pid, f"the owner cannot start a thread for the connection ({exc})")
-            return False
-        return True
-
-    def _refuse(self, conn: socket.socket, pid: int, why: str) -> None:
-        log.warning("journaled %s: refused a connection from pid %d: %s", self.name, pid, why)
-        try:
-            conn.settimeout(0.5)
-            send_frame(conn, {"ok": False, "error": "JournaledError", "message": why})
-        except OSError:
-            pass
-        conn.close()
-
+    # ------------------------------------------------------------------ a connection
     def _serve(self, conn: socket.socket, pid: int) -> None:
         lifecycle.mark_background()
         session: Session | None = None
@@ -299,7 +170,7 @@ class Server:
             # replies is dropped
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(SEND_TIMEOUT), 0))
             frames = FrameReader(conn, SPIN, proto.REQUEST_LIMITS)
-            frames.time_limit(time.monotonic() + HELLO_TIMEOUT)
+            frames.time_limit(time.monotonic() + admission.HELLO_TIMEOUT)
             try:
                 session = self._greet(conn, frames, pid)
             except proto.ProtocolError as exc:
@@ -308,13 +179,13 @@ class Server:
             except TimeoutError:
                 log.warning(
                     "journaled %s: closed a connection from pid %d that did not say hello within %g s",
-                    self.name, pid, HELLO_TIMEOUT,
+                    self.name, pid, admission.HELLO_TIMEOUT,
                 )  # fmt: skip
                 return
             if session is None:
                 return
             send_frame(conn, {"ok": True, "name": self.name, "owner": os.getpid()})
-            while not self._stopping:
+            while not self._admission.stopping:
                 if not self._next(conn, frames, session):
                     return
         except OSError:
@@ -325,7 +196,7 @@ class Server:
             self._closed(conn, session)
 
     def _greet(self, conn: socket.socket, frames: FrameReader, pid: int) -> Session | None:
-        """Read the connection's ``hello`` (within ``HELLO_TIMEOUT``): its session (the caller
+        """Read the connection's ``hello`` (within ``admission.HELLO_TIMEOUT``): its session (the caller
         answers), or None if the peer closed first."""
         found = frames.announced()
         if found is None:
@@ -335,8 +206,7 @@ class Server:
         header, _ = frames.body(*found)
         if proto.field(header, "op", str) != "hello":
             raise proto.ProtocolError("the first message must be 'hello'")
-        with self._lock:  # it spoke: never the oldest silent connection closed for a newcomer
-            self._pending.pop(conn, None)
+        self._admission.spoke(conn)
         frames.time_limit(None)
         return self._hello(header, pid)
 
@@ -348,7 +218,7 @@ class Server:
                 return False
             hlen, plen = found
             cost = hlen + PAYLOAD_COPIES * plen if hlen + plen > SMALL_PAYLOAD else 0
-            admitted = not cost or self._budget.take(cost, REQUEST_WAIT, lambda: self._stopping)
+            admitted = not cost or self._budget.take(cost, REQUEST_WAIT, lambda: self._admission.stopping)
             try:
                 got = self._receive(conn, frames, session, found, admitted, cost)
                 if got is None:
@@ -363,13 +233,8 @@ class Server:
                     return True
                 header, payload = got
                 op = proto.field(header, "op", str)
-                with self._lock:
-                    self._busy.add(conn)
-                try:
+                with self._admission.busy(conn):
                     return self._request(conn, session, op, header, payload)
-                finally:
-                    with self._lock:
-                        self._busy.discard(conn)
             finally:
                 if cost and admitted:
                     self._budget.give(cost)
@@ -444,7 +309,7 @@ class Server:
             return False
         except Exception as exc:
             error = proto.error_reply(exc)
-            if isinstance(exc, QueueClosed) and (self._stopping or self.queue.closed):
+            if isinstance(exc, QueueClosed) and (self._admission.stopping or self.queue.closed):
                 error["closing"] = True  # the owner is going: the client should find the next one
             reply, out = error, b""
         send_frame(conn, reply, out)
@@ -465,7 +330,7 @@ class Server:
             except Empty:
                 if not block or (deadline is not None and time.monotonic() >= deadline):
                     raise
-                if self._stopping or _peer_gone(conn):
+                if self._admission.stopping or _peer_gone(conn):
                     return False
         reply, out, items = handlers.hand_out(self.queue, session, self._lock, name, reader, items, op)
         try:
@@ -476,12 +341,9 @@ class Server:
         return True
 
     def _closed(self, conn: socket.socket, session: Session | None) -> None:
-        conn.close()
+        self._admission.finished(conn)
         reads: list[tuple[ServedReader, Item]] = []
         with self._lock:
-            self._conns.discard(conn)
-            self._pending.pop(conn, None)
-            self._threads.discard(threading.current_thread())
             if session is not None:
                 reads = session.disconnected()
                 if not session.connections:
@@ -504,53 +366,29 @@ class Server:
                 out.append(ClientStats(pid=s.pid, connections=s.connections, open_reads=per))
         return tuple(sorted(out, key=lambda c: c.pid))
 
+    def read_holders(self) -> dict[tuple[str, int], int]:
+        """``(reader, id) -> pid`` of every read a connected process holds open."""
+        with self._lock:
+            return {key: s.pid for s in self._sessions.values() for key in s.reads}
+
     def stop(self) -> None:
         """Stop serving: no new connections, every connection closed (their open reads aborted),
         the socket file removed.  Called while the directory is still ours."""
-        with self._lock:
-            if self._stopping:
-                return
-            self._stopping = True
-            conns, threads = list(self._conns), list(self._threads)
+        if not self._admission.stop_accepting():
+            return
         lifecycle.untrack(self)
-        try:
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
-        except OSError:
-            pass
-        self._listener.close()
         try:
             fileio.ops.unlink(self._socket_path)
         except OSError:
             pass
-
-        with self._lock:
-            busy = set(self._busy)
-        _shut([c for c in conns if c not in busy])  # idle ones wake from recv and end
-        me = threading.current_thread()
-        deadline = time.monotonic() + 2.0
-        for thread in threads + [self._acceptor]:
-            # a busy one answers its request (the queue refuses new work now), then sees _stopping
-            if thread is not me and thread.ident is not None:  # (an unstarted one sees _stopping)
-                thread.join(max(0.0, deadline - time.monotonic()))
-        _shut(list(busy))
+        self._admission.end_connections()
         os.close(self._dir_fd)
 
     def forget_in_child(self) -> None:
         """In a forked child: close our copies of the descriptors, touch nothing shared."""
-        self._stopping = True
-        for sock in [self._listener, *self._conns]:
-            sock.close()  # close(2) only: shutdown() would end the parent's connections too
+        self._admission.forget_in_child()
         try:
             os.close(self._dir_fd)
-        except OSError:
-            pass
-
-
-def _shut(socks: list[socket.socket]) -> None:
-    """Wake each socket's thread from ``recv`` (it ends): the peer sees the connection close."""
-    for conn in socks:
-        try:
-            conn.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
 

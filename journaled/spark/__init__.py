@@ -35,7 +35,7 @@ class JournaledDataSource(DataSource):
         return "journaled"
 
     def schema(self) -> str:
-        from journaled.spark.offsets import schema_ddl
+        from journaled.spark.schema import schema_ddl  # light: this worker reads nothing
 
         return schema_ddl(self.options)
 

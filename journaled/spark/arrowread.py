@@ -1,16 +1,15 @@
 """Read one segment of a journal file straight into Arrow arrays: the Spark source's hot loop.
 
 Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, or format/fallback.py's
-pure-Python reference) into five byte buffers per batch -- ids, add and expire times, payload
-offsets and payload bytes -- which become Arrow arrays with ``pyarrow.Array.from_buffers``:
-no Python object per record.  ``decode_columns`` takes plain PUTs and PUTXs carrying only a
-producer's tag (every put of a client process: the tag is the owner's, no column holds it); a
-PUTX with more (a key, headers or a not-before time) where it stops is decoded here, in Python,
-its row appended to the same buffers and its metadata kept beside them (``ArrowColumns.metas``),
-and the columnar walk goes on after it.  Anything else it does not decode inline (a skippable record
-type, damage, a record longer than a read) hands over, from that point, to
-:func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips damage
-and notes it in ``gaps``, exactly as before.
+pure-Python reference) into the byte buffers of ``columns.new_columns(meta=True)`` per batch -- ids,
+add and expire times, payload offsets and bytes, and each row's key, not-before and headers -- which
+become Arrow arrays with ``pyarrow.Array.from_buffers``: no Python object per record, whether it is
+a PUT or a PUTX with a key, headers or a not-before.  The rare PUTX the columnar walk leaves (more
+headers than a put writes, ``metadata.MAX_HEADERS``) is decoded here, in Python, its row appended to
+the same buffers, and the walk goes on after it.  Anything else it does not decode inline (a
+skippable record type, damage, a record longer than a read) hands over, from that point, to
+:func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips
+damage and notes it in ``gaps``, exactly as before.
 """
 
 from __future__ import annotations
@@ -23,12 +22,12 @@ import attrs
 import pyarrow as pa
 
 from journaled.format.columns import DONE, FULL, Columns, new_columns
-from journaled.format.metadata import Meta
 from journaled.format.record import (
     MAX_BODY,
     PUTX_FIELDS_SIZE,
     RECORD_HEADER_SIZE,
     TYPE_PUTX,
+    Put,
     PutX,
     decode_one,
 )
@@ -45,57 +44,84 @@ _I32 = struct.Struct("<i")
 
 
 #: Kafka's ``headers`` column: ``array<struct<key: string, value: binary>>``.
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+HEADER_FIELDS = [pa.field("key", pa.string()), pa.field("value", pa.binary())]
+HEADERS_TYPE = pa.list_(pa.struct(HEADER_FIELDS))
 
 
 @attrs.frozen
 class ArrowColumns:
     """One batch: ``ids``/``add_ms``/``expire_ms`` as int64, ``values`` as binary, and the
-    metadata of its rows that carry some a reader sees (PUTX records with a key, headers or a
-    not-before): ``(row, meta)`` in row order.  Other rows are null in the metadata columns."""
+    buffers of the metadata columns (columns.META_COLUMNS), built into Arrow arrays on demand by
+    :meth:`keys`, :meth:`not_before_ms` and :meth:`headers`: rows without one are null there."""
 
     ids: pa.Array
     values: pa.Array
     add_ms: pa.Array
     expire_ms: pa.Array
-    metas: tuple[tuple[int, Meta], ...] = ()
+    meta: Columns = attrs.field(factory=list, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def keys(self) -> pa.Array:
-        """The ``key`` column: each row's key, null when it has none."""
-        if not self.metas:
-            return pa.nulls(len(self), pa.binary())
-        out: list[bytes | None] = [None] * len(self)
-        for row, meta in self.metas:
-            out[row] = meta.key
-        return pa.array(out, pa.binary())
+        """The ``key`` column: each row's key, null when it has none (a stored key is never
+        empty, so an empty one in the buffers is a row without)."""
+        n = len(self)
+        if not self.meta or not self.meta[1]:
+            return pa.nulls(n, pa.binary())
+        import pyarrow.compute as pc  # here: a read without this column never imports it (~0.1 s)
+
+        offsets, data = pa.py_buffer(self.meta[0]), pa.py_buffer(self.meta[1])
+        bare = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
+        valid = pc.greater(pc.binary_length(bare), 0)
+        return pa.Array.from_buffers(pa.binary(), n, [_bitmap(valid), offsets, data])
 
     def not_before_ms(self) -> pa.Array:
         """Each row's not-before time in epoch ms (int64), null when it has none."""
-        if not self.metas:
-            return pa.nulls(len(self), pa.int64())
-        out: list[int | None] = [None] * len(self)
-        for row, meta in self.metas:
-            out[row] = meta.not_before_ms or None
-        return pa.array(out, pa.int64())
+        n = len(self)
+        if not self.meta or self.meta[2].count(0) == len(self.meta[2]):  # no row has one
+            return pa.nulls(n, pa.int64())
+        import pyarrow.compute as pc
+
+        raw = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.meta[2])])
+        return pc.if_else(pc.equal(raw, 0), pa.scalar(None, pa.int64()), raw)
 
     def headers(self) -> pa.Array:
         """The ``headers`` column: each row's headers in the order they were put, null when it
         has none (as Kafka's source gives them)."""
-        if not self.metas:
-            return pa.nulls(len(self), HEADERS_TYPE)
-        out: list[list[dict[str, object]] | None] = [None] * len(self)
-        for row, meta in self.metas:
-            if meta.headers:
-                out[row] = [{"key": k, "value": v} for k, v in meta.headers.items()]
-        return pa.array(out, HEADERS_TYPE)
+        n = len(self)
+        if not self.meta or len(self.meta[4]) <= 4:
+            return pa.nulls(n, HEADERS_TYPE)
+        import pyarrow.compute as pc
+
+        _, _, _, row_offs, name_offs, names, value_offs, values = self.meta
+        count = len(name_offs) // 4 - 1
+        struct_arr = pa.StructArray.from_arrays(
+            [
+                pa.Array.from_buffers(
+                    pa.string(), count, [None, pa.py_buffer(name_offs), pa.py_buffer(names)]
+                ),
+                pa.Array.from_buffers(
+                    pa.binary(), count, [None, pa.py_buffer(value_offs), pa.py_buffer(values)]
+                ),
+            ],
+            fields=HEADER_FIELDS,
+        )
+        offsets = pa.py_buffer(row_offs)
+        bare = pa.Array.from_buffers(HEADERS_TYPE, n, [None, offsets], children=[struct_arr])
+        valid = pc.greater(pc.list_value_length(bare), 0)
+        return pa.Array.from_buffers(HEADERS_TYPE, n, [_bitmap(valid), offsets], children=[struct_arr])
 
 
-def to_arrow(cols: Columns, metas: list[tuple[int, Meta]] | None = None) -> ArrowColumns:
+def _bitmap(valid: pa.Array) -> pa.Buffer:
+    """The validity bitmap of a boolean array without nulls: its values buffer (offset 0)."""
+    buf: pa.Buffer = valid.buffers()[1]
+    return buf
+
+
+def to_arrow(cols: Columns) -> ArrowColumns:
     """Wrap the buffers of :func:`journaled.format.columns.new_columns` (no copy)."""
-    ids, adds, exps, offs, data = cols
+    ids, adds, exps, offs, data = cols[:5]
     n = len(ids) // 8
     i64 = pa.int64()
     return ArrowColumns(
@@ -103,7 +129,7 @@ def to_arrow(cols: Columns, metas: list[tuple[int, Meta]] | None = None) -> Arro
         pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(data)]),
         pa.Array.from_buffers(i64, n, [None, pa.py_buffer(adds)]),
         pa.Array.from_buffers(i64, n, [None, pa.py_buffer(exps)]),
-        tuple(metas or ()),
+        cols[5:],
     )
 
 
@@ -121,8 +147,7 @@ def read_segment_arrays(
     if opened is None:
         return
     fd, size, pos = opened
-    cols = new_columns()
-    metas: list[tuple[int, Meta]] = []
+    cols = new_columns(meta=True)
     try:
         salt, lo, hi, seg_end = seg.salt, seg.lo, seg.hi, seg.end
         last_id: int | None = None
@@ -135,8 +160,8 @@ def read_segment_arrays(
                 if last is not None:
                     last_id = last
                 if status == FULL:
-                    yield to_arrow(cols, metas)
-                    cols, metas = new_columns(), []
+                    yield to_arrow(cols)
+                    cols = new_columns(meta=True)
                     continue
                 if status == DONE:
                     break
@@ -149,11 +174,9 @@ def read_segment_arrays(
                 last_id = rec.id
                 if rec.id >= lo:
                     if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
-                        yield to_arrow(cols, metas)
-                        cols, metas = new_columns(), []
-                    if _shown(rec.meta):
-                        metas.append((len(cols[0]) // 8, rec.meta))
-                    _append(cols, rec.id, rec.add_ms, rec.expire_ms, rec.payload)
+                        yield to_arrow(cols)
+                        cols = new_columns(meta=True)
+                    _append(cols, rec)
                 k += rec.size
             if status == DONE:
                 break
@@ -163,15 +186,13 @@ def read_segment_arrays(
             # nothing decoded inline here: the general reader takes it from this point
             rest = attrs.evolve(seg, start=pos, exact=True)
             for got in read_segment(rest, gaps, None if last_id is None else last_id + 1, chunk):
-                if isinstance(got, PutX) and _shown(got.meta):
-                    metas.append((len(cols[0]) // 8, got.meta))
-                _append(cols, got.id, got.add_ms, got.expire_ms, got.payload)
+                _append(cols, got)
                 if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
-                    yield to_arrow(cols, metas)
-                    cols, metas = new_columns(), []
+                    yield to_arrow(cols)
+                    cols = new_columns(meta=True)
             break
         if cols[0]:
-            yield to_arrow(cols, metas)
+            yield to_arrow(cols)
     finally:
         os.close(fd)
 
@@ -188,15 +209,37 @@ def _putx_at(buf: bytes, k: int, base: int, salt: int) -> PutX | None:
     return rec if isinstance(rec, PutX) else None
 
 
-def _shown(meta: Meta) -> bool:
-    """``meta`` has a column to fill: a key, headers or a not-before (a producer's tag has none)."""
-    return bool(meta.key is not None or meta.headers or meta.not_before_ms)
-
-
-def _append(cols: Columns, item_id: int, add_ms: int, expire_ms: int, payload: bytes) -> None:
-    ids, adds, exps, offs, data = cols
-    ids += _U64.pack(item_id)
-    adds += _U64.pack(add_ms)
-    exps += _U64.pack(expire_ms)
-    data += payload
+def _append(cols: Columns, rec: Put) -> None:
+    """One row for ``rec`` (a PUT, or a PUTX with its metadata) in the buffers of
+    ``new_columns(meta=True)``, as ``decode_columns`` appends it."""
+    (
+        ids,
+        adds,
+        exps,
+        offs,
+        data,
+        key_offs,
+        keys,
+        not_before,
+        row_offs,
+        name_offs,
+        names,
+        value_offs,
+        values,
+    ) = cols
+    ids += _U64.pack(rec.id)
+    adds += _U64.pack(rec.add_ms)
+    exps += _U64.pack(rec.expire_ms)
+    data += rec.payload
     offs += _I32.pack(len(data))
+    meta = rec.meta if isinstance(rec, PutX) else None
+    if meta is not None:
+        for name, value in meta.headers.items():
+            names += name.encode("utf-8")
+            name_offs += _I32.pack(len(names))
+            values += value
+            value_offs += _I32.pack(len(values))
+        keys += meta.key or b""
+    key_offs += _I32.pack(len(keys))
+    not_before += _U64.pack(0 if meta is None else meta.not_before_ms)
+    row_offs += _I32.pack(len(name_offs) // 4 - 1)

@@ -18,62 +18,26 @@ import attrs
 from journaled.errors import JournaledError
 from journaled.offline.segments import Position, QueueView, Segment
 
+# offered here as before they moved to the light schema module
+from journaled.spark.schema import ALL_COLUMNS_DDL as ALL_COLUMNS_DDL
+from journaled.spark.schema import COLUMN_TYPES as COLUMN_TYPES
+from journaled.spark.schema import DEFAULT_COLUMNS as DEFAULT_COLUMNS
+from journaled.spark.schema import HEADERS_DDL as HEADERS_DDL
+from journaled.spark.schema import QUEUE_DDL as QUEUE_DDL
+from journaled.spark.schema import SCHEMA_DDL as SCHEMA_DDL
+from journaled.spark.schema import OptionError as OptionError
+from journaled.spark.schema import opt as opt
+from journaled.spark.schema import opt_bool as opt_bool
+from journaled.spark.schema import queue_paths as queue_paths
+from journaled.spark.schema import schema_ddl as schema_ddl
+
 log = logging.getLogger("journaled.spark")
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
-#: Every column the source can fill, with its type as Spark writes it (``DataType.simpleString``);
-#: ``key``, ``not_before``, ``expire_at`` and ``headers`` are null for an item without one.
-COLUMN_TYPES = {
-    "id": "bigint",
-    "value": "binary",
-    "timestamp": "timestamp",
-    "expire_at": "timestamp",
-    "queue": "string",
-    "key": "binary",
-    "not_before": "timestamp",
-    "headers": "array<struct<key:string,value:binary>>",
-}
-#: The source's columns, in Spark's DDL: all but ``headers``.
-SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMN_TYPES.items() if name != "headers")
-#: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
-HEADERS_DDL = f"headers {COLUMN_TYPES['headers']}"
-
 
 class DataLossError(JournaledError):
     """Ids a query needs are gone (archived or damaged) and ``failOnDataLoss`` is true."""
-
-
-class OptionError(JournaledError, ValueError):
-    """A source or sink option is missing or malformed."""
-
-
-def opt(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
-    """Option ``name``, case-insensitively (Spark's own option maps are)."""
-    low = name.lower()
-    for k, v in options.items():
-        if k.lower() == low:
-            return v
-    return default
-
-
-def opt_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    v = opt(options, name)
-    if v is None:
-        return default
-    if v.strip().lower() in ("true", "1", "yes"):
-        return True
-    if v.strip().lower() in ("false", "0", "no"):
-        return False
-    raise OptionError(f"option {name} must be true or false, not {v!r}")
-
-
-def schema_ddl(options: Mapping[str, str]) -> str:
-    """The source's schema for ``options``: :data:`SCHEMA_DDL`, plus ``headers`` when
-    ``includeHeaders`` is true."""
-    if opt_bool(options, "includeHeaders", False):
-        return f"{SCHEMA_DDL}, {HEADERS_DDL}"
-    return SCHEMA_DDL
 
 
 #: The columns that are null for an item without one (a schema may not declare them NOT NULL).
@@ -192,18 +156,6 @@ def _measured(offset: object) -> Mapping[str, object] | str | None:
     if isinstance(offset, Mapping):
         return offset
     raise OptionError(f"an offset in a streaming progress must be JSON, not {offset!r}")
-
-
-def queue_paths(options: Mapping[str, str]) -> dict[str, str]:
-    """``{key: directory}`` from ``path`` and/or ``paths`` (comma-separated), sorted by key."""
-    raw: list[str] = []
-    for name in ("path", "paths"):
-        v = opt(options, name)
-        if v:
-            raw.extend(p.strip() for p in v.split(",") if p.strip())
-    if not raw:
-        raise OptionError("give a queue directory: .load(path) or option('paths', 'a,b,c')")
-    return {os.path.normpath(p): os.path.abspath(p) for p in sorted(set(raw))}
 
 
 def encode(ids: Mapping[str, int]) -> dict[str, dict[str, int]]:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType, TimestampType
 
-from journaled.disk import intents, spoolfiles
+from journaled.disk import intents
+from journaled.format import spoolbatch
 from journaled.format.metadata import Meta
 from journaled.item import put_headers, put_key
 from journaled.owner import adoption
@@ -219,7 +220,7 @@ def _framed(batch: pa.RecordBatch) -> tuple[memoryview, int]:
     lengths = array("i")
     lengths.frombytes(_int32s(pc.binary_length(col), n))
     heads = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(12), n, [None, pa.py_buffer(spoolfiles.record_heads(lengths))]
+        pa.binary(12), n, [None, pa.py_buffer(spoolbatch.record_heads(lengths))]
     )
     joined = pc.binary_join_element_wise(heads.cast(pa.binary()), col, pa.scalar(b"", pa.binary()))
     bounds = array("i")

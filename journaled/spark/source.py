@@ -138,7 +138,7 @@ def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     ts_type = pa.timestamp("us", tz="UTC")  # what to_arrow_schema makes of TIMESTAMP
-    queue = pa.scalar(part.key, pa.string())
+    queue = _QueueColumn(pa.scalar(part.key, pa.string()))
     gaps: list[Gap] = []
     for cols in (c for seg in part.segments for c in read_segment_arrays(seg, gaps, ROWS_PER_BATCH)):
         if gaps:
@@ -149,7 +149,23 @@ def read_partition(part: JournaledPartition, schema: StructType) -> Iterator[pa.
         _on_gaps(part, gaps)
 
 
-def _build_column(name: str, cols: ArrowColumns, ts_type: pa.DataType, queue: pa.Scalar) -> pa.Array:
+class _QueueColumn:
+    """The ``queue`` column of one partition's batches: the key repeated, built once for a whole
+    batch and sliced (no copy) for each (perf: ``pa.repeat`` per batch copied the string per row)."""
+
+    def __init__(self, key: pa.Scalar) -> None:
+        self.key = key
+        self.full: pa.Array | None = None
+
+    def __call__(self, n: int) -> pa.Array:
+        import pyarrow as pa
+
+        if self.full is None or len(self.full) < n:
+            self.full = pa.repeat(self.key, max(n, ROWS_PER_BATCH))
+        return self.full.slice(0, n)
+
+
+def _build_column(name: str, cols: ArrowColumns, ts_type: pa.DataType, queue: _QueueColumn) -> pa.Array:
     """Column ``name`` of the source schema for one decoded batch."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -161,9 +177,11 @@ def _build_column(name: str, cols: ArrowColumns, ts_type: pa.DataType, queue: pa
     if name == "timestamp":
         return pc.multiply(cols.add_ms, 1000).cast(ts_type)
     if name == "expire_at":
+        if not len(cols) or pc.max(cols.expire_ms).as_py() == 0:  # no row expires: all null
+            return pa.nulls(len(cols), ts_type)
         return pc.if_else(pc.equal(cols.expire_ms, 0), None, pc.multiply(cols.expire_ms, 1000)).cast(ts_type)
     if name == "queue":
-        return pa.repeat(queue, len(cols))
+        return queue(len(cols))
     if name == "key":
         return cols.keys()
     if name == "not_before":

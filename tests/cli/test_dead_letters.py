@@ -135,7 +135,7 @@ def test_payloads_are_shown_escaped_hex_or_base64_never_raw(tmp_path):
     assert "\x1b" not in text.stdout and "\x07" not in text.stdout and "\r" not in text.stdout
     assert "payload: \\x1b[2J\\x1b]0;owned\\x07\\r\\nline2\\xff" in text.stdout
     assert 'reason="bad\\u001b[31m"' in text.stdout
-    assert f"payload: {nasty.hex()}" in cli("dead-letters", path, "--payload", "hex").stdout
+    assert f"payload: {nasty.hex()}" in cli("dead-letters", path, "--payload-format", "hex").stdout
     (row,) = listed(path, "--payload")
     assert base64.b64decode(row["payload"]) == nasty
 

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from journaled import JournaledQueue
-from journaled.remote.server import FD_RESERVE
+from journaled.remote.admission import FD_RESERVE
 from support.paths import ROOT
 
 pytest.importorskip("prometheus_client")

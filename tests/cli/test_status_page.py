@@ -1,12 +1,15 @@
 """The status page of ``journaled serve --http``: opened in headless Chromium (Debian's chromium
 and chromium-driver, driven by selenium), its numbers compared with ``q.stats()``; the token
-required; dead letters' reasons and payloads escaped; a screenshot kept under the test's tmp dir."""
+required; dead letters' reasons and payloads escaped; what a person reads there checked (plots
+with axes and time labels, a section per served queue, the open reads table, a search result);
+the screenshot kept as docs/img/status-page.png (the docs show it)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +27,7 @@ from support.paths import ROOT
 
 TIMEOUT = 30.0
 HOSTILE = '<img src=x onerror="window.__pwned=1">'
+SCREENSHOT = os.path.join(ROOT, "docs", "img", "status-page.png")
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -41,6 +45,8 @@ def served(tmp_path):
     workers = q.reader("workers", ReaderConfig(max_errors=2, dead_letter=dead))
     q.reader("audit")
     q.put_many([b"job %d" % i for i in range(300)] + [HOSTILE.encode()])
+    q.put(b"invoice 7 for acme", key=b"acme", headers={"kind": b"invoice"})
+    q.put(b"invoice 8 for zenith", key=b"zenith", headers={"kind": b"invoice"})
     for _ in range(40):
         workers.commit(workers.get(block=False))
     workers.reject(workers.get(block=False), HOSTILE)
@@ -74,11 +80,12 @@ def test_the_api_reports_the_stats_and_the_newest_dead_letters(served) -> None:
     server, q = served
     code, body = _get(f"http://127.0.0.1:{server.port}/api/status?token=s3cret-token")
     assert code == 200
-    (queue,) = json.loads(body)["queues"]
+    queue, dead = json.loads(body)["queues"]  # the dead-letter queue this process owns too
+    assert (queue["stats"]["name"], dead["stats"]["name"]) == ("jobs", "dead")
     got = {r["name"]: r for r in queue["stats"]["readers"]}
     want = {r.name: r for r in q.stats().readers}
-    assert got["workers"]["backlog_items"] == want["workers"].backlog_items == 260
-    assert got["workers"]["open_reads"] == 1 and got["audit"]["backlog_items"] == 301
+    assert got["workers"]["backlog_items"] == want["workers"].backlog_items == 262
+    assert got["workers"]["open_reads"] == 1 and got["audit"]["backlog_items"] == 303
     (letter,) = queue["dead_letters"]["workers"]
     assert letter["reason"] == HOSTILE and letter["kind"] == "rejected" and letter["original_id"] == 41
 
@@ -100,6 +107,26 @@ def test_payloads_are_left_out_unless_peek(tmp_path) -> None:
             server.close()
     dead.close()
     assert code == 200 and b"secret payload" not in body and b'"reason": "no"' in body
+
+
+def test_the_page_loads_nothing_from_elsewhere_so_it_works_offline(served) -> None:
+    from html.parser import HTMLParser
+
+    server, _q = served
+    code, body = _get(f"http://127.0.0.1:{server.port}/?token=s3cret-token")
+    assert code == 200
+    fetched: list[str] = []
+
+    class Refs(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            fetched.extend(f"{tag} {k}={v}" for k, v in attrs if k in ("src", "href", "srcset", "data"))
+            if tag in ("link", "iframe", "object", "embed", "img"):
+                fetched.append(tag)
+
+    Refs().feed(body.decode())
+    assert fetched == []
+    assert b"<script>" in body  # its own inline script draws the plots (SVG) from /api/status
+    assert not [u for u in (b"http://", b"https://", b"//cdn", b"@import", b"url(") if u in body]
 
 
 @pytest.fixture
@@ -140,8 +167,19 @@ def _until(check, what: str) -> None:
     raise AssertionError(f"the page never showed {what}")
 
 
+def _texts(driver, css: str) -> list[str]:
+    return [str(e.text) for e in driver.find_elements("css selector", css)]
+
+
 def test_the_page_in_a_browser_shows_what_stats_says(served, browser, tmp_path) -> None:
     server, q = served
+    audit = q.reader("audit")
+    for i in range(6):  # a few samples with puts and commits between: the plots have lines and rates
+        q.put_many([b"more %d" % i] * 3 * i)
+        for _ in range(7):
+            audit.commit(audit.get(block=False))
+        server.history.take()
+        time.sleep(0.8)
     browser.get(f"http://127.0.0.1:{server.port}/")  # no token yet
     assert "a token is needed" in browser.page_source
     browser.get(server.url())  # the printed address: the token, then a cookie
@@ -155,6 +193,33 @@ def test_the_page_in_a_browser_shows_what_stats_says(served, browser, tmp_path) 
     assert (_cell(browser, "workers", "dead_lettered"), _cell(browser, "workers", "rejected")) == ("0", "1")
     health = browser.find_element("css selector", "span[data-field='health']").text
     assert health == "ok"
+    # a section for every queue the process serves: the dead-letter queue too
+    assert [s.get_attribute("data-queue") for s in browser.find_elements("css selector", "section")] == [
+        "jobs",
+        "dead",
+    ]
+    # the held read: its item's age where the oldest uncommitted one is promised, and its row
+    assert re.fullmatch(r"\d+\.\d s", _cell(browser, "workers", "oldest_uncommitted_age"))
+    lines = _texts(browser, "section[data-queue='jobs'] table[data-open-reads] tr")
+    assert len(lines) == 2 and lines[0].split() == ["reader", "id", "age", "client"]
+    reader, item_id, age, unit, *client = lines[1].split()
+    assert (reader, item_id, unit, " ".join(client)) == ("workers", "42", "s", "this process")
+    assert float(age) >= 0
+    # plots: a title, values on the y axis, times of day on the x axis, a line
+    for plot, title in [
+        ("svg[data-plot='backlog'][data-reader='audit']", "backlog of audit"),
+        ("svg[data-plot='commits'][data-reader='audit']", "commits per second of audit"),
+        ("section[data-queue='jobs'] svg[data-plot='puts']", "puts per second"),
+    ]:
+        assert _texts(browser, plot + " text.title") == [title]
+        ticks = _texts(browser, plot + " text.tick-x")
+        assert len(set(ticks)) == 4 and all(re.fullmatch(r"\d\d:\d\d:\d\d(\.\d)?", t) for t in ticks), ticks
+        values = _texts(browser, plot + " text.tick-y")
+        assert values[0] == "0" and len(values) == 3, values
+        assert browser.find_elements("css selector", plot + " polyline")
+    # the audit reader committed 7 items between samples: its rate is a number, not "-"
+    assert float(_cell(browser, "audit", "commit_per_s")) >= 0
+    assert _texts(browser, "svg[data-plot='backlog'][data-reader='audit'] text.tick-y")[-1] != "0"
     # the dead letter's reason and payload are text, never markup the page runs
     table = browser.find_element("css selector", "table[data-dead='workers']").text
     assert HOSTILE in table
@@ -167,11 +232,29 @@ def test_the_page_in_a_browser_shows_what_stats_says(served, browser, tmp_path) 
         lambda: _cell(browser, "workers", "backlog_items") == f"{st['workers'].backlog_items - 10:,}",
         "a change",
     )
-    shot = tmp_path / "status-page.png"
-    assert browser.save_screenshot(str(shot))
-    with open(shot, "rb") as f:
+    # the search: by key, the payload shown (--peek); then the hostile payload, as text
+    q.sync()
+    form = browser.find_element("css selector", "form#find")
+    form.find_element("name", "key").send_keys("acme")
+    form.find_element("css selector", "button").click()
+    _until(lambda: len(_texts(browser, "table[data-found] tr")) == 2, "a search result")
+    (found,) = _texts(browser, "table[data-found] tr")[1:]
+    assert found.startswith("302 ") and "acme" in found and "kind=invoice" in found
+    assert "invoice 7 for acme" in found and "zenith" not in found
+    assert "1 item found in jobs" in browser.find_element("css selector", "p[data-found-summary]").text
+    browser.execute_script("window.scrollTo(0, 0)")
+    os.makedirs(os.path.dirname(SCREENSHOT), exist_ok=True)
+    assert browser.save_screenshot(SCREENSHOT)
+    with open(SCREENSHOT, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    assert os.path.getsize(shot) > 10_000
+    assert os.path.getsize(SCREENSHOT) > 10_000
+    form.find_element("name", "key").clear()
+    form.find_element("name", "start").send_keys("301")
+    form.find_element("name", "end").send_keys("301")
+    form.find_element("css selector", "button").click()
+    _until(lambda: _texts(browser, "table[data-found] tr")[1:2] != [found], "the second search")
+    assert HOSTILE in _texts(browser, "table[data-found] tr")[1]
+    assert browser.execute_script("return window.__pwned === undefined") is True
 
 
 def _serve(*args: str) -> subprocess.Popen[str]:

@@ -11,10 +11,11 @@ import pytest
 from crc32c import crc32c
 
 from journaled.disk import spoolfiles
-from journaled.disk.spoolfiles import BatchWriter, NotABatch, read_batch
+from journaled.disk.spoolfiles import BatchWriter, read_batch
 from journaled.errors import CorruptJournal
 from journaled.format import metadata
 from journaled.format.metadata import Meta
+from journaled.format.spoolbatch import NotABatch
 
 META = Meta(not_before_ms=4_000_000_000_000, key=b"order-17", headers={"type": b"json", "trace": b"\x00\xff"})
 

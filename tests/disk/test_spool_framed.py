@@ -9,6 +9,7 @@ import pytest
 
 from journaled.disk import intents, spoolfiles
 from journaled.disk.spoolfiles import BatchWriter, read_batch
+from journaled.format import spoolbatch
 
 
 def _file(path: str, fill) -> bytes:
@@ -25,7 +26,7 @@ def test_framed_records_make_the_same_file_byte_for_byte_as_one_add_per_record(t
         one_by_one = _file(str(tmp_path / f"a{expire}"), lambda w: [w.add(p, expire) for p in payloads])
 
         def framed(w, expire=expire):
-            heads = spoolfiles.record_heads([len(p) for p in payloads], expire)
+            heads = spoolbatch.record_heads([len(p) for p in payloads], expire)
             w.add_framed(b"".join(heads[12 * i : 12 * i + 12] + p for i, p in enumerate(payloads)), 4)
 
         assert _file(str(tmp_path / f"b{expire}"), framed) == one_by_one
@@ -33,20 +34,20 @@ def test_framed_records_make_the_same_file_byte_for_byte_as_one_add_per_record(t
 
 
 def test_record_heads_take_int32_lengths_as_they_are_and_refuse_what_a_batch_cannot_hold():
-    assert spoolfiles.record_heads(array("i", [3, 0])) == spoolfiles.record_heads([3, 0])
-    assert spoolfiles.record_heads([]) == b""
+    assert spoolbatch.record_heads(array("i", [3, 0])) == spoolbatch.record_heads([3, 0])
+    assert spoolbatch.record_heads([]) == b""
     with pytest.raises(ValueError, match="negative"):
-        spoolfiles.record_heads(array("i", [1, -1]))
+        spoolbatch.record_heads(array("i", [1, -1]))
     with pytest.raises(ValueError, match="too large"):
-        spoolfiles.record_heads([spoolfiles.MAX_PAYLOAD + 1])
+        spoolbatch.record_heads([spoolbatch.MAX_PAYLOAD + 1])
     with pytest.raises(ValueError, match="64 bits"):
-        spoolfiles.record_heads([1], 1 << 64)
+        spoolbatch.record_heads([1], 1 << 64)
 
 
 def test_a_batch_with_metadata_refuses_framed_version_1_records(tmp_path):
     writer = BatchWriter(str(tmp_path / "v2"), "k", with_meta=True)
     with pytest.raises(ValueError, match="with_meta"):
-        writer.add_framed(spoolfiles.record_heads([1]) + b"x", 1)
+        writer.add_framed(spoolbatch.record_heads([1]) + b"x", 1)
     writer.discard()
     assert not os.path.exists(tmp_path / "v2")
 

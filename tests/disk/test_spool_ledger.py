@@ -11,7 +11,8 @@ import pytest
 
 from conftest import scratch_dir
 from journaled import JournaledQueue, QueueConfig, spool_put
-from journaled.disk.spoolfiles import LEDGER, LEDGER_TAIL_LIMIT, SPOOL_DIR, Ledger
+from journaled.disk.spoolfiles import SPOOL_DIR
+from journaled.disk.spoolledger import LEDGER, LEDGER_TAIL_LIMIT, Ledger
 from support import powerloss as pl
 from support.faults import RecordingOps
 

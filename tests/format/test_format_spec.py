@@ -860,7 +860,7 @@ def test_the_queue_line_holds_the_retention_limits_of_section_15(tmp_path, monke
     ``retention_bytes`` while the files hold more; the newest file never is."""
     import json
 
-    import journaled.owner.readerstate as readerstate
+    import journaled.owner.readerfiles as readerfiles
     from journaled import QueueConfig, ReaderConfig
     from journaled.disk.settingsfile import load_settings
     from journaled.errors import CorruptJournal
@@ -898,13 +898,13 @@ def test_the_queue_line_holds_the_retention_limits_of_section_15(tmp_path, monke
         assert len(files) >= 4
         q.reader("r").seek("earliest")  # a reader that needs every file does not hold them
         q.checkpoint()
-        monkeypatch.setattr(readerstate, "now_ms", lambda: files[1].ms + 59_999)
+        monkeypatch.setattr(readerfiles, "now_ms", lambda: files[1].ms + 59_999)
         q.archive()
         assert q.journal.files[0].ms == files[0].ms  # 1 ms short of a minute: kept
-        monkeypatch.setattr(readerstate, "now_ms", lambda: files[1].ms + 60_000)
+        monkeypatch.setattr(readerfiles, "now_ms", lambda: files[1].ms + 60_000)
         q.archive()
         assert q.journal.files[0].ms == files[1].ms  # a minute since the next file started
-        monkeypatch.setattr(readerstate, "now_ms", lambda: files[-1].ms + 10**9)
+        monkeypatch.setattr(readerfiles, "now_ms", lambda: files[-1].ms + 10**9)
         q.archive()
         assert [jf.ms for jf in q.journal.files] == [files[-1].ms]  # the newest never
         assert q.stats().readers[0].head == files[-1].first_id

@@ -3,10 +3,11 @@
 Every put a client process makes is a PUTX with a producer tag and nothing else (no key, no
 headers, no not-before).  Readers never see the tag, so such a record reads back as a plain
 ``Item``, and the compiled twins decode it (``decode_many``, ``walk_puts``) and turn it into an item
-(``items_from_puts``) without calling their references.  Any other PUTX still goes to the
-reference.  The columnar walk of the Spark source (``decode_columns``) takes a tag-only PUTX as a
-row like a PUT's and stops at any other PUTX.  Compiled and reference agree value for value and
-error for error on random buffers mixing PUTs, tag-only PUTXs, PUTXs with metadata and damage.
+(``items_from_puts``) without calling their references (so are PUTXs with more metadata:
+tests/format/test_speedups_meta.py).  The columnar walk of the Spark source (``decode_columns``)
+takes a tag-only PUTX as a row like a PUT's and, without the metadata columns, stops at any other
+PUTX.  Compiled and reference agree value for value and error for error on random buffers mixing
+PUTs, tag-only PUTXs, PUTXs with metadata and damage.
 """
 
 from __future__ import annotations
@@ -173,11 +174,17 @@ def test_a_tag_only_putx_is_walked_in_c():
 
 
 @needs_native
-def test_a_putx_with_more_than_a_tag_still_goes_to_the_reference():
-    buf = records([(tag(5, 1), b"a"), (Meta(0, 5, 2, b"key", NO_HEADERS), b"b")])
+def test_a_putx_with_a_key_headers_or_a_not_before_is_decoded_in_c_too():
+    buf = records(
+        [
+            (tag(5, 1), b"a"),
+            (Meta(0, 5, 2, b"key", NO_HEADERS), b"b"),
+            (Meta(9, 0, 0, None, {"h": b"v"}), b"c"),
+        ]
+    )
     with spying(decode_one="decode_one") as calls:
         got = native.decode_many(buf, 0, SALT)
-    assert calls == {"decode_one": 1}
+    assert calls == {"decode_one": 0}
     assert got == fallback.decode_many(buf, 0, SALT)
 
 

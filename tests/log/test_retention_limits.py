@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-import journaled.owner.readerstate as readerstate
+import journaled.owner.readerfiles as readerfiles
 from journaled import JournaledQueue, QueueConfig, ReaderConfig
 from journaled.disk.settingsfile import load_settings
 
@@ -68,11 +68,11 @@ def test_retention_age_archives_files_whose_next_file_started_that_long_ago(tmpf
         q.archive()  # real time: nothing is a minute old
         assert [jf.ms for jf in q.journal.files] == [jf.ms for jf in files]
         # the clock at exactly 60 s after file 2 started: files 0 and 1 are past, file 2 is not
-        monkeypatch.setattr(readerstate, "now_ms", lambda: files[2].ms + 60_000)
+        monkeypatch.setattr(readerfiles, "now_ms", lambda: files[2].ms + 60_000)
         q.archive()
         assert [jf.ms for jf in q.journal.files] == [jf.ms for jf in files[2:]]
         # a day later everything but the file being written is past
-        monkeypatch.setattr(readerstate, "now_ms", lambda: files[-1].ms + 86_400_000)
+        monkeypatch.setattr(readerfiles, "now_ms", lambda: files[-1].ms + 86_400_000)
         q.archive()
         assert [jf.ms for jf in q.journal.files] == [files[-1].ms]
 

@@ -17,7 +17,7 @@ import journaled
 from journaled.config import QueueConfig
 from journaled.format.record import FileHeader, decode_header, encode_header, encode_put
 from journaled.log import recoveryplan
-from journaled.log.walker import LogReader, Span
+from journaled.log.walker import FileWalker, Span
 from journaled.offline.scan import JournalScanner
 from journaled.offline.segments import QueueView, read_segment
 
@@ -35,14 +35,14 @@ def image(payloads: list[bytes], first_id: int = 1) -> tuple[bytearray, FileHead
     return data, header, offsets
 
 
-def walk(data: bytes, header: FileHeader, report=None, **kw) -> tuple[list[int], LogReader]:
+def walk(data: bytes, header: FileHeader, report=None, **kw) -> tuple[list[int], FileWalker]:
     spans: list[Span] = []
 
     def keep(span: Span, rest: bytes) -> bool:
         spans.append(span)
         return True
 
-    walker = LogReader(
+    walker = FileWalker(
         lambda n, off: bytes(data[off : off + n]),
         header.salt,
         header.size,
@@ -95,7 +95,7 @@ def test_a_record_larger_than_the_read_window_is_read_whole():
 
 def test_the_budget_is_never_exceeded_except_by_a_single_first_record():
     data, header, _ = image([b"q" * 100 for _ in range(20)])
-    walker = LogReader(lambda n, off: bytes(data[off : off + n]), SALT, header.size, len(data), 1)
+    walker = FileWalker(lambda n, off: bytes(data[off : off + n]), SALT, header.size, len(data), 1)
     assert [r.id for r in walker.read_batch(max_bytes=250)] == [1, 2]
     assert [r.id for r in walker.read_batch(max_bytes=50)] == [3]  # one, although it passes 50
     assert walker.read_batch(max_bytes=50, at_least_one=False) == []  # budget full, not done

@@ -14,7 +14,7 @@ from journaled.format import fallback, speedups
 from journaled.format.metadata import Meta
 from journaled.format.record import FileHeader, encode_header, encode_put, encode_putx
 from journaled.log import walker
-from journaled.log.walker import LogReader, Span
+from journaled.log.walker import FileWalker, Span
 
 SALT = 0x5EED
 
@@ -46,7 +46,7 @@ def read_all(data: bytes, budgets: list[tuple[int, int]], chunk: int, stop_at_da
         return not stop_at_damage
 
     hdr = len(encode_header(FileHeader(salt=SALT, first_id=1, created_ms=1, name="q")))
-    reader = LogReader(
+    reader = FileWalker(
         lambda n, off: bytes(data[off : off + n]), SALT, hdr, len(data), 1, report, chunk=chunk
     )
     for max_bytes, max_items in budgets * 50:

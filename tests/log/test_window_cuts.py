@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import journaled
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.format.record import RECORD_HEADER_SIZE, FileHeader
-from journaled.log.walker import LogReader, Span
+from journaled.log.walker import FileWalker, Span
 from journaled.offline.scan import JournalScanner
 from journaled.offline.segments import QueueView, read_segment
 from tests.support import zerocrc
@@ -35,7 +35,7 @@ def walk(data: bytes, header: FileHeader, pread=None, **kw) -> tuple[list[int], 
         spans.append(span)
         return True
 
-    walker = LogReader(
+    walker = FileWalker(
         pread or (lambda n, off: data[off : off + n]),
         header.salt,
         header.size,
@@ -89,7 +89,7 @@ def test_every_window_size_and_payload_budget_yields_the_records_of_one_whole_wa
         # the walker reads chunk + 4 KiB at a time: these cut the first window at every offset
         assert walk(data, header, chunk=chunk) == (whole, []), f"chunk {chunk}"
     for budget in (1, 7, 50, 200, 1000):
-        walker = LogReader(lambda n, off: data[off : off + n], header.salt, header.size, len(data), 1)
+        walker = FileWalker(lambda n, off: data[off : off + n], header.salt, header.size, len(data), 1)
         ids = []
         while batch := walker.read_batch(max_bytes=budget):
             ids += [rec.id for rec in batch]

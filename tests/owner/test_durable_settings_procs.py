@@ -69,7 +69,7 @@ while time.monotonic() < deadline:
 out = {"done": sorted(done), "poison_at": poison_at}
 if role != "served":  # the reader as the owner runs it (a client owns it through _local after taking over)
     assert q.is_owner
-    cfg = (q if role == "owner" else q._local)._readers["workers"].config
+    cfg = (q if role == "owner" else q._route._local)._readers["workers"].config
     out.update(max_errors=cfg.max_errors, retry_delay=cfg.retry_delay, dead_letter=cfg.dead_letter.path)
 q.close()
 print(json.dumps(out), flush=True)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,62 +18,14 @@ from collections.abc import Iterator
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SSHD = "/usr/sbin/sshd"
-#: the mount options docs/design.md recommends ("Shared and network filesystems")
-OPTIONS = "dir_cache=no,attr_timeout=0,entry_timeout=0,negative_timeout=0"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from support.sshfs import env, every_file, mounted
 
 
 @pytest.fixture
 def sshfs(tmp_path) -> Iterator[tuple[str, str]]:
     """(real directory, the same directory through an sshfs mount)."""
-    missing = [p for p in ("/dev/fuse", SSHD) if not os.path.exists(p)]
-    missing += [b for b in ("sshfs", "ssh-keygen") if shutil.which(b) is None]
-    if missing:
-        pytest.skip(
-            f"no network file system here: {', '.join(missing)} missing "
-            "(apt-get install sshfs openssh-server)"
-        )
-    share, mnt, keys = tmp_path / "share", tmp_path / "mnt", tmp_path / "keys"
-    for d in (share, mnt, keys):
-        d.mkdir(mode=0o700)
-    for k in ("host", "user"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / k)], check=True)
-    port = _free_port()
-    (keys / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys}/host\nAuthorizedKeysFile {keys}/user.pub\n"
-        f"PidFile {keys}/sshd.pid\nUsePAM no\nStrictModes no\nPermitRootLogin yes\n"
-        "PasswordAuthentication no\nSubsystem sftp internal-sftp\n"
-    )
-    os.makedirs("/run/sshd", exist_ok=True)
-    sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", str(keys / "sshd_config")], stderr=subprocess.DEVNULL)
-    try:
-        user = os.environ.get("USER") or "root"
-        login = (
-            f"IdentityFile={keys}/user,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes"
-        )
-        cmd = ["sshfs", f"{user}@127.0.0.1:{share}", str(mnt), "-p", str(port), "-o", OPTIONS, "-o", login]
-        for _ in range(50):  # sshd needs a moment to listen
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-            if out.returncode == 0:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.skip(f"sshfs mount refused here: {out.stderr.strip()}")
-        try:
-            yield str(share), str(mnt)
-        finally:
-            umount = shutil.which("fusermount3") or shutil.which("fusermount") or "umount"
-            subprocess.run([umount, "-u", str(mnt)] if "fuser" in umount else [umount, str(mnt)], check=False)
-    finally:
-        sshd.terminate()
-        sshd.wait(timeout=10)
+    with mounted(tmp_path) as dirs:
+        yield dirs
 
 
 OWNER = textwrap.dedent(
@@ -109,25 +59,6 @@ OPENER = textwrap.dedent(
         q.close()
     """
 )
-
-
-def env(host: str | None) -> dict[str, str]:
-    e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.pop("JOURNALED_HOST_ID", None)
-    if host is not None:
-        e["JOURNALED_HOST_ID"] = host
-    return e
-
-
-def every_file(path: str) -> dict[str, tuple[int, int, bytes]]:
-    found = {}
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            full = os.path.join(root, name)
-            st = os.lstat(full)
-            data = open(full, "rb").read() if os.path.isfile(full) and not os.path.islink(full) else b""
-            found[os.path.relpath(full, path)] = (st.st_mode, st.st_mtime_ns, data)
-    return found
 
 
 @pytest.fixture(params=["reader"])

@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -39,6 +40,25 @@ def stoppable_owner(tmp_path):
     owner.finish()
 
 
+def wait_until_stopped(pid: int) -> None:
+    """Return once every thread of ``pid`` is stopped: ``kill`` returns before a thread running
+    on another CPU has stopped, and such a thread (the owner's connection polls for frames) could
+    still answer the commit that follows."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rpartition(")")[2].split()[0])
+            except FileNotFoundError:
+                continue  # a thread that ended
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} did not stop within 5 s")
+
+
 class Stopper:
     """Stops the owner when asked; a ticker coroutine counts the loop's turns while it is
     stopped and continues it after :data:`TICKS` of them; a thread continues it anyway after
@@ -53,6 +73,7 @@ class Stopper:
     def stop_owner(self) -> None:
         self.ticks_this_stop = 0
         os.kill(self.pid, signal.SIGSTOP)
+        wait_until_stopped(self.pid)
         self.stopped.set()
         self.safety = threading.Timer(5.0, self.resume)
         self.safety.daemon = True

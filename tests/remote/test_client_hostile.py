@@ -20,7 +20,7 @@ import pytest
 
 from journaled import JournaledQueue
 from journaled.errors import Empty, OwnerBusy, OwnerLost, QueueForked, QueueLocked, UnsafeDirectory
-from journaled.remote import clientqueue, clientreader, connections
+from journaled.remote import clientqueue, clientreader, connections, routing
 from journaled.remote import protocol as proto
 from journaled.remote.connections import POOL_IDLE, Link
 from support.child import Child
@@ -31,9 +31,9 @@ TIMEOUT = 120
 # "close" closes the queue.
 OWNER = """
 import sys
-import journaled.remote.server as server
+import journaled.remote.admission as admission
 from journaled import JournaledQueue
-server.MAX_CONNECTIONS = int(sys.argv[2])
+admission.MAX_CONNECTIONS = int(sys.argv[2])
 q = JournaledQueue(sys.argv[1])
 r = q.reader("r")
 print("ready", flush=True)
@@ -117,7 +117,7 @@ def test_a_refused_extra_connection_keeps_the_session(owner):
         got: list[object] = []
         waiter = threading.Thread(target=lambda: got.append(_get_or_empty(r, 3.0)))
         waiter.start()
-        link = q._link
+        link = q._route._link
         assert link is not None
         until(lambda: len(link._busy) == 1)
         assert q.put(b"later") == 2  # refused a connection, waited for the get's
@@ -145,7 +145,7 @@ def test_a_call_that_finds_no_connection_in_time_raises_owner_busy_and_sends_not
         held = r.get(timeout=5)
         waiter = threading.Thread(target=lambda: _get_or_empty(r, 5.0))
         waiter.start()
-        link = q._link
+        link = q._route._link
         assert link is not None
         until(lambda: len(link._busy) == 1)
         with pytest.raises(OwnerBusy, match="nothing was sent"):
@@ -184,7 +184,7 @@ def test_a_process_keeps_at_most_a_few_idle_connections(owner):
             t.start()
         for t in threads:
             t.join(TIMEOUT)
-        link = q._link
+        link = q._route._link
         assert link is not None and len(link._idle) <= POOL_IDLE and not link._busy
 
         def connections_at_owner() -> int:
@@ -219,7 +219,7 @@ def test_a_reply_too_big_to_read_raises_protocol_error_and_is_not_retried(owner,
         t.join(60)
         assert not t.is_alive(), "the get is retrying an unreadable reply"
         assert len(outcome) == 1 and isinstance(outcome[0], proto.ProtocolError), outcome
-        assert q.generation == 0 and not q._link.dead  # type: ignore[union-attr]
+        assert q.generation == 0 and not q._route._link.dead  # type: ignore[union-attr]
         assert q.readers() == ["r"]  # the session goes on
         r.commit(held)  # with the read it holds
     finally:
@@ -421,7 +421,7 @@ def test_a_client_queue_used_after_a_bare_fork_raises_queue_forked(owner):
 # ----------------------------------------------------------------------------- point 7: deadlines
 def test_opening_a_queue_whose_owner_is_stopped_fails_within_the_connect_deadline(owner, monkeypatch):
     d, child = owner()
-    monkeypatch.setattr(clientqueue, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(routing, "CONNECT_TIMEOUT", 1.0)
     stop(child)
     outcome: list[BaseException | object] = []
 
@@ -449,7 +449,7 @@ def test_a_call_to_an_owner_stopped_meanwhile_raises_owner_lost_naming_the_deadl
     try:
         r = q.reader("r")
         monkeypatch.setattr(connections, "REPLY_MARGIN", 1.0)
-        monkeypatch.setattr(clientqueue, "CONNECT_TIMEOUT", 1.0)
+        monkeypatch.setattr(routing, "CONNECT_TIMEOUT", 1.0)
         monkeypatch.setattr(clientreader, "WAIT_SLICE", 0.5)
         stop(child)
         outcome: list[BaseException] = []
@@ -472,7 +472,7 @@ def test_a_call_to_an_owner_stopped_meanwhile_raises_owner_lost_naming_the_deadl
         assert isinstance(lost, OwnerLost), lost
         assert lost.outcome_unknown is (call == "put")
         assert "deadline" in str(lost) or "deadline" in str(lost.__cause__), lost
-        monkeypatch.setattr(clientqueue, "CONNECT_TIMEOUT", 30.0)
+        monkeypatch.setattr(routing, "CONNECT_TIMEOUT", 30.0)
         assert q.readers() == ["r"]  # the owner answers again: the next call reconnects
     finally:
         q.close()

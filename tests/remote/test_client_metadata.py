@@ -20,7 +20,7 @@ from journaled import JournaledQueue
 from journaled.errors import OwnerLost
 from journaled.format import metadata
 from journaled.item import not_before_ms
-from journaled.remote import clientqueue, handlers
+from journaled.remote import handlers, routing
 from journaled.remote import protocol as proto
 from journaled.remote.clientqueue import RemoteQueue
 from journaled.remote.connections import Link
@@ -286,7 +286,9 @@ class _DyingLink(_NoLink):
 def test_a_put_whose_owner_died_unanswered_is_made_again_with_the_same_tag(monkeypatch) -> None:
     log: list[dict[str, Any]] = []
     q = RemoteQueue(_DyingLink(log, 2), None, _no_owner)  # type: ignore[arg-type]
-    monkeypatch.setattr(q, "_reconnect", lambda generation: setattr(q, "_generation", generation + 1))
+    monkeypatch.setattr(
+        q._route, "reconnect", lambda generation: setattr(q._route, "_generation", generation + 1)
+    )
     assert q.put(b"x") == 5
     assert q.put_many([b"a", b"b"], headers={"h": b"v"}) == [5, 6]
     assert [h["tag"] for h in log] == [log[0]["tag"]] * 3 + [[log[0]["tag"][0], 2]]
@@ -296,12 +298,12 @@ def test_a_put_whose_owner_died_unanswered_is_made_again_with_the_same_tag(monke
 def test_a_put_with_no_next_owner_in_time_raises_outcome_unknown(monkeypatch) -> None:
     log: list[dict[str, Any]] = []
     q = RemoteQueue(_DyingLink(log, 1), None, _no_owner)  # type: ignore[arg-type]
-    monkeypatch.setattr(clientqueue, "PUT_RETRY", 0.05)
+    monkeypatch.setattr(routing, "PUT_RETRY", 0.05)
 
     def nobody(generation: int) -> None:
         raise OwnerLost("no owner yet")
 
-    monkeypatch.setattr(q, "_reconnect", nobody)
+    monkeypatch.setattr(q._route, "reconnect", nobody)
     with pytest.raises(OwnerLost) as caught:
         q.put(b"x")
     assert caught.value.outcome_unknown is True and "no next owner answered" in str(caught.value)
@@ -318,7 +320,7 @@ def test_a_put_whose_owner_stopped_answering_but_lives_is_not_made_again(monkeyp
 
     log: list[dict[str, Any]] = []
     q = RemoteQueue(Wedged(log, 1), None, _no_owner)  # type: ignore[arg-type]
-    monkeypatch.setattr(q, "_reconnect", lambda generation: None)
+    monkeypatch.setattr(q._route, "reconnect", lambda generation: None)
     with pytest.raises(OwnerLost) as caught:
         q.put(b"x")
     assert caught.value.outcome_unknown is True and len(log) == 1

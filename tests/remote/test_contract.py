@@ -227,10 +227,10 @@ def test_the_served_queue_is_reached_only_through_the_contract():
 
 
 def test_the_owned_here_or_forwarded_choice_is_made_in_one_place():
-    """Only ``RemoteQueue.call`` looks at whether this process owns the queue now; no method of
-    the client queue or its readers has a second way of carrying its request out."""
+    """Only ``Route.call`` looks at whether this process owns the queue now; no method of the
+    route, the client queue or its readers has a second way of carrying its request out."""
     users: list[str] = []
-    for name in ("clientqueue.py", "clientreader.py"):
+    for name in ("routing.py", "clientqueue.py", "clientreader.py"):
         tree = ast.parse((REMOTE / name).read_text())
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
@@ -239,10 +239,9 @@ def test_the_owned_here_or_forwarded_choice_is_made_in_one_place():
                     users.append(f"{cls.name}.{fn.name}")
                 if any(isinstance(n, ast.ExceptHandler) and "OwnedHere" in ast.dump(n) for n in ast.walk(fn)):
                     users.append(f"{cls.name}.{fn.name} (except OwnedHere)")
-    # is_owner/owner_pid read the choice; _reconnect and close make and end it; call uses it
+    # is_owner/owner_pid read the choice; reconnect and close make and end it; call uses it
     assert sorted(users) == [
-        "RemoteQueue.__init__", "RemoteQueue._reconnect", "RemoteQueue.call", "RemoteQueue.close",
-        "RemoteQueue.is_owner", "RemoteQueue.owner_pid",
+        "Route.__init__", "Route.call", "Route.close", "Route.is_owner", "Route.owner_pid", "Route.reconnect",
     ]  # fmt: skip
 
 

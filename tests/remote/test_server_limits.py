@@ -15,6 +15,7 @@ import attrs
 import pytest
 
 from journaled import JournaledQueue, QueueConfig
+from journaled.remote import admission
 from journaled.remote import protocol as proto
 from journaled.remote import server as server_mod
 from journaled.remote.transport import FrameReader, send_frame, socket_address
@@ -215,7 +216,7 @@ class FailingThreads:
 
 def test_a_connection_without_a_thread_is_refused_and_the_owner_goes_on_accepting(tmp_path, monkeypatch):
     q = owned(str(tmp_path / "q"))
-    monkeypatch.setattr(server_mod, "threading", FailingThreads(2))
+    monkeypatch.setattr(admission, "threading", FailingThreads(2))
     try:
         for _ in range(2):
             s = connect(q.path)
@@ -231,7 +232,7 @@ def test_a_connection_without_a_thread_is_refused_and_the_owner_goes_on_acceptin
 
 
 def test_a_connection_that_does_not_say_hello_in_time_is_closed(tmp_path, monkeypatch):
-    monkeypatch.setattr(server_mod, "HELLO_TIMEOUT", 0.5)
+    monkeypatch.setattr(admission, "HELLO_TIMEOUT", 0.5)
     q = owned(str(tmp_path / "q"))
     try:
         silent = connect(q.path, timeout=30.0)
@@ -250,8 +251,8 @@ def test_a_connection_that_does_not_say_hello_in_time_is_closed(tmp_path, monkey
 
 
 def test_silent_connections_never_lock_a_speaking_client_out(tmp_path, monkeypatch):
-    monkeypatch.setattr(server_mod, "MAX_CONNECTIONS", 8)
-    monkeypatch.setattr(server_mod, "MAX_PENDING", 4, raising=False)
+    monkeypatch.setattr(admission, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(admission, "MAX_PENDING", 4, raising=False)
     q = owned(str(tmp_path / "q"))
     silent = [connect(q.path) for _ in range(8)]
     try:
@@ -272,7 +273,7 @@ def test_silent_connections_never_lock_a_speaking_client_out(tmp_path, monkeypat
 
 
 def test_a_refused_connection_says_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(server_mod, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(admission, "MAX_CONNECTIONS", 2)
     q = owned(str(tmp_path / "q"))
     kept = [Client(q.path, session=f"{i:016d}") for i in range(2)]
     try:

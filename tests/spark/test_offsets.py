@@ -636,3 +636,44 @@ def test_spark_pushes_id_and_timestamp_conditions_when_filter_pushdown_is_on(spa
     assert [r.id for r in spark.read.format("journaled").load(q).where(last_hour).collect()] == by_hour[-1]
     with pytest.raises(Exception, match="filterPushdown.enabled"):
         spark.read.format("journaled").option("filterPushdown", "true").load(q).where(last_hour).collect()
+
+
+def test_the_default_schema_is_id_value_timestamp_key_with_queue_for_several_queues(tmp_path):
+    """What a read naming no schema gets: Kafka's offset, value, timestamp and key; ``queue``
+    only when the read names several queues (one queue's rows all carry the path it was given);
+    ``headers`` with ``includeHeaders``; every column by naming ``ALL_COLUMNS_DDL``."""
+    from journaled.spark.offsets import ALL_COLUMNS_DDL, COLUMN_TYPES, schema_ddl
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert schema_ddl({"path": a}) == "id bigint, value binary, timestamp timestamp, key binary"
+    assert schema_ddl({"paths": f"{a},{b}"}).endswith(", key binary, queue string")
+    assert schema_ddl({"path": a, "includeHeaders": "true"}).endswith(
+        ", key binary, headers array<struct<key:string,value:binary>>"
+    )
+    assert schema_ddl({}) == schema_ddl({"path": a})  # no path: the reader refuses it, not the schema
+    assert [c.split()[0] for c in ALL_COLUMNS_DDL.split(", ")] == [c for c in COLUMN_TYPES if c != "headers"]
+
+
+def test_the_worker_answering_schema_imports_no_planning_or_reading_module(tmp_path):
+    """Spark asks a worker of its own for the schema of every read that names none: it imports
+    the light schema module only, not the planner and the journal readers under it."""
+    code = (
+        "import json, sys\n"
+        "import journaled.spark\n"
+        "src = journaled.spark.JournaledDataSource(options={'path': sys.argv[1]})\n"
+        "print(src.schema())\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    ddl, mods = proc.stdout.splitlines()
+    assert ddl == "id bigint, value binary, timestamp timestamp, key binary"
+    loaded = set(json.loads(mods))
+    assert "journaled.spark.schema" in loaded
+    assert not loaded & {"journaled.spark.offsets", "journaled.offline.segments", "journaled.log"}

@@ -146,7 +146,6 @@ def _arrow_rows(path: str, lo: int = 1) -> list[tuple[object, ...]]:
     out: list[tuple[object, ...]] = []
     for seg in view.plan(view.locate(lo), view.tail(), 1 << 20):
         for cols in read_segment_arrays(seg, None, 1000):
-            assert cols.metas == ()
             out += zip(
                 cols.ids.to_pylist(),
                 cols.values.to_pylist(),
@@ -186,3 +185,47 @@ def test_tag_only_putx_rows_read_as_the_same_puts_in_the_columnar_walk(tmp_path,
         (row[0], row[1], row[3]) for row in _arrow_rows(plain)
     ]
     assert [row[0] for row in got] == list(range(1, 3001))
+
+
+@pytest.mark.parametrize("decode_columns", [speedups.decode_columns, fallback.decode_columns])
+def test_decode_columns_with_the_metadata_columns_takes_a_putx_as_a_row(decode_columns):
+    salt = 0x5EED
+    buf = bytearray(encode_put(salt, 0, 1, 10, 0, b"plain"))
+    buf += encode_putx(salt, len(buf), 2, 11, 0, Meta(7, 0, 0, b"k", {"h": b"v", "é": b""}), b"meta")
+    buf += encode_put(salt, len(buf), 3, 12, 0, b"after")
+    cols = new_columns(meta=True)
+    assert decode_columns(bytes(buf), 0, salt, 0, 0, 1 << 62, 1 << 62, 100, 1 << 20, cols) == (
+        len(buf),
+        3,
+        MORE,
+    )
+    got = arrowread.to_arrow(cols)
+    assert got.ids.to_pylist() == [1, 2, 3] and got.values.to_pylist() == [b"plain", b"meta", b"after"]
+    assert got.keys().to_pylist() == [None, b"k", None]
+    assert got.not_before_ms().to_pylist() == [None, 7, None]
+    assert got.headers().to_pylist() == [
+        None,
+        [{"key": "h", "value": b"v"}, {"key": "é", "value": b""}],
+        None,
+    ]
+
+
+def test_putx_rows_with_a_key_headers_or_a_not_before_are_read_in_the_columnar_walk(tmp_path, monkeypatch):
+    """No row of a journal of items with metadata is decoded in Python: the columnar walk
+    (compiled or its reference) takes them, keys, headers and not-befores in its buffers."""
+    q = str(tmp_path / "q")
+    _queue(q, 600, random.Random(7))
+    truth = _truth(q)
+    assert any(v[1] is not None for v in truth.values()) and any(v[2] for v in truth.values())
+    decoded_in_python = []
+    real_decode_one = arrowread.decode_one
+    monkeypatch.setattr(
+        arrowread, "decode_one", lambda *a: decoded_in_python.append(a) or real_decode_one(*a)
+    )
+    monkeypatch.setattr(arrowread, "read_segment", lambda *a: pytest.fail("handed over to the record reader"))
+    got = {
+        row[0]: (row[1], row[4], None if row[5] is None else [(h["key"], h["value"]) for h in row[5]], row[6])
+        for row in _arrow_rows(q)
+    }
+    assert decoded_in_python == []
+    assert got == truth

@@ -23,6 +23,7 @@ from journaled.config import QueueConfig  # noqa: E402
 from journaled.disk.bookmarks import read_bookmark  # noqa: E402
 from journaled.offline.scan import JournalScanner  # noqa: E402
 from journaled.owner import adoption  # noqa: E402
+from journaled.spark.offsets import ALL_COLUMNS_DDL, HEADERS_DDL  # noqa: E402
 
 SMALL = QueueConfig(journal_size=4096, sync="never")
 
@@ -97,7 +98,7 @@ def test_batch_read_gives_every_item_once_with_its_columns_across_partitions(spa
     fill(q, items[:100], one_file)
     with journaled.JournaledQueue(q, one_file) as jq:
         jq.put_many(items[100:], expire_at=4_000_000_000)
-    df = spark.read.format("journaled").option("maxPartitionBytes", "8000").load(q)
+    df = spark.read.format("journaled").schema(ALL_COLUMNS_DDL).option("maxPartitionBytes", "8000").load(q)
     assert df.rdd.getNumPartitions() >= 3  # one journal file, split by byte ranges
     rows = sorted(df.collect(), key=lambda r: r.id)
     assert [r.id for r in rows] == list(range(1, 301))
@@ -295,6 +296,18 @@ def test_batch_write_appends_strings_and_bytes(spark, tmp_path):
     dst = str(tmp_path / "dst")
     spark.createDataFrame([("a",), ("b",)], "value STRING").write.format("journaled").mode("append").save(dst)
     assert sorted(p for _, p in delivered(dst)) == [b"a", b"b"]
+
+
+def test_a_default_read_gives_id_value_timestamp_key_and_the_queue_of_each_row_of_several(spark, tmp_path):
+    paths = [str(tmp_path / f"host{k}" / "events") for k in range(2)]
+    for p in paths:
+        fill(p, [b"a", b"b"])
+    assert spark.read.format("journaled").load(paths[0]).columns == ["id", "value", "timestamp", "key"]
+    several = spark.read.format("journaled").option("paths", ",".join(paths)).load()
+    assert several.columns == ["id", "value", "timestamp", "key", "queue"]
+    assert sorted((r.queue, r.value) for r in several.collect()) == sorted(
+        (os.path.normpath(p), v) for p in paths for v in (b"a", b"b")
+    )
 
 
 def test_many_queues_in_one_query(spark, tmp_path):
@@ -495,9 +508,11 @@ def test_source_gives_a_key_column_and_kafkas_headers_column_with_include_header
     q = str(tmp_path / "q")
     _fill_with_metadata(q)
     plain = spark.read.format("journaled").load(q)
-    assert plain.columns == ["id", "value", "timestamp", "expire_at", "queue", "key", "not_before"]
+    assert plain.columns == ["id", "value", "timestamp", "key"]
     df = spark.read.format("journaled").option("includeHeaders", "true").load(q)
+    assert df.columns == ["id", "value", "timestamp", "key", "headers"]
     assert df.schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
+    df = spark.read.format("journaled").schema(f"{ALL_COLUMNS_DDL}, {HEADERS_DDL}").load(q)
     rows = sorted(df.collect(), key=lambda r: r.id)
     assert [(r.value, r.key) for r in rows[:4]] == [
         (b"plain", None),
@@ -518,11 +533,10 @@ def test_streaming_copy_keeps_keys_and_headers_through_source_and_sink(spark, tm
     _fill_with_metadata(src)
     query = (
         spark.readStream.format("journaled")
-        .option("includeHeaders", "true")
+        .schema(f"value BINARY, key BINARY, {HEADERS_DDL}, not_before TIMESTAMP")
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", "10")
         .load(src)
-        .select("value", "key", "headers", "not_before")
         .writeStream.format("journaled")
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)

@@ -528,7 +528,7 @@ def ledger_workload(directory: str, rec: RecordingOps, rng: random.Random, n: in
     adopter writes them), compacting it every few keys, with markers: ``("intended", key, (first,
     count, skip))`` once an intent line returned, ``("adopted", key)`` once its completion did.
     One intent in five is left open across a compaction (an adoption interrupted by a crash)."""
-    from journaled.disk.spoolfiles import Ledger
+    from journaled.disk.spoolledger import Ledger
 
     with fileio.use(rec):
         ledger = Ledger(directory)
@@ -550,7 +550,7 @@ def check_ledger_state(directory: str, rec: RecordingOps, point: int) -> list[st
     """Load the ledger a crash after ``rec.log[:point]`` left in ``directory`` and check it keeps
     what the workload was told: every adopted key is refused for good, every open intent is still
     open (or adopted); then that the next owner's intent line and compaction are kept too."""
-    from journaled.disk.spoolfiles import Ledger
+    from journaled.disk.spoolledger import Ledger
 
     adopted: set[str] = set()
     intents: dict[str, tuple[int, int, int]] = {}

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from journaled import JournaledQueue
-from journaled.cli.qtest.run import Ledger
+from journaled.cli.qtest.run import Observations
 from journaled.remote import connections
 from support.child import Child
 from support.paths import ROOT
@@ -64,7 +64,7 @@ def test_puts_in_flight_when_the_owner_is_killed_are_stored_exactly_once(tmp_pat
 
 
 def test_a_put_stored_under_two_ids_is_an_error_even_if_the_killed_owner_handed_it_out() -> None:
-    ledger = Ledger()
+    ledger = Observations()
     ledger.add_produced(0, 2, 0)
     log = ledger.new_log("r")
     # seq 0 delivered by the killed owner as id 1, then again as id 3: stored twice, not a
@@ -73,7 +73,7 @@ def test_a_put_stored_under_two_ids_is_an_error_even_if_the_killed_owner_handed_
     errors = ledger.validate(ordered_logs=False, may_redeliver=lambda key: key == (0, 0))
     assert any("stored more than once" in e for e in errors), errors
     assert ledger.stored_twice == 1
-    redelivery = Ledger()
+    redelivery = Observations()
     redelivery.add_produced(0, 2, 0)
     redelivery.new_log("r").extend([(1, 0, 0, 0), (2, 0, 1, 0), (1, 0, 0, 0)])
     assert redelivery.validate(ordered_logs=False, may_redeliver=lambda key: key == (0, 0)) == []

@@ -5,7 +5,7 @@ that holds the queue and serves it, then N worker processes (cli/qtest/procs_wor
 client of the owner, with ``--writers`` producer threads and one consumer thread.  Each worker
 writes its ledger (what it put and what it got) to a file; after the workers and the owner have
 closed the queue, the parent drains what is left and checks the merged ledgers with
-:meth:`~journaled.cli.qtest.run.Ledger.validate`: every acknowledged put delivered exactly once,
+:meth:`~journaled.cli.qtest.run.Observations.validate`: every acknowledged put delivered exactly once,
 intact, in per-producer order.
 
 With ``--kill-owner`` the parent kills the owner with SIGKILL once a random 25-75 % (chosen by

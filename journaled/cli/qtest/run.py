@@ -108,7 +108,7 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 
 # --------------------------------------------------------------------------------- checking
-class Ledger:
+class Observations:
     """What was put and what each reader saw, recorded without locks (one log per thread)."""
 
     def __init__(self) -> None:
@@ -281,7 +281,7 @@ class Run:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.ledger = Ledger()
+        self.ledger = Observations()
         self.stop_producing = threading.Event()
         self.producers_done = threading.Event()
         self.interrupted = threading.Event()  # Ctrl-C: every worker thread returns at once

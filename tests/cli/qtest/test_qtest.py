@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from journaled.cli.qtest import main as qtest
-from journaled.cli.qtest.run import Ledger, check_payload, make_payload
+from journaled.cli.qtest.run import Observations, check_payload, make_payload
 from support.paths import ROOT as PROJECT_ROOT
 
 ROOT = Path(PROJECT_ROOT)
@@ -67,22 +67,22 @@ def test_payload_roundtrip_detects_a_flipped_byte():
 
 
 def test_ledger_reports_duplicates_losses_and_reordering():
-    ledger = Ledger()
+    ledger = Observations()
     ledger.produced = {0: 3}
     log = ledger.new_log("r")
     log.extend([(1, 0, 0, 0), (2, 0, 2, 0), (3, 0, 1, 0), (4, 0, 1, 0)])
     errors = " ".join(ledger.validate(ordered_logs=True))
     assert "duplicate" in errors and "later id" in errors and "after" in errors
-    ledger2 = Ledger()
+    ledger2 = Observations()
     ledger2.produced = {0: 2}
     ledger2.new_log("r").append((1, 0, 0, 0))
     assert any("never delivered" in e for e in ledger2.validate(ordered_logs=True))
 
 
 def test_failed_validation_gives_exit_status_one(tmp_path, monkeypatch, capsys):
-    real = Ledger.validate
+    real = Observations.validate
     monkeypatch.setattr(
-        Ledger,
+        Observations,
         "validate",
         lambda self, ordered_logs, complete=True: real(self, ordered_logs, complete) + ["forced"],
     )
