@@ -41,7 +41,6 @@ from journaled.config import (
 )
 from journaled.core import seek
 from journaled.core.readercore import ReaderCore
-from journaled.core.twin import core_class
 from journaled.disk import lifecycle
 from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
@@ -53,7 +52,7 @@ from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
 from journaled.owner.putpath import PutPath
 from journaled.owner.readerstate import ReaderFiles
-from journaled.reader import Reader, reader_class
+from journaled.reader import Reader
 from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
 from journaled.remote.server import serve
@@ -66,8 +65,6 @@ log = logging.getLogger("journaled")
 #: never opened a second time (that would be ``QueueLocked``).
 _OWNED: weakref.WeakValueDictionary[str, JournaledQueue] = weakref.WeakValueDictionary()
 _DEFAULTS = reader_settings(ReaderConfig(), "/")  # no sink in it: the directory does not matter
-_CORE = core_class()  # the reference, or with its hot operations compiled (core/twin.py)
-_READER = reader_class()  # the same for a reader's get and commit
 
 
 class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
@@ -172,10 +169,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             del _OWNED[self.path]
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
-        core = _CORE(
+        core = ReaderCore(
             rname, config, state, self._lock, self._journal, self._files.want_archiving, self._engine.wake
         )
-        reader = _READER(core, self._files)
+        reader = Reader(core, self._files)
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._cores = [r.core for r in self._readers.values()]
