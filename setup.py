@@ -21,13 +21,15 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-#: The modules mypyc compiles (the reader core and what it calls per item).  journaled/__init__.py
-#: names the same list (``_COMPILED``), which ``JOURNALED_PURE_PYTHON=1`` loads from source.
+#: The modules mypyc compiles (the reader core, what it calls per item, the put path).
+#: journaled.hotpath names the same list (``COMPILED_MODULES``, checked by tests/test_hotpath.py),
+#: which ``JOURNALED_PURE_PYTHON=1`` loads from source.
 MYPYC_MODULES = [
     "journaled/core/readercore.py",
     "journaled/core/retry.py",
     "journaled/core/readbehind.py",
     "journaled/core/policies.py",
+    "journaled/owner/putpath.py",
 ]
 
 

@@ -269,9 +269,8 @@ def cmd_stat(args: argparse.Namespace) -> int:
             _say("  no other process is using it")
     _say(f"  hot path (this process): {speedups.describe()}")
     from journaled import hotpath  # the queue's parts: only for this line
-    from journaled.owner import fastput
 
-    _say(f"  reader core (mypyc): {hotpath.describe()}; single put: {fastput.describe()}")
+    _say(f"  reader core and put path: {hotpath.describe()}")
     return 0
 
 

@@ -326,11 +326,12 @@ class ReaderCore:
             self.waiters.remove(waiter)
 
     # ------------------------------------------------------------------ an open read ends
-    def open_read(self, item: Item | int) -> Item:
-        """The open read ``item`` names (:func:`journaled.core.retry.open_read`)."""
+    def open_read(self, item: object) -> Item:
+        """The open read ``item`` (an Item or an id) names (:func:`journaled.core.retry.open_read`,
+        whose ``TypeError`` for anything else is why the settling methods take ``object``)."""
         return retry.open_read(self.open, item, self.name)
 
-    def commit(self, item: Item | int) -> None:
+    def commit(self, item: object) -> None:
         """Finish the open read ``item`` names: settled for good."""
         # perf: the common case (the Item handed out, still open) without open_read's call
         current = self.open.get(item.id) if type(item) is Item else None
@@ -340,7 +341,7 @@ class ReaderCore:
         self._settle(current)
         self.committed += 1
 
-    def abort(self, item: Item | int, delay: float | None = None) -> None:
+    def abort(self, item: object, delay: float | None = None) -> None:
         """Close the open read ``item`` names as failed: ``error_count + 1``, then to the dead
         letters once ``max_errors`` is reached, else back to the head after ``delay`` seconds
         (``None``: the reader's backoff; :func:`journaled.core.retry.due_time`)."""
@@ -360,14 +361,14 @@ class ReaderCore:
         elif self.parked.park(failed, due):
             self.wake_engine()  # its tick sleeps until the earliest due time
 
-    def reject(self, item: Item | int, reason: str = "") -> None:
+    def reject(self, item: object, reason: str = "") -> None:
         """Close the open read ``item`` names for good, without a retry: to ``dead_letter``
         (dropped when there is none), its error count unchanged."""
         item = self.open_read(item)
         del self.open[item.id]
         self._dispose(item, "rejected", reason)
 
-    def release(self, item: Item | int) -> None:
+    def release(self, item: object) -> None:
         """Give the open read ``item`` names back to the head without counting an error."""
         item = self.open_read(item)
         del self.open[item.id]

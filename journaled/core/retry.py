@@ -138,7 +138,7 @@ def redelivery(item: Item, error_count: int) -> Item:
     return with_errors(item, error_count)
 
 
-def open_read(open_reads: dict[int, Item], item: Item | int, reader: str) -> Item:
+def open_read(open_reads: dict[int, Item], item: object, reader: str) -> Item:
     """The read of ``open_reads`` (a core's, by id) that ``item`` names, else ``UnknownRead``.
     An :class:`Item` must be the very object handed out for the current delivery (see
     :func:`redelivery`); a bare id names whatever read of it is open."""
