@@ -30,6 +30,7 @@ MYPYC_MODULES = [
     "journaled/core/readbehind.py",
     "journaled/core/policies.py",
     "journaled/owner/putpath.py",
+    "journaled/log/writer.py",
 ]
 
 

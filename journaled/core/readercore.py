@@ -93,7 +93,7 @@ class ReaderCore:
         saw_expiry: some item with an ``expire_at`` reached this reader.
         backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally;
             an estimate after a reopen until :meth:`backlog_payload` can count them.
-        dirty: changed since the last checkpoint was taken; closed: no more deliveries.
+        dirty: changed since the last checkpoint was taken; closed: no more deliveries (forked: in a child).
         delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected:
             counters for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept
             in the checkpoint (:meth:`counts`); ``lost_to_retention`` only since the open.
@@ -117,7 +117,7 @@ class ReaderCore:
         self.head_moved = head_moved  # archiving may have become possible
         self.wake_engine = wake_engine  # the background thread has policy or sink work
         self.waiters: deque[Waiter] = deque()
-        self.closed = False
+        self.closed = self.forked = False
         counts = state.counts  # they outlive the owner: loaded here, never by a seek
         self.put_origin = journal.next_id if counts.put_origin is None else counts.put_origin
         self.delivered, self.committed, self.aborted = counts.delivered, counts.committed, counts.aborted
@@ -597,4 +597,4 @@ class ReaderCore:
         """In a forked child: closed, its waiters (threads of the parent) left alone, and
         guarded by ``lock`` from now on (the old one may have been held at the fork)."""
         self.lock = lock
-        self.closed = True
+        self.closed = self.forked = True

@@ -7,8 +7,9 @@ The queue (queue.py) keeps thin ``put``/``put_many`` methods (the plain single p
 :meth:`PutPath.put_plain`); it tells this object when its readers change (``cores``) and when it
 closes (``closed``).  Every call here but the constructor runs with or takes the queue lock
 (queue.py, "Locks").  Compiled by mypyc where the build can (docs/design.md, "The compiled hot
-path"), with the reader core it hands items to: add times come from ``clock`` (passed in, else
-:data:`CLOCK` when the path is made), never from a patched module global.
+path"), with the writer it appends through and the reader core it hands items to: add times
+come from ``clock`` (passed in, else :data:`CLOCK` when the path is made), never from a patched
+module global.
 """
 
 from __future__ import annotations

@@ -148,9 +148,9 @@ class QueueModelMachine(RuleBasedStateMachine):
         self._engine_watch = engine.Engine.watch_directory
         engine.Engine.start = lambda self: None  # type: ignore[method-assign]
         engine.Engine.watch_directory = lambda self, *a: None  # type: ignore[method-assign]
-        self._secrets = writer.secrets
+        self._secrets = writer.SALTS
         self.salts = Salts()
-        writer.secrets = self.salts  # type: ignore[assignment]
+        writer.SALTS = self.salts  # the writers of queues opened from now on use it
         self.damage = DamageLog()
         logging.getLogger("journaled").addHandler(self.damage)
         self.point1_losses = 0
@@ -221,7 +221,7 @@ class QueueModelMachine(RuleBasedStateMachine):
                 setattr(m, name, clock)
             engine.Engine.start = self._engine_start  # type: ignore[method-assign]
             engine.Engine.watch_directory = self._engine_watch  # type: ignore[method-assign]
-            writer.secrets = self._secrets
+            writer.SALTS = self._secrets
             logging.getLogger("journaled").removeHandler(self.damage)
 
     def _open_baseline(self) -> None:
