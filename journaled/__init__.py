@@ -5,7 +5,16 @@ Only re-exports; see the modules for the parts (docs/design.md explains the laye
 
 import importlib as _importlib
 import logging as _logging
+import os as _os
 from typing import TYPE_CHECKING, Any
+
+# First thing: with JOURNALED_PURE_PYTHON=1 the mypyc-compiled modules load from their .py files
+# (Python's import prefers the .so beside them), so both ways run the very same source.  Read here
+# (the same test as journaled.hotpath.pure_requested) so a plain import loads no other module.
+if _os.environ.get("JOURNALED_PURE_PYTHON", "") not in ("", "0"):
+    from journaled import hotpath as _hotpath
+
+    _hotpath.install_if_pure()
 
 # Each public name is imported when first used (PEP 562), so a process that needs one part --
 # a Spark worker importing journaled.spark, a tool reading one file format -- does not pay for

@@ -349,7 +349,7 @@ def _targets() -> list[tuple[type, str, str]]:
     """(class, method, wrapper) of everything instrumented: the owner's and a client's queue
     and reader."""
     from journaled.queue import JournaledQueue
-    from journaled.reader import CompiledReader, Reader
+    from journaled.reader import Reader
     from journaled.remote.clientqueue import RemoteQueue
     from journaled.remote.clientreader import RemoteReader
 
@@ -358,8 +358,6 @@ def _targets() -> list[tuple[type, str, str]]:
     for cls in queues:
         out += [(cls, "put", "put"), (cls, "put_many", "put_many")]
     readers: list[type] = [Reader, RemoteReader]
-    if CompiledReader is not None:  # its get comes from the compiled base, before Reader's
-        readers.append(CompiledReader)
     for cls in readers:
         for method in ("get", "aget", "get_many", "process", "aprocess", "transaction", "atransaction"):
             out.append((cls, method, method))

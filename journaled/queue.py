@@ -41,19 +41,18 @@ from journaled.config import (
 )
 from journaled.core import seek
 from journaled.core.readercore import ReaderCore
-from journaled.core.twin import core_class
 from journaled.disk import lifecycle
 from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
 from journaled.format.smallfiles import CheckpointData
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
-from journaled.owner import closing, dedup, destinations, fastput, reopen
+from journaled.owner import closing, dedup, destinations, reopen
 from journaled.owner.adoption import Adopter, QueueAppender
 from journaled.owner.destinations import Destinations
 from journaled.owner.engine import Engine
 from journaled.owner.putpath import PutPath
 from journaled.owner.readerfiles import ReaderFiles
-from journaled.reader import Reader, reader_class
+from journaled.reader import Reader
 from journaled.remote import clientqueue
 from journaled.remote.clientqueue import OpenOrConnect
 from journaled.remote.server import serve
@@ -66,8 +65,6 @@ log = logging.getLogger("journaled")
 #: never opened a second time (that would be ``QueueLocked``).
 _OWNED: weakref.WeakValueDictionary[str, JournaledQueue] = weakref.WeakValueDictionary()
 _DEFAULTS = reader_settings(ReaderConfig(), "/")  # no sink in it: the directory does not matter
-_CORE = core_class()  # the reference, or with its hot operations compiled (core/twin.py)
-_READER = reader_class()  # the same for a reader's get and commit
 
 
 class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
@@ -118,7 +115,6 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             )
             window = self._files.dedup_window  # the stored one, after this open's config applied
             self._put = PutPath(self.path, self._lock, self._journal, self.config, window)
-            self._plain_put = fastput.plain_put(self._lock, self._put, self._journal, self.config)
             self._append_locked = self._put.append_locked
             weak = lifecycle.weakly  # the threads must not keep an abandoned queue alive
             self._engine = Engine(
@@ -172,10 +168,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
             del _OWNED[self.path]
 
     def _add_reader(self, rname: str, config: ReaderConfig, state: CheckpointData) -> Reader:
-        core = _CORE(
+        core = ReaderCore(
             rname, config, state, self._lock, self._journal, self._files.want_archiving, self._engine.wake
         )
-        reader = _READER(core, self._files)
+        reader = Reader(core, self._files)
         self._engine.wake()  # the background thread re-checks which policies need its tick
         self._readers[rname] = reader
         self._cores = [r.core for r in self._readers.values()]
@@ -328,19 +324,8 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         written.  Limits: docs/design.md, "Item metadata".
         """
         plain = expire_at is None and ttl is None and not_before is None and delay is None and key is None
-        if plain and headers is None:
-            # perf: one C call where that is built (owner/fastput.py); it checks the payload's type
-            # and size itself, and returns None, with nothing done, when the put is not its case
-            fast = self._plain_put
-            if fast is not None and (item_id := fast(data)) is not None:
-                return item_id
-            if type(data) is bytes and len(data) <= self.config.max_item_size:
-                # the plain case skips put_many's batch checks; the append path is the same
-                with self._lock:
-                    first_id, seq = self._append_locked(data, 1, len(data), time.time_ns() // 1_000_000)
-                if self.config.sync == "always":
-                    self._journal.wait_durable(seq)
-                return first_id
+        if plain and headers is None and type(data) is bytes and len(data) <= self.config.max_item_size:
+            return self._put.put_plain(data)  # perf: the plain case skips put_one's checks
         return self._put.put_one(data, expire_at, ttl, not_before, delay, headers, key, None, dedup)
 
     def put_many(
@@ -591,7 +576,6 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
 
     def _forget_in_child(self) -> None:  # every call raises QueueForked from now on
         self._forked = self._closed = True
-        self._plain_put = None  # it holds the old lock, which a vanished thread may hold
         self._lock = closing.forget_in_child(self._cores, self._journal)
         self._put.forget_in_child(self._lock)
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from journaled import aio as _aio
 from journaled import txn
 from journaled.config import ReaderConfig, Start
-from journaled.core import retry, seek, twin
+from journaled.core import retry, seek
 from journaled.core.readercore import ReaderCore
 from journaled.errors import Empty, UnknownRead
 from journaled.item import Item, read_id
@@ -319,27 +319,3 @@ class Reader:
 
     def __repr__(self) -> str:
         return f"<Reader {self.name!r} head={self.core.head}>"
-
-
-def _compiled_reader() -> type[Reader] | None:
-    base = None if hasattr(Reader, "core") else twin.reader_ops(Reader.get, Reader.commit)
-    if base is None:
-        return None
-
-    class CompiledReader(base, Reader):  # type: ignore[valid-type,misc]
-        """:class:`Reader` whose ``get`` and ``commit`` do their common case (an item ready, the
-        reader open) in C with the same calls, and hand the rest to Reader's own methods
-        (journaled/core/_coreops.c, ``ReaderOps``)."""
-
-    CompiledReader.__qualname__ = "CompiledReader"
-    return CompiledReader
-
-
-#: :class:`Reader` with ``get``/``commit`` compiled, or None when the reference runs alone; the
-#: class a queue builds is :func:`reader_class`'s.
-CompiledReader = _compiled_reader()
-
-
-def reader_class() -> type[Reader]:
-    """The reader class a queue builds in this process."""
-    return Reader if CompiledReader is None else CompiledReader

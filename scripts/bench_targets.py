@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every speed figure of issue 26 (and the older ones of issue 14), each a ratio to its goal, in one run.
+"""Every speed figure of issues 37 and 26 (and older ones of issue 14), each a ratio to its goal, in one run.
 
     python scripts/bench_targets.py [--quick] [--json] [--skip NAME,...] [--dir PATH]
                                     [--backlog N] [--repeat N] [--tree PATH]
@@ -14,6 +14,7 @@ name       what                                                                 
 put        single ``put``, 100 B and 1 KiB, default sync, one reader, / queuelib push  >= 1.0
 get        single ``get`` + ``commit``, 100 B and 1 KiB, / queuelib pop                >= 1.0
 putget     put N then get+commit N, 1 KiB, items per second of both phases, / queuelib >= 1.0
+meta       single ``put`` of 100 B with a key, and with headers, / a plain ``put``      >= 0.8
 many       ``put_many`` of 100 B items in batches of 1000, one reader (issue 14)       >= 1M/s
 spsc       one producer + one consumer thread, 1 KiB, get + commit                     >= 166 MB/s
 threads    ``sync="always"``, 8 producer threads / 1 thread                            >= 5x
@@ -62,7 +63,11 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROWS = ("put", "get", "putget", "many", "spsc", "threads", "fsync", "backlog", "rtt", "procs", "procsfake")
+ROWS = ("put", "get", "putget", "meta", "many", "spsc", "threads", "fsync", "backlog") + (
+    "rtt",
+    "procs",
+    "procsfake",
+)
 #: The owner's fdatasync in the ``procsfake`` row: a sleep this long (seconds), about what one
 #: costs on the development VM's disk when it is quiet.
 FAKE_FSYNC = 0.0003
@@ -178,6 +183,44 @@ def queuelib_rows(rep: Report, skip: set[str], root: str, cap: float, items: int
                 1.0,
                 f"{mine['both']:,.0f}/s vs {peer['both']:,.0f}/s (items/s over both phases)",
             )
+
+
+def meta_rows(rep: Report, root: str, cap: float, repeat: int) -> None:
+    """A single put carrying a key, and one carrying headers, against a plain put (100 B, one
+    reader, default sync, no dedup window), the three alternating in every round; best of each."""
+    from journaled import JournaledQueue, QueueConfig
+
+    payload = b"x" * 100
+    best = {"plain": 0.0, "key": 0.0, "headers": 0.0}
+    for r in range(repeat):
+        for kind in best:
+            path = os.path.join(root, f"meta-{kind}-{r}")
+            with JournaledQueue(path, QueueConfig(sync=0.05)) as q:
+                q.reader("r")
+                put = q.put
+                n, start = 0, time.perf_counter()
+                while True:
+                    for k in range(1000):
+                        if kind == "plain":
+                            put(payload)
+                        elif kind == "key":
+                            put(payload, key=b"k%d" % (n + k))
+                        else:
+                            put(payload, headers={"trace": b"0123456789abcdef"})
+                    n += 1000
+                    took = time.perf_counter() - start
+                    if took >= cap:
+                        break
+                best[kind] = max(best[kind], n / took)
+    for kind in ("key", "headers"):
+        rep.row(
+            "meta",
+            f"put 100 B with {'a key' if kind == 'key' else 'headers'} / a plain put",
+            best[kind] / best["plain"],
+            "x",
+            0.8,
+            f"{best[kind]:,.0f}/s vs {best['plain']:,.0f}/s",
+        )
 
 
 def many_row(rep: Report, root: str, cap: float, repeat: int) -> None:
@@ -369,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         from journaled.format import speedups
 
         hot = speedups.describe()
+        if os.path.exists(os.path.join(os.path.dirname(journaled.__file__), "hotpath.py")):
+            from journaled import hotpath
+
+            hot += f"; mypyc modules: {hotpath.describe()}"
     else:
         hot = "pure Python (this tree has no compiled hot path)"
     quick = args.quick
@@ -407,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="bench-targets-", dir=parent)
     wanted: list[tuple[set[str], Callable[[], None]]] = [
         ({"put", "get", "putget"}, lambda: queuelib_rows(rep, skip, root, cap, items, args.repeat)),
+        ({"meta"}, lambda: meta_rows(rep, root, cap, args.repeat)),
         ({"many"}, lambda: many_row(rep, root, cap, args.repeat)),
         ({"spsc"}, lambda: spsc_row(rep, root, items, args.repeat)),
         ({"threads", "fsync"}, lambda: group_commit_rows(rep, skip, root, cap, rounds)),

@@ -271,10 +271,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
         if not live["clients"]:
             _say("  no other process is using it")
     _say(f"  hot path (this process): {speedups.describe()}")
-    from journaled.core import twin  # the queue's parts: only for this line
-    from journaled.owner import fastput
+    from journaled import hotpath  # the queue's parts: only for this line
 
-    _say(f"  reader core and reader: {twin.describe()}; single put: {fastput.describe()}")
+    _say(f"  reader core and put path: {hotpath.describe()}")
     return 0
 
 

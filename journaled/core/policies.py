@@ -7,14 +7,13 @@ time-driven upkeep a reader needs now.  What changes a reader is done by its cor
 follows (expiry, ``max_errors``) are applied by the core's ``take`` itself.  Every function must be
 called with the queue lock held; none does I/O except what read-behind already does, and none
 runs user code (items bound for a sink are handed over later, outside the lock, by the engine).
-Wall-clock and monotonic "now" are read here, through this module's ``time``.
+Wall-clock and monotonic "now" are read from each core's ``clock`` (passed in when it was made).
 
 Design and guarantees: docs/design.md, "Reader policies".
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,11 +47,11 @@ def make_room(cores: Sequence[ReaderCore], n: int, nbytes: int) -> None:
     limited = [c for c in cores if c.config.max_items is not None or c.config.max_size is not None]
     if not limited:
         return
-    now = time.time()
     full = []
     for c in limited:
         if is_full(c, n, nbytes):
             # expired items make room before anything is refused (all of memory, not just the head)
+            now = c.clock.time()
             c.expire_head(now)
             c.expire_in_memory(now)
             if is_full(c, n, nbytes):
@@ -103,7 +102,7 @@ def sweep(core: ReaderCore, now: float, now_mono: float) -> None:
 
 
 def next_due(cores: Sequence[ReaderCore]) -> float | None:
-    """When (``time.monotonic()``) the earliest parked item of any reader is due, or None."""
+    """When (on the cores' monotonic clock) the earliest parked item of any reader is due, or None."""
     times = [t for c in cores if c.parked and (t := c.parked.next_due()) is not None]
     return min(times) if times else None
 
@@ -111,7 +110,7 @@ def next_due(cores: Sequence[ReaderCore]) -> float | None:
 def tick(cores: Sequence[ReaderCore]) -> bool:
     """One round of time-driven policies over every reader (the background thread's tick, and
     ``q.run_policies()``); True if items now wait for a sink."""
-    now, now_mono = time.time(), time.monotonic()
     for core in cores:
-        sweep(core, now, now_mono)
+        clock = core.clock
+        sweep(core, clock.time(), clock.monotonic())
     return any(c.disposing for c in cores)

@@ -32,8 +32,8 @@ on :class:`ReaderCore` and asks:
 A read is identified by its delivery, not by its item id: every time an item is handed out it is
 a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
 so a consumer whose read was taken away (``open_read_timeout``) can never settle the read the
-item's next consumer holds.  Clocks: expiry is judged on ``time.time()`` and open reads are
-timed on ``time.monotonic()``, read through this module's ``time``; delays on ``retry.now()``.
+item's next consumer holds.  Clocks: ``clock`` (passed in, else ``retry.CLOCK``): expiry on its
+``time()``, open reads and delays on its ``monotonic()``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -85,7 +84,7 @@ class ReaderCore:
         load_id / load_cursor: when set, ids from there on are on disk only (read-behind), read
             back in order as ``mem`` drains, so memory stays within ``max_memory``; every item
             in hand (in memory, open, parked, bound for a sink) has an id below it.
-        open: open reads by id (the delivery handed out); opened_at: their ``time.monotonic()``
+        open: open reads by id (the delivery handed out); opened_at: their ``clock.monotonic()``
             of delivery, in delivery order (``open_read_timeout`` only).
         waiters: blocked ``get`` calls, served first come first served by direct hand-off.
         disposing: items bound for an expiry / dead-letter sink, not yet settled.
@@ -94,7 +93,7 @@ class ReaderCore:
         saw_expiry: some item with an ``expire_at`` reached this reader.
         backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally;
             an estimate after a reopen until :meth:`backlog_payload` can count them.
-        dirty: changed since the last checkpoint was taken; closed: no more deliveries.
+        dirty: changed since the last checkpoint was taken; closed: no more deliveries (forked: in a child).
         delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected:
             counters for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept
             in the checkpoint (:meth:`counts`); ``lost_to_retention`` only since the open.
@@ -109,23 +108,22 @@ class ReaderCore:
         journal: LogSource,
         head_moved: Callable[[], None],
         wake_engine: Callable[[], None],
+        clock: retry.Clock | None = None,
     ) -> None:
         self.name = name
-        self.config = config
-        self.lock = lock
-        self.journal = journal
-        # Upward calls, made with the lock held; both only set a flag or an event.
+        self.clock = retry.default_clock() if clock is None else clock
+        self.config, self.lock, self.journal = config, lock, journal
+        # upward calls, made with the lock held; both only set a flag or an event:
         self.head_moved = head_moved  # archiving may have become possible
         self.wake_engine = wake_engine  # the background thread has policy or sink work
         self.waiters: deque[Waiter] = deque()
-        self.closed = False
+        self.closed = self.forked = False
         counts = state.counts  # they outlive the owner: loaded here, never by a seek
         self.put_origin = journal.next_id if counts.put_origin is None else counts.put_origin
         self.delivered, self.committed, self.aborted = counts.delivered, counts.committed, counts.aborted
         self.timed_out, self.expired, self.discarded = counts.timed_out, counts.expired, counts.discarded
         self.dead_lettered, self.rejected = counts.dead_lettered, counts.rejected
-        self.saw_expiry = False
-        self.lost_to_retention = 0  # uncommitted items retention archived (since the open)
+        self.saw_expiry, self.lost_to_retention = False, 0  # lost: archived uncommitted, this open
         self._avg_payload = 0  # payload size seen by the last refill (bounds what it decodes)
         self.stopped: str | None = None  # why read-behind cannot go on ([F-11]), or None
         self._place(state)
@@ -268,7 +266,7 @@ class ReaderCore:
         delivered, and cannot wedge the head: it goes to its sink and the next one is considered.
         """
         if self.parked:
-            self._unpark(retry.now())
+            self._unpark(self.clock.monotonic())
         cfg = self.config
         while True:
             item = self._pop_waiting()
@@ -277,7 +275,7 @@ class ReaderCore:
             if type(item) is not Item and self._hold(item):
                 continue  # not due yet: parked (or expired before it is due)
             if (item.expire_at is not None or cfg.max_age is not None) and is_expired(
-                item, cfg.max_age, time.time()
+                item, cfg.max_age, self.clock.time()
             ):
                 self._dispose(item, "expired")
             elif cfg.max_errors is not None and item.error_count >= cfg.max_errors:
@@ -289,14 +287,15 @@ class ReaderCore:
         if cfg.open_read_timeout is not None:
             opened = self.opened_at
             opened.pop(item.id, None)  # re-insert: dict order is delivery order
-            opened[item.id] = time.monotonic()
+            opened[item.id] = self.clock.monotonic()
             if len(opened) == 1:
                 self.wake_engine()  # the background tick may be idle
         return item
 
     def _hold(self, item: Item) -> bool:
         """Park ``item`` until its ``not_before``, or expire it if it expires by then; True if so."""
-        due = retry.not_due(item, time.time())
+        clock = self.clock
+        due = retry.not_due(item, clock.time(), clock.monotonic())
         if due is None:
             return False
         if is_expired(item, self.config.max_age, item.not_before or 0.0):
@@ -327,11 +326,12 @@ class ReaderCore:
             self.waiters.remove(waiter)
 
     # ------------------------------------------------------------------ an open read ends
-    def open_read(self, item: Item | int) -> Item:
-        """The open read ``item`` names (:func:`journaled.core.retry.open_read`)."""
+    def open_read(self, item: object) -> Item:
+        """The open read ``item`` (an Item or an id) names (:func:`journaled.core.retry.open_read`,
+        whose ``TypeError`` for anything else is why the settling methods take ``object``)."""
         return retry.open_read(self.open, item, self.name)
 
-    def commit(self, item: Item | int) -> None:
+    def commit(self, item: object) -> None:
         """Finish the open read ``item`` names: settled for good."""
         # perf: the common case (the Item handed out, still open) without open_read's call
         current = self.open.get(item.id) if type(item) is Item else None
@@ -341,7 +341,7 @@ class ReaderCore:
         self._settle(current)
         self.committed += 1
 
-    def abort(self, item: Item | int, delay: float | None = None) -> None:
+    def abort(self, item: object, delay: float | None = None) -> None:
         """Close the open read ``item`` names as failed: ``error_count + 1``, then to the dead
         letters once ``max_errors`` is reached, else back to the head after ``delay`` seconds
         (``None``: the reader's backoff; :func:`journaled.core.retry.due_time`)."""
@@ -355,20 +355,20 @@ class ReaderCore:
         if cfg.max_errors is not None and failed.error_count >= cfg.max_errors:
             self._dispose(failed, "max_errors")
             return
-        due = retry.due_time(cfg, failed.error_count, delay)
+        due = retry.due_time(cfg, failed.error_count, delay, self.clock.monotonic())
         if due is None:
             self._requeue(failed)
         elif self.parked.park(failed, due):
             self.wake_engine()  # its tick sleeps until the earliest due time
 
-    def reject(self, item: Item | int, reason: str = "") -> None:
+    def reject(self, item: object, reason: str = "") -> None:
         """Close the open read ``item`` names for good, without a retry: to ``dead_letter``
         (dropped when there is none), its error count unchanged."""
         item = self.open_read(item)
         del self.open[item.id]
         self._dispose(item, "rejected", reason)
 
-    def release(self, item: Item | int) -> None:
+    def release(self, item: object) -> None:
         """Give the open read ``item`` names back to the head without counting an error."""
         item = self.open_read(item)
         del self.open[item.id]
@@ -435,9 +435,9 @@ class ReaderCore:
 
     # ------------------------------------------------------------------ upkeep
     def release_due(self, now: float | None = None) -> int:
-        """Parked items due by ``now`` (:func:`journaled.core.retry.now` when None) go back to
+        """Parked items due by ``now`` (the clock's ``monotonic()`` when None) go back to
         the head, the earliest first, and are offered to waiters; returns how many."""
-        back = self._unpark(retry.now() if now is None else now)
+        back = self._unpark(self.clock.monotonic() if now is None else now)
         if back and self.waiters:
             self._hand_off()
         return back
@@ -597,4 +597,4 @@ class ReaderCore:
         """In a forked child: closed, its waiters (threads of the parent) left alone, and
         guarded by ``lock`` from now on (the old one may have been held at the fork)."""
         self.lock = lock
-        self.closed = True
+        self.closed = self.forked = True

@@ -1,16 +1,16 @@
 """A read that comes back: the delay it waits out, the clock that times it, where it waits.
 
 :class:`~journaled.core.readercore.ReaderCore` asks these rules (``abort``, ``release``,
-``release_due``) and keeps its parked items in a :class:`Parked`; nothing here sees a core.  An
-aborted item waits ``delay`` seconds, or the reader's backoff when the consumer names none,
-before it may be delivered again, and never less than the built-in :func:`floor` once it has
-failed more than :data:`FREE_RETRIES` times (so an item aborted again and again is retried at a
-bounded rate, whatever the config and the consumer ask); the wait is measured on :func:`now`
-(``time.monotonic``, read through this module's ``time``, so tests replace the clock of every
-delay at once).  A parked item
-is out of the delivery order, so it never holds back the items behind it; its id stays
-uncommitted, so the head (and the checkpoint) does not pass it.  The delay lives in memory only:
-after a crash or reopen a parked item is delivered again at once, with its error count.
+``release_due``) and keeps its parked items in a :class:`Parked`; nothing here sees a core. An
+aborted item waits ``delay`` seconds, or the reader's backoff when the consumer names none, before
+it may be delivered again, and never less than the built-in :func:`floor` once it has failed more
+than :data:`FREE_RETRIES` times (so an item aborted again and again is retried at a bounded rate,
+whatever the config and the consumer ask); the wait is measured on the monotonic side of the
+core's :class:`Clock` (passed in when the core is made: :data:`CLOCK` unless a clock is given;
+tests set it to one they move by hand). A parked item is out of the delivery order, so it never
+holds back the items behind it; its id stays uncommitted, so the head (and the checkpoint) does
+not pass it. The delay lives in memory only: after a crash or reopen a parked item is delivered
+again at once, with its error count.
 
 An item put with a ``not_before`` (:attr:`~journaled.item.Item.not_before`) waits the same way
 (:func:`not_due`), but its time is in the record, so after a reopen it is parked again when read
@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from typing import Protocol
 
 from journaled.config import ReaderConfig
 from journaled.errors import UnknownRead
@@ -45,9 +46,35 @@ RETRY_FLOOR = 0.05
 RETRY_FLOOR_MAX = 1.0
 
 
-def now() -> float:
-    """The clock delays are measured on (``time.monotonic()``)."""
-    return time.monotonic()
+class Clock(Protocol):
+    """What a reader core reads the time from: ``time()``, the wall clock (expiry,
+    ``not_before``), and ``monotonic()``, the clock delays and open reads are timed on."""
+
+    def time(self) -> float: ...
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    """The real clocks: ``time.time()`` and ``time.monotonic()``."""
+
+    def time(self) -> float:
+        """``time.time()``."""
+        return time.time()
+
+    def monotonic(self) -> float:
+        """``time.monotonic()``."""
+        return time.monotonic()
+
+
+#: The clock a reader core built without one runs on, read when the core is made (so a test
+#: that sets it before opening a queue gives every core of that queue its clock; compiled code
+#: calls the clock it was given, never a module's ``time``).
+CLOCK: Clock = SystemClock()
+
+
+def default_clock() -> Clock:
+    """:data:`CLOCK` as it is now (the module attribute, read at call time)."""
+    return CLOCK
 
 
 def check_delay(delay: object) -> float | None:
@@ -84,17 +111,17 @@ def floor(error_count: int) -> float:
     return min(RETRY_FLOOR * 2.0 ** min(error_count - FREE_RETRIES - 1, 64), RETRY_FLOOR_MAX)
 
 
-def due_time(config: ReaderConfig, error_count: int, delay: float | None) -> float | None:
-    """When (on :func:`now`) an item aborted for the ``error_count``-th time may be delivered
-    again: after ``delay`` seconds, or the backoff when ``delay`` is None, and never before the
-    :func:`floor` for that count.  ``None``: at once."""
+def due_time(config: ReaderConfig, error_count: int, delay: float | None, now: float) -> float | None:
+    """When (on the monotonic clock, ``now`` being its time now) an item aborted for the
+    ``error_count``-th time may be delivered again: after ``delay`` seconds, or the backoff when
+    ``delay`` is None, and never before the :func:`floor` for that count.  ``None``: at once."""
     wait = max(backoff(config, error_count) if delay is None else delay, floor(error_count))
-    return now() + wait if wait > 0 else None
+    return now + wait if wait > 0 else None
 
 
-def not_due(item: Item, wall: float) -> float | None:
-    """When (on :func:`now`) ``item`` may first be delivered, if its ``not_before`` is after
-    ``wall`` (``time.time()``), else None: it is due."""
+def not_due(item: Item, wall: float, now: float) -> float | None:
+    """When (on the monotonic clock, at ``now``) ``item`` may first be delivered, if its
+    ``not_before`` is after ``wall`` (the wall clock's time now), else None: it is due."""
     not_before = item.not_before
     if not_before is None or not_before <= wall:
         return None
@@ -102,7 +129,7 @@ def not_due(item: Item, wall: float) -> float | None:
     # over as a length.  The core checks not_before on the wall clock again at delivery, so a
     # wall clock stepped back parks the item again (never early); a step forward delays it by
     # at most the step.
-    return now() + (not_before - wall)
+    return now + (not_before - wall)
 
 
 def redelivery(item: Item, error_count: int) -> Item:
@@ -111,7 +138,7 @@ def redelivery(item: Item, error_count: int) -> Item:
     return with_errors(item, error_count)
 
 
-def open_read(open_reads: dict[int, Item], item: Item | int, reader: str) -> Item:
+def open_read(open_reads: dict[int, Item], item: object, reader: str) -> Item:
     """The read of ``open_reads`` (a core's, by id) that ``item`` names, else ``UnknownRead``.
     An :class:`Item` must be the very object handed out for the current delivery (see
     :func:`redelivery`); a bare id names whatever read of it is open."""
@@ -131,7 +158,7 @@ def open_read(open_reads: dict[int, Item], item: Item | int, reader: str) -> Ite
 
 class Parked(dict[int, Item]):
     """Aborted items waiting out a delay, by id (a dict, read as one), and the heap of their due
-    times on :func:`now`.  Changed only through :meth:`park`, :meth:`unpark_due` and
+    times on the monotonic clock.  Changed only through :meth:`park`, :meth:`unpark_due` and
     :meth:`drop_below`, and only by the core that owns it (under its lock); a seek replaces it
     with an empty one."""
 
@@ -171,16 +198,19 @@ class Parked(dict[int, Item]):
 
 
 __all__ = [
+    "CLOCK",
     "FREE_RETRIES",
     "RETRY_FLOOR",
     "RETRY_FLOOR_MAX",
+    "Clock",
     "Parked",
+    "SystemClock",
     "backoff",
     "check_delay",
+    "default_clock",
     "due_time",
     "floor",
     "not_due",
-    "now",
     "open_read",
     "redelivery",
 ]

@@ -78,8 +78,8 @@ class Journal:
         self.end_cursor = self._positions.end_cursor
 
     def appending_parts(self) -> tuple[LogState, Writer]:
-        """The state and the writer :meth:`append_one` works on, for owner/fastput.py's compiled
-        plain put, which does ``Writer.append_one``'s work on them itself (under ``state.lock``)."""
+        """The state and the writer :meth:`append_one` works on, for the owner's put path
+        (owner/putpath.py), which calls the writer directly (both compiled by mypyc)."""
         return self._state, self._writer
 
     @property

@@ -34,6 +34,7 @@ import errno
 import os
 import secrets
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from journaled.disk import fileio
 from journaled.disk.groupcommit import GroupCommit
@@ -59,11 +60,24 @@ WRITE_OUT_AT = 1024 * 1024
 NAME_TRIES = 16
 
 
+class SaltSource(Protocol):
+    """Where new journal files' salts come from: ``randbits(32)``, as the ``secrets`` module's."""
+
+    def randbits(self, k: int) -> int: ...
+
+
+#: The salt source a writer made from now on uses (the ``secrets`` module; read when the writer is
+#: made, so a test that replays a run sets it before opening a queue: compiled code calls the
+#: source it was given, never a patched module global).
+SALTS: SaltSource = secrets
+
+
 class Writer:
     """Appends to the newest journal file of ``state`` (one per open journal)."""
 
     def __init__(self, state: LogState) -> None:
         self.state = state
+        self.salts = SALTS
         self.buf = bytearray()
         self.out: SharedFd | None = None  # the newest file, open for appending
         # files retired under sync="never", not yet synced: by path, so that no fd stays open
@@ -163,7 +177,9 @@ class Writer:
         """Write the header of the created file ``new`` and make it the one appended to."""
         st = self.state
         ms, path, fd = new
-        header = FileHeader(salt=secrets.randbits(32), first_id=st.next_id, created_ms=now_ms(), name=st.name)
+        header = FileHeader(
+            salt=self.salts.randbits(32), first_id=st.next_id, created_ms=now_ms(), name=st.name
+        )
         raw = encode_header(header)
         try:
             fileio.ops.write(fd, raw)
@@ -431,7 +447,9 @@ class Writer:
                         # nothing failed to reach the disk: a later sync tries these files again
                         with st.lock:
                             self.unsynced_paths[:0] = unsynced[k:]
-                        raise _open_failed_for_sync(exc, path) from exc
+                        failed = _open_failed_for_sync(exc, path)
+                        failed.__cause__ = exc  # as below
+                        raise failed from exc
                     try:
                         fileio.ops.fdatasync(old)
                     finally:
@@ -443,7 +461,9 @@ class Writer:
             except JournalIOError:
                 raise
             except OSError as exc:
-                raise st.poison(exc) from exc
+                err = st.poison(exc)
+                err.__cause__ = exc  # said outright: compiled by mypyc, this closure's `from exc` is lost
+                raise err from exc
             finally:
                 with st.lock:
                     out.release()

@@ -46,7 +46,7 @@ def closed_error(path: str, forked: bool) -> QueueClosed:
 
 def reader_closed(core: ReaderCore) -> QueueClosed:
     """What a call on a closed reader raises; :class:`QueueForked` in a forked child."""
-    if lifecycle.is_forked(core):
+    if core.forked:  # a flag on the core: a compiled core takes no weak reference (lifecycle's set)
         return QueueForked(f"reader {core.name!r} belongs to the process this one was forked from")
     return QueueClosed(f"reader {core.name!r} is closed")
 
@@ -149,6 +149,5 @@ def forget_in_child(cores: Sequence[ReaderCore], journal: Journal) -> threading.
     lock = threading.Lock()
     for core in cores:
         core.close_in_child(lock)
-        lifecycle.mark_forked(core)
     journal.abandon()
     return lock

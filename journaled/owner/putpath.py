@@ -1,19 +1,23 @@
 """The owner's append path: ``put_many``'s checks, the de-duplication of keys and producer tags
 (owner/dedup.py), and :meth:`PutPath.append_locked`, the one place items enter the queue (a
-single put with metadata takes its one-item twin, ``_append_meta_locked``: same steps, no runs).
+single put with metadata takes its one-item form, ``_append_meta_locked``: same steps, no runs);
+whichever way they came, items reach the readers through :func:`hand_to_readers`.
 
-The queue (queue.py) keeps thin ``put``/``put_many`` methods and its plain single put's fast
-path; it tells this object when its readers change (``cores``) and when it closes (``closed``).
-Every call here but the constructor runs with or takes the queue lock (queue.py, "Locks").
+The queue (queue.py) keeps thin ``put``/``put_many`` methods (the plain single put is
+:meth:`PutPath.put_plain`); it tells this object when its readers change (``cores``) and when it
+closes (``closed``).  Every call here but the constructor runs with or takes the queue lock
+(queue.py, "Locks").  Compiled by mypyc where the build can (docs/design.md, "The compiled hot
+path"), with the writer it appends through and the reader core it hands items to: add times
+come from ``clock`` (passed in, else :data:`CLOCK` when the path is made), never from a patched
+module global.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, cast
 
 from journaled.config import QueueConfig
 from journaled.core import policies
@@ -22,6 +26,7 @@ from journaled.errors import ItemTooLarge
 from journaled.format.metadata import MAX_PAYLOAD_WITH_META, META_FIXED, NO_HEADERS, Meta
 from journaled.format.metadata import encode as encode_meta
 from journaled.item import (
+    Item,
     MetaItem,
     as_payload,
     expire_ms,
@@ -35,6 +40,7 @@ from journaled.item import (
     with_meta,
 )
 from journaled.log.journal import Journal
+from journaled.log.writer import Writer
 from journaled.owner import closing
 from journaled.owner.adoption import PutGroup
 from journaled.owner.dedup import KeyWindow, Producers, rebuild
@@ -42,17 +48,44 @@ from journaled.owner.dedup import KeyWindow, Producers, rebuild
 _JUST_BYTES = {bytes}
 
 
+class WallClock(Protocol):
+    """Where a put's add time comes from: ``time_ns()``, as the ``time`` module's."""
+
+    def time_ns(self) -> int: ...
+
+
+#: The clock a put path made without one reads add times from (the ``time`` module); read when
+#: the path is made, so a test that sets it before opening a queue gives that queue its clock.
+CLOCK: WallClock = time
+
+
+def hand_to_readers(cores: Sequence[ReaderCore], made: list[Item], nbytes: int) -> None:
+    """Tell every reader of items just appended (ids in order, ``nbytes`` of payload): the one
+    function through which a put, ``put_many``, a client's put and spool adoption reach readers."""
+    for core in cores:
+        core.on_put(made, nbytes)
+
+
 class PutPath:
     """Appending to one queue: its journal, its readers' cores, its put counters and the memory
     of recent keys and producer tags (rebuilt from the journal's tail when constructed)."""
 
     def __init__(
-        self, path: str, lock: threading.Lock, journal: Journal, config: QueueConfig, window: float | None
+        self,
+        path: str,
+        lock: threading.Lock,
+        journal: Journal,
+        config: QueueConfig,
+        window: float | None,
+        clock: WallClock | None = None,
     ) -> None:
         self.path = path
         self.lock = lock
         self.journal = journal
+        self.writer: Writer = journal.appending_parts()[1]
         self.config = config
+        self.sync_always = config.sync == "always"
+        self.clock: WallClock = CLOCK if clock is None else clock
         self.cores: list[ReaderCore] = []
         self.closed = False
         self.forked = False
@@ -61,7 +94,7 @@ class PutPath:
         self.producers = Producers()
         self.producers_read = False  # read back at the first tagged put (owner/dedup.py)
         if self.keys is not None:
-            rebuild(journal, self.keys, None, time.time_ns() // 1_000_000)
+            rebuild(journal, self.keys, None, self.clock.time_ns() // 1_000_000)
 
     def readers_changed(self, cores: list[ReaderCore]) -> None:
         """The queue's reader cores are now ``cores`` (call with the queue lock held)."""
@@ -80,16 +113,19 @@ class PutPath:
     def put_many(
         self,
         items: Iterable[bytes | bytearray | memoryview],
-        expire_at: float | _dt.datetime | None,
-        ttl: float | None,
-        not_before: float | _dt.datetime | None,
-        delay: float | None,
-        headers: Mapping[str, bytes] | None,
-        keys: Iterable[bytes | None] | None,
-        producer: tuple[int, int] | None,
-        dedup: bool,
+        expire_at: Any,
+        ttl: Any,
+        not_before: Any,
+        delay: Any,
+        headers: Any,
+        keys: Any,
+        producer: Any,
+        dedup: Any,
     ) -> list[int]:
-        """``JournaledQueue.put_many`` (its docstring says what it does)."""
+        """``JournaledQueue.put_many`` (its docstring says what it does; the arguments are typed
+        there).  Here they are ``Any`` because they are checked here, with the errors the
+        docstring promises: compiled code would otherwise refuse a wrong type before that, with
+        another message."""
         if (
             type(items) is list
             and len(items) == 1
@@ -112,7 +148,7 @@ class PutPath:
             return []
         if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
             payloads = [as_payload(d, limit) for d in payloads]
-        add_ms = time.time_ns() // 1_000_000
+        add_ms = self.clock.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         metas = put_metas(payloads, add_ms, not_before, delay, headers, keys, producer) if extras else None
         if metas is not None and (
@@ -126,23 +162,32 @@ class PutPath:
             self.journal.wait_durable(seq)
         return list(range(first_id, first_id + len(payloads)))
 
+    def put_plain(self, data: bytes) -> int:
+        """``JournaledQueue.put(data)`` of bytes within ``max_item_size`` and no option (the
+        caller checked both): the plain single put, the hottest call of all."""
+        with self.lock:
+            first_id, seq = self.append_locked(data, 1, len(data), self.clock.time_ns() // 1_000_000)
+        if self.sync_always:
+            self.journal.wait_durable(seq)
+        return first_id
+
     def put_one(
         self,
-        data: bytes | bytearray | memoryview,
-        expire_at: float | _dt.datetime | None,
-        ttl: float | None,
-        not_before: float | _dt.datetime | None,
-        delay: float | None,
-        headers: Mapping[str, bytes] | None,
-        key: bytes | None,
-        producer: tuple[int, int] | None,
-        dedup: bool,
+        data: Any,
+        expire_at: Any,
+        ttl: Any,
+        not_before: Any,
+        delay: Any,
+        headers: Any,
+        key: Any,
+        producer: Any,
+        dedup: Any,
     ) -> int:
         """``put_many`` of one item (``key`` its key) without the batch machinery: the same
         checks in the same order, the same errors, the same records and ids."""
         limit = self.config.max_item_size
         payload = data if type(data) is bytes and len(data) <= limit else as_payload(data, limit)
-        add_ms = time.time_ns() // 1_000_000
+        add_ms = self.clock.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         nb = not_before_ms(not_before, delay, add_ms) if not_before is not None or delay is not None else 0
         hdrs = NO_HEADERS if headers is None else put_headers(headers)
@@ -273,11 +318,9 @@ class PutPath:
         if intent is not None:
             intent(journal.next_id)
         if type(items) is bytes:  # perf: the plain single put, without building a run
-            first_id, added_ms, seq = journal.append_one(items, add_ms)
+            first_id, added_ms, seq = self.writer.append_one(items, add_ms)
             if cores:
-                made = [new_item(first_id, items, added_ms / 1000.0, None, 0)]
-                for core in cores:
-                    core.on_put(made, nbytes)
+                hand_to_readers(cores, [new_item(first_id, items, added_ms / 1000.0, None, 0)], nbytes)
         else:
             first_id = seq = -1
             for run in cast("Sequence[PutGroup]", items):
@@ -295,9 +338,7 @@ class PutPath:
                     made = new_items(item_id, list(payloads), added_ms / 1000.0, expire)
                     if metas is not None:
                         made = [with_meta(it, shown(m)) for it, m in zip(made, metas)]
-                    run_bytes = nbytes if len(items) == 1 else sum(map(len, payloads))
-                    for core in cores:
-                        core.on_put(made, run_bytes)
+                    hand_to_readers(cores, made, nbytes if len(items) == 1 else sum(map(len, payloads)))
         self.put_count += count
         self.put_bytes += nbytes
         return first_id, seq
@@ -331,8 +372,7 @@ class PutPath:
                 made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
             else:
                 made = [MetaItem(item_id, payload, added_ms / 1000.0, expire_at, 0, meta)]
-            for core in cores:
-                core.on_put(made, nbytes)
+            hand_to_readers(cores, made, nbytes)
         self.put_count += 1
         self.put_bytes += nbytes
         return item_id, seq

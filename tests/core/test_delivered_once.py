@@ -11,7 +11,7 @@ import math
 import pytest
 
 from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig, stats
-from journaled.core import policies, readercore, retry
+from journaled.core import retry
 from journaled.errors import UnknownRead
 from support.clock import FakeClock
 
@@ -23,8 +23,8 @@ PAD = b"." * 500  # 700 bytes charged each: a few fit in max_memory=4096, the re
 def clock(monkeypatch):
     c = FakeClock()
     c.wall = float(math.ceil(c.wall))  # not-before times built from it are whole milliseconds
-    for module in (readercore, retry, policies, stats):
-        monkeypatch.setattr(module, "time", c)
+    monkeypatch.setattr(retry, "CLOCK", c)  # the cores of queues opened from now on run on it
+    monkeypatch.setattr(stats, "time", c)
     return c
 
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from journaled import DeadLetter, Empty, JournaledQueue, QueueConfig, ReaderConfig
-from journaled.core import policies, retry
+from journaled.core import retry
 from journaled.core.retry import FREE_RETRIES, RETRY_FLOOR, RETRY_FLOOR_MAX
 from journaled.stats import POISON_ERRORS, PoisonItem
 from support.clock import FakeClock
@@ -28,8 +28,7 @@ FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
 @pytest.fixture
 def clock(monkeypatch):
     c = FakeClock()
-    monkeypatch.setattr(retry, "time", c)
-    monkeypatch.setattr(policies, "time", c)
+    monkeypatch.setattr(retry, "CLOCK", c)  # the cores of queues opened from now on run on it
     return c
 
 
@@ -43,17 +42,17 @@ def test_the_floor_is_none_for_the_first_aborts_then_doubles_up_to_its_cap():
 
 
 def test_the_floor_never_lowers_what_the_reader_or_the_abort_asks(clock):
-    t0 = retry.now()
+    t0 = clock.monotonic()
     slow = ReaderConfig(retry_delay=2.0, retry_delay_max=30.0)
     for n in range(1, 12):
-        assert retry.due_time(slow, n, None) == t0 + max(retry.backoff(slow, n), retry.floor(n))
-        assert retry.due_time(slow, n, None) >= t0 + retry.backoff(slow, n)
-        assert retry.due_time(ReaderConfig(), n, 7.0) == t0 + 7.0  # an explicit delay above it
+        assert retry.due_time(slow, n, None, t0) == t0 + max(retry.backoff(slow, n), retry.floor(n))
+        assert retry.due_time(slow, n, None, t0) >= t0 + retry.backoff(slow, n)
+        assert retry.due_time(ReaderConfig(), n, 7.0, t0) == t0 + 7.0  # an explicit delay above it
     fast = ReaderConfig(retry_delay=0.001, retry_delay_max=0.001)
     n = FREE_RETRIES + 3
-    assert retry.due_time(fast, n, None) == t0 + retry.floor(n)
-    assert retry.due_time(ReaderConfig(), n, 0.0) == t0 + retry.floor(n)  # delay=0 too
-    assert retry.due_time(ReaderConfig(), FREE_RETRIES, 0.0) is None  # at once, as before
+    assert retry.due_time(fast, n, None, t0) == t0 + retry.floor(n)
+    assert retry.due_time(ReaderConfig(), n, 0.0, t0) == t0 + retry.floor(n)  # delay=0 too
+    assert retry.due_time(ReaderConfig(), FREE_RETRIES, 0.0, t0) is None  # at once, as before
 
 
 # ----------------------------------------------------------------------------- delivery

@@ -12,14 +12,25 @@ import threading
 import pytest
 
 from journaled.config import ReaderConfig
-from journaled.core import readercore, retry
+from journaled.core import retry
 from journaled.core.readercore import ITEM_OVERHEAD, ReaderCore
 from journaled.errors import UnknownRead
 from journaled.format.record import PUT_OVERHEAD, Put
 from journaled.format.smallfiles import CheckpointData
 from journaled.item import Item
 from journaled.log.journal import Cursor
-from support.twin_log import window
+
+
+def window(records: list[Put], start: int, max_bytes: int, max_items: int) -> list[Put]:
+    """``records[start:]`` as a journal read gives them: at most ``max_items``, and records while
+    the payload so far is under ``max_bytes`` (at least one when any is left)."""
+    out: list[Put] = []
+    k, used = start, 0
+    while k < len(records) and len(out) < max_items and (not out or used < max_bytes):
+        out.append(records[k])
+        used += len(records[k].payload)
+        k += 1
+    return out
 
 
 class MemoryLog:
@@ -164,7 +175,7 @@ def test_memory_stays_within_max_memory_and_the_rest_is_read_back():
 
 # ----------------------------------------------------------------------------- the state methods
 class Clock:
-    """Stands in for ``time`` in journaled.core.retry and journaled.core.readercore."""
+    """The clock the cores under test are given (retry.CLOCK when they are made)."""
 
     def __init__(self) -> None:
         self.wall, self.mono = 1_000_000.0, 1000.0
@@ -179,8 +190,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(retry, "time", c)
-    monkeypatch.setattr(readercore, "time", c)
+    monkeypatch.setattr(retry, "CLOCK", c)  # the clock every core made from now on is given
     return c
 
 

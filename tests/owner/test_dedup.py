@@ -117,7 +117,7 @@ def test_a_duplicate_does_not_count_toward_max_items(tmp_path) -> None:
 
 def test_a_key_older_than_the_window_is_stored_again(tmp_path, monkeypatch) -> None:
     clock = _Clock()
-    monkeypatch.setattr(putpath, "time", clock)
+    monkeypatch.setattr(putpath, "CLOCK", clock)
     with JournaledQueue(tmp_path / "q", QueueConfig(dedup_window=10.0)) as q:
         first = q.put(b"a", key=b"k")
         clock.advance(9.9)
@@ -182,7 +182,7 @@ def test_an_owner_taking_the_queue_over_without_the_window_applies_the_stored_on
 def test_reopen_reads_back_only_the_window(tmp_path, monkeypatch) -> None:
     path = tmp_path / "q"
     clock = _Clock()
-    monkeypatch.setattr(putpath, "time", clock)
+    monkeypatch.setattr(putpath, "CLOCK", clock)
     with JournaledQueue(path, QueueConfig(dedup_window=10.0)) as q:
         old = q.put(b"old", key=b"old")
         clock.advance(5)

@@ -109,7 +109,7 @@ def test_the_index_keeps_only_the_window(tmp_path, monkeypatch) -> None:
     """Keys older than the window are dropped from the file when it is written, and ignored
     when it is read back; a key put again after its window is stored again."""
     clock_ns = [time.time_ns()]
-    monkeypatch.setattr(putpath, "time", type("T", (), {"time_ns": staticmethod(lambda: clock_ns[0])}))
+    monkeypatch.setattr(putpath, "CLOCK", type("T", (), {"time_ns": staticmethod(lambda: clock_ns[0])}))
     monkeypatch.setattr(dedupindex, "now_ms", lambda: clock_ns[0] // 1_000_000)
     path = str(tmp_path / "q")
     cfg = QueueConfig(dedup_window=10.0, journal_size=4096, checkpoint_interval=3600.0)

@@ -101,7 +101,7 @@ def test_the_runs_survive_a_clean_reopen(tmp_path) -> None:
 
 def test_producers_idle_longer_than_the_window_are_forgotten(tmp_path, monkeypatch) -> None:
     clock = _Clock()
-    monkeypatch.setattr(putpath, "time", clock)
+    monkeypatch.setattr(putpath, "CLOCK", clock)
     path = tmp_path / "q"
     with JournaledQueue(path) as q:
         ids = q.put_many(payloads(2), producer=(PID, 0))

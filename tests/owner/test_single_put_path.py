@@ -15,7 +15,6 @@ from journaled.format.record import Put, PutX
 from journaled.item import Item, MetaItem
 from journaled.log.state import Cursor
 from journaled.owner.dedup import Producers
-from journaled.owner.putpath import PutPath
 from journaled.remote import handlers
 from journaled.remote import protocol as proto
 
@@ -28,16 +27,23 @@ def records(q: JournaledQueue) -> list[object]:
     return list(recs)
 
 
-def no_batch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a single put went through the batch path")
+def no_batch_path(q: JournaledQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any append of ``q`` made by put_many's batch path: it appends runs without their
+    metadata encoded (four arguments), while the single-item path passes the encoding it made
+    for the size check (the journal's ``append_meta`` is replaced on this queue's journal only)."""
+    append_meta = q.journal.append_meta
 
-    monkeypatch.setattr(PutPath, "_put_once", refuse)
+    def single_only(*args: object) -> object:
+        if len(args) < 5:
+            raise AssertionError("a single put went through the batch path")
+        return append_meta(*args)
+
+    monkeypatch.setattr(q.journal, "append_meta", single_only)
 
 
 def test_a_tagged_single_put_retried_returns_the_same_id_and_stores_once(tmp_path, monkeypatch) -> None:
-    no_batch_path(monkeypatch)
     with JournaledQueue(tmp_path / "q") as q:
+        no_batch_path(q, monkeypatch)
         r = q.reader("r")
         first = q.put_many([b"a"], producer=(PID, 7))
         assert q.put_many([b"a"], producer=(PID, 7)) == first
@@ -126,8 +132,8 @@ def test_a_put_many_with_headers_measures_its_header_block_once(tmp_path, monkey
 def test_a_single_keyed_put_in_the_window_returns_the_first_id_and_stores_nothing(
     tmp_path, monkeypatch
 ) -> None:
-    no_batch_path(monkeypatch)
     with JournaledQueue(tmp_path / "q", QueueConfig(dedup_window=60, sync="always")) as q:
+        no_batch_path(q, monkeypatch)
         first = q.put(b"a", key=b"k")
         assert q.put(b"again", key=b"k") == first
         assert q.put_many([b"again"], keys=[b"k"]) == [first]

@@ -28,7 +28,7 @@ from journaled import (
     ReaderConfig,
     UnknownRead,
 )
-from journaled.core import policies, retry
+from journaled.core import retry
 from support.clock import FakeClock
 
 FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
@@ -37,8 +37,7 @@ FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
 @pytest.fixture
 def clock(monkeypatch):
     c = FakeClock()
-    monkeypatch.setattr(retry, "time", c)
-    monkeypatch.setattr(policies, "time", c)
+    monkeypatch.setattr(retry, "CLOCK", c)  # the cores of queues opened from now on run on it
     return c
 
 

@@ -41,12 +41,12 @@ from conftest import SHM
 from journaled import DeadLetter, Empty, JournaledQueue, QueueConfig, UnknownRead
 from journaled import queue as queue_module
 from journaled import stats as stats_module
-from journaled.core import policies, readercore, retry
+from journaled.core import retry
 from journaled.disk import dedupindex, fileio
 from journaled.format import record
 from journaled.log import state as log_state
 from journaled.log import writer
-from journaled.owner import adoption, engine, fastput, putpath
+from journaled.owner import adoption, engine, putpath
 from support.queuemodel import DedupModel, ModelClock, ReaderModel, Refused, Spec
 
 # ---------------------------------------------------------------------------- known bugs (issue 34)
@@ -76,8 +76,10 @@ NAMES = ("r0", "r1")
 POINT1_LOSSES = [0]
 TICK_MS = 125  # delays, ttls and not-befores are multiples: exact in binary, whole ms
 #: Every module whose clock reads the model controls (dedupindex: the key window saved before archiving).
-CLOCKED = (readercore, retry, policies, stats_module, putpath, fastput, adoption, log_state, queue_module)
-CLOCKED += (dedupindex,)
+#: The compiled modules are given it instead, through the clocks read when a queue opens
+#: (retry.CLOCK for the reader cores, putpath.CLOCK for the put path): see GIVEN.
+CLOCKED = (stats_module, adoption, log_state, queue_module, dedupindex)
+GIVEN = ((retry, "CLOCK"), (putpath, "CLOCK"))
 
 
 class DamageLog(logging.Handler):
@@ -146,15 +148,18 @@ class QueueModelMachine(RuleBasedStateMachine):
         self._engine_watch = engine.Engine.watch_directory
         engine.Engine.start = lambda self: None  # type: ignore[method-assign]
         engine.Engine.watch_directory = lambda self, *a: None  # type: ignore[method-assign]
-        self._secrets = writer.secrets
+        self._secrets = writer.SALTS
         self.salts = Salts()
-        writer.secrets = self.salts  # type: ignore[assignment]
+        writer.SALTS = self.salts  # the writers of queues opened from now on use it
         self.damage = DamageLog()
         logging.getLogger("journaled").addHandler(self.damage)
         self.point1_losses = 0
         self._saved = {m: m.time for m in CLOCKED}
         for m in CLOCKED:
             m.time = self.clock  # type: ignore[attr-defined]
+        self._given = [getattr(m, name) for m, name in GIVEN]
+        for m, name in GIVEN:
+            setattr(m, name, self.clock)
         self.root = tempfile.mkdtemp(prefix="journaled-model-", dir=SHM)
         self.path = os.path.join(self.root, "q")
         self.dlq_path = os.path.join(self.root, "dlq")
@@ -212,9 +217,11 @@ class QueueModelMachine(RuleBasedStateMachine):
             self._ops.__exit__(None, None, None)
             for m, t in self._saved.items():
                 m.time = t  # type: ignore[attr-defined]
+            for (m, name), clock in zip(GIVEN, self._given):
+                setattr(m, name, clock)
             engine.Engine.start = self._engine_start  # type: ignore[method-assign]
             engine.Engine.watch_directory = self._engine_watch  # type: ignore[method-assign]
-            writer.secrets = self._secrets
+            writer.SALTS = self._secrets
             logging.getLogger("journaled").removeHandler(self.damage)
 
     def _open_baseline(self) -> None:
