@@ -309,7 +309,7 @@ class Engine:
     def health(self, skipped_entries: tuple[str, ...] = ()) -> Health:
         """Whether the queue accepts writes and its background steps succeed (no I/O);
         ``skipped_entries``: the names of ``external/`` the last archiving pass skipped as not
-        regular files (owner/readerstate.py), which make it not ok."""
+        regular files (owner/readerfiles.py), which make it not ok."""
         journal = self._journal
         poisoned = journal.poisoned
         failing = tuple(n for n, s in self._steps.items() if s.failures)
