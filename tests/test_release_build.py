@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from journaled import hotpath
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("build", reason="build is part of the test extra")
@@ -59,7 +61,7 @@ def test_built_sdist_and_wheel_pass_twine_check_and_the_wheel_runs_the_main_job(
 
     with tarfile.open(sdist) as tar:
         in_sdist = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
-    for needed in ("README.md", "setup.py", "journaled/format/_speedups.c", "journaled/_twins.h"):
+    for needed in ("README.md", "setup.py", "journaled/format/_speedups.c", "journaled/hotpath.py"):
         assert needed in in_sdist, needed
     with zipfile.ZipFile(wheel) as whl:
         in_wheel = set(whl.namelist())
@@ -70,6 +72,12 @@ def test_built_sdist_and_wheel_pass_twine_check_and_the_wheel_runs_the_main_job(
         "journaled/format/_speedups.pyi",
     ):
         assert needed in in_wheel, (needed, sorted(in_wheel)[:20])
+    # the build's isolated environment compiles the hot path with mypyc (it needs the runtime
+    # dependencies too, to type-check what the compiled modules import): a wheel without it
+    # would silently run plain Python
+    for module in hotpath.COMPILED_MODULES:
+        stem = module.replace(".", "/") + "."
+        assert any(n.startswith(stem) and n.endswith(".so") for n in in_wheel), (module, sorted(in_wheel))
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv, cwd=tmp_path)

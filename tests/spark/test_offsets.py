@@ -538,11 +538,13 @@ def a_week_of_journal(path, monkeypatch, per_hour=20):
     import importlib
     import importlib.util
 
+    from journaled.owner import putpath
+
     clock = ShiftedClock()
-    # wherever a put takes its add time: queue.py, and the owner's put path where there is one
-    for name in ("journaled.queue", "journaled.owner.putpath"):
-        if importlib.util.find_spec(name) is not None:
-            monkeypatch.setattr(importlib.import_module(name), "time", clock)
+    # where a put takes its add time: the put path's clock, a seam passed in when the queue's put
+    # path is made (the compiled module has no module global to patch); queue.py's own
+    monkeypatch.setattr(putpath, "CLOCK", clock)
+    monkeypatch.setattr(importlib.import_module("journaled.queue"), "time", clock)
     by_hour = []
     with journaled.JournaledQueue(path, QueueConfig(journal_size=64 << 10, sync="never")) as q:
         for hours_ago in range(168, 0, -1):
