@@ -4,6 +4,7 @@ settings are stored with the queue."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 
@@ -13,8 +14,10 @@ from journaled import DeadLetter, JournaledQueue, QueueConfig, ReaderConfig
 
 def field_doc(name: str) -> str:
     """The paragraph ``ReaderConfig``'s docstring gives the field ``name``."""
-    doc = ReaderConfig.__doc__ or ""
-    match = re.search(rf"^ {{8}}{name}: (.*?)(?=^ {{8}}\w+: |\Z)", doc, re.S | re.M)
+    # cleaned as help() shows it: Python 3.13 strips the common indentation when it compiles a
+    # docstring, earlier versions keep it
+    doc = inspect.cleandoc(ReaderConfig.__doc__ or "")
+    match = re.search(rf"^ {{4}}{name}: (.*?)(?=^ {{4}}\w+: |\Z)", doc, re.S | re.M)
     assert match, f"no entry for {name} in ReaderConfig's docstring"
     return " ".join(match.group(1).split())
 
