@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from support.dirstate import every_file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 OWNER = textwrap.dedent(
@@ -97,21 +99,6 @@ def open_from_beta(path: str, keep_trying: float) -> dict[str, object]:
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
-
-
-def every_file(path: str) -> dict[str, tuple[int, int, int, bytes]]:
-    """Each entry under ``path``: (mode, size, mtime_ns, bytes of a regular file)."""
-    found = {}
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            full = os.path.join(root, name)
-            st = os.lstat(full)
-            data = b""
-            if os.path.isfile(full) and not os.path.islink(full):
-                with open(full, "rb") as f:
-                    data = f.read()
-            found[os.path.relpath(full, path)] = (st.st_mode, st.st_size, st.st_mtime_ns, data)
-    return found
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.sshfs import env, every_file, mounted
+from support.dirstate import every_file
+from support.sshfs import env, mounted
 
 
 @pytest.fixture

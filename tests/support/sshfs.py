@@ -87,18 +87,3 @@ def env(host: str | None, **extra: str) -> dict[str, str]:
     if host is not None:
         e["JOURNALED_HOST_ID"] = host
     return e
-
-
-def every_file(path: str) -> dict[str, tuple[int, int, bytes]]:
-    """Each entry under ``path``: (mode, mtime_ns, bytes of a regular file)."""
-    found = {}
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            full = os.path.join(root, name)
-            st = os.lstat(full)
-            data = b""
-            if os.path.isfile(full) and not os.path.islink(full):
-                with open(full, "rb") as f:
-                    data = f.read()
-            found[os.path.relpath(full, path)] = (st.st_mode, st.st_mtime_ns, data)
-    return found
