@@ -54,12 +54,17 @@ def test_ctrl_c_stops_cleanly_with_a_partial_summary_and_exit_130(tmp_path, argv
         text=True,
         env=ENV,
     )
-    deadline = time.monotonic() + 60
-    while not journal_files(qdir) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # well into the run
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not journal_files(qdir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # well into the run
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # never leave a 600-second run behind a failed test
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "Exception" not in err, err
     assert "interrupted" in out
