@@ -26,6 +26,8 @@ class Child:
             text=True,
         )
         self.lines: list[str] = []
+        #: the last line came without its newline: the child died while writing it
+        self.last_line_cut = False
         self.changed = threading.Condition()
         self.thread = threading.Thread(target=self._collect, daemon=True)
         self.thread.start()
@@ -34,6 +36,7 @@ class Child:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             with self.changed:
+                self.last_line_cut = not line.endswith("\n")
                 self.lines.append(line.rstrip("\n"))
                 self.changed.notify_all()
         with self.changed:
