@@ -8,11 +8,12 @@ append reached.
   **joins the open batch** (the one the *next* fsync will cover, never the one in flight, whose
   flush may have missed its bytes) and sleeps on a lock of its own.
 * The leader **gathers** or **goes at once**, whichever the producers' recent pace makes faster.
-  Every round measures the *regroup* time: from the end of its fsync until every member it
-  released has called again (a thread puts again within microseconds; a client process only after
-  its reply crossed the socket and its next request came back).  If regrouping is quicker than
-  an fsync, the leader gathers: it waits, for at most the regroup time twice over (half the fsync
-  time while none is known) and never over ``GATHER_MAX``, until the open batch has as many
+  Every round measures the *regroup* time: from the end of its fsync until half the members it
+  released have called again (a thread puts again within microseconds; a client process only after
+  its reply crossed the socket and its next request came back).  If all of them (about twice
+  that) regroup quicker than an fsync, the leader gathers: it waits, for at most three regroup
+  times and one fsync time (half the fsync time while none is known) and never over
+  ``GATHER_MAX``, until the open batch has as many
   members as were active at the last fsync (the batch just finished plus the one waiting then).
   One batch of everybody then costs one fsync plus one regroup, where two half-size batches, each
   waiting out the other's fsync, would cost two fsyncs.  If regrouping takes longer than an fsync
@@ -90,7 +91,7 @@ class GroupCommit:
         self._fsync_s = 0.0  # recent fsync duration (moving average)
         self._regroup_s = 0.0  # recent regroup time (moving average; 0: none measured yet)
         self._released_at = 0.0  # when the last round released its members
-        self._released = 0  # of those members, how many have not called again yet (0: measured)
+        self._released = 0  # calls still to come until half of those members are back (0: measured)
         self._durable = 0
         self.fsyncs = 0  # number of fsync rounds actually performed (for tests and stats)
         self.batched = 0  # callers covered by those rounds (batched / fsyncs = puts per fsync)
@@ -121,7 +122,7 @@ class GroupCommit:
                 return
             if self._released:
                 self._released -= 1
-                if not self._released:  # everybody the last round released is back
+                if not self._released:  # half of those the last round released are back
                     self._regrouped(time.monotonic() - self._released_at)
             batch = self._open
             if seq > self._max_seq:
@@ -161,8 +162,8 @@ class GroupCommit:
             self._lead(batch)
 
     def _regrouped(self, took: float) -> None:
-        """Record a regroup time (lock held): how long the members a round released took to call
-        again, or at least how long they had taken when the next round ended without them."""
+        """Record a regroup time (lock held): how long half the members a round released took to
+        call again, or at least how long they had taken when the next round ended without them."""
         self._regroup_s = took if not self._regroup_s else (self._regroup_s * 3 + took) / 4
 
     def _lead(self, batch: _Batch) -> None:
@@ -170,8 +171,9 @@ class GroupCommit:
         hand over.  Called with the lock held; releases it before the flush."""
         try:
             fsync_s, regroup_s = self._fsync_s, self._regroup_s
-            if batch.size < self._expect and fsync_s > 0.0 and regroup_s < fsync_s:
-                wait = 2 * regroup_s if regroup_s else fsync_s / 2
+            # the median member is back after regroup_s, the last one after about twice that
+            if batch.size < self._expect and fsync_s > 0.0 and 2 * regroup_s < fsync_s:
+                wait = min(3 * regroup_s, fsync_s) if regroup_s else fsync_s / 2
                 deadline = time.monotonic() + min(wait, GATHER_MAX)
                 while batch.size < self._expect:
                     left = deadline - time.monotonic()
@@ -199,7 +201,7 @@ class GroupCommit:
     def _finish(self, batch: _Batch, ok: bool, synced: bool, written: int, took: float) -> None:
         with self._lock:
             now = time.monotonic()
-            if self._released:  # some of the previous round's members are still away
+            if self._released:  # most of the previous round's members are still away
                 self._regrouped(now - self._released_at)
             if ok:
                 if synced:
@@ -211,14 +213,14 @@ class GroupCommit:
             batch.ok = ok
             for w in batch.waiters:
                 w.lock.release()
-            self._released_at, self._released = now, batch.size
+            released = batch.size
             nxt = self._open
             self._expect = max(1, batch.size + nxt.size)
             if ok and nxt.waiters and self._max_seq <= self._durable:
                 nxt.ok = True  # this fsync covered the open batch too
                 for w in nxt.waiters:
                     w.lock.release()
-                self._released += nxt.size
+                released += nxt.size
                 self._open = nxt = _Batch()
                 self._max_seq = 0
             elif ok and nxt.waiters:
@@ -230,10 +232,13 @@ class GroupCommit:
                     if w.seq <= durable:
                         w.lock.release()
                         nxt.size -= 1
-                        self._released += 1
+                        released += 1
                     else:
                         keep.append(w)
                 nxt.waiters = keep
+            # the regroup time is the median member's: one producer preempted or gone does not
+            # make the others look slow
+            self._released_at, self._released = now, (released + 1) // 2
             if nxt.waiters:
                 first = nxt.waiters.pop(0)
                 first.lead = True  # _leading stays True: leadership passes without a gap
