@@ -10,10 +10,10 @@ append reached.
 * The leader **gathers** or **goes at once**, whichever the producers' recent pace makes faster.
   Every round measures the *regroup* time: from the end of its fsync until half the members it
   released have called again (a thread puts again within microseconds; a client process only after
-  its reply crossed the socket and its next request came back).  If all of them (about twice
-  that) regroup quicker than an fsync, the leader gathers: it waits, for at most three regroup
-  times and one fsync time (half the fsync time while none is known) and never over
-  ``GATHER_MAX``, until the open batch has as many
+  its reply crossed the socket and its next request came back).  If that is quicker than an
+  fsync, the leader gathers: it waits, for at most three regroup times and one fsync time (half
+  the fsync time while none is known) and never over ``GATHER_MAX``, until the open batch has as
+  many
   members as were active at the last fsync (the batch just finished plus the one waiting then).
   One batch of everybody then costs one fsync plus one regroup, where two half-size batches, each
   waiting out the other's fsync, would cost two fsyncs.  If regrouping takes longer than an fsync
@@ -171,8 +171,8 @@ class GroupCommit:
         hand over.  Called with the lock held; releases it before the flush."""
         try:
             fsync_s, regroup_s = self._fsync_s, self._regroup_s
-            # the median member is back after regroup_s, the last one after about twice that
-            if batch.size < self._expect and fsync_s > 0.0 and 2 * regroup_s < fsync_s:
+            # gather unless even the median member comes back later than an fsync would end
+            if batch.size < self._expect and fsync_s > 0.0 and regroup_s < fsync_s:
                 wait = min(3 * regroup_s, fsync_s) if regroup_s else fsync_s / 2
                 deadline = time.monotonic() + min(wait, GATHER_MAX)
                 while batch.size < self._expect:
