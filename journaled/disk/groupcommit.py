@@ -13,8 +13,8 @@ append reached.
   its reply crossed the socket and its next request came back).  If that is quicker than an
   fsync, the leader gathers: it waits, for at most three regroup times and one fsync time (half
   the fsync time while none is known) and never over ``GATHER_MAX``, until the open batch has as
-  many
-  members as were active at the last fsync (the batch just finished plus the one waiting then).
+  many members as were active at the last fsync (the batch just finished plus the one waiting
+  then).
   One batch of everybody then costs one fsync plus one regroup, where two half-size batches, each
   waiting out the other's fsync, would cost two fsyncs.  If regrouping takes longer than an fsync
   (client processes), waiting is the slower choice: the leader syncs at once whatever has
