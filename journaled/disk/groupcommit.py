@@ -7,18 +7,28 @@ append reached.
 * If no fsync is under way the caller becomes the **leader** of the open batch.  Otherwise it
   **joins the open batch** (the one the *next* fsync will cover, never the one in flight, whose
   flush may have missed its bytes) and sleeps on a lock of its own.
-* The leader first **gathers**: it waits, for at most half the recent fsync time, until the open
-  batch has as many members as were active at the last fsync (the batch just finished plus the
-  one that was waiting then).  Threads released by the previous fsync typically put again within
-  microseconds; without the gather they would just miss this flush and wait almost two fsyncs,
-  splitting the producers into two half-size batches.  A lone producer expects only itself and
-  never waits; a producer that went away costs at most one bounded gather, after which the
-  expectation shrinks.
+* The leader **gathers** or **goes at once**, whichever the producers' recent pace makes faster.
+  Every round measures the *regroup* time: from the end of its fsync until half the members it
+  released have called again (a thread puts again within microseconds; a client process only after
+  its reply crossed the socket and its next request came back).  If that is quicker than an
+  fsync, the leader gathers: it waits, for at most three regroup times and one fsync time (half
+  the fsync time while none is known) and never over ``GATHER_MAX``, until the open batch has as
+  many members as were active at the last fsync (the batch just finished plus the one waiting
+  then).
+  One batch of everybody then costs one fsync plus one regroup, where two half-size batches, each
+  waiting out the other's fsync, would cost two fsyncs.  If regrouping takes longer than an fsync
+  (client processes), waiting is the slower choice: the leader syncs at once whatever has
+  accumulated, and the producers form **two overlapping batches**, one being fsynced while the
+  other's puts (encode, the write to the buffer, the round trip) proceed and queue up for the next
+  fsync, which starts the moment this one ends.  A lone producer expects only itself and never
+  waits; a producer that went away costs at most one bounded gather, after which the expectation
+  shrinks.
 * It then closes the batch (later arrivals join a new open one), writes out everything buffered
   (every thread's bytes, not just its own) and fsyncs once, with no lock of this object held.
 * When the fsync returns it releases each member of its batch exactly once (no herd contending
-  for a shared condition), also completes the open batch if the same fsync happened to cover it,
-  and otherwise **hands leadership** straight to the open batch's earliest member, so no thread
+  for a shared condition), and each member of the open batch whose bytes this fsync covered too
+  (they were written out before the flush although their caller joined after the batch closed),
+  and **hands leadership** straight to the open batch's earliest remaining member, so no thread
   has to wake up merely to find out whether it should lead.
 
 A failed fsync (or flush) proves nothing: the members of that batch are released without being
@@ -40,12 +50,13 @@ GATHER_MAX = 0.002
 class _Waiter:
     """One member of a batch: a lock it sleeps on (released once) and whether it should lead."""
 
-    __slots__ = ("lock", "lead")
+    __slots__ = ("lock", "lead", "seq")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
         self.lead = False
+        self.seq = 0  # the sequence number it waits for
 
 
 class _Batch:
@@ -78,6 +89,9 @@ class GroupCommit:
         self._max_seq = 0  # the highest sequence number waiting in the open batch
         self._expect = 1  # members the gather waits for
         self._fsync_s = 0.0  # recent fsync duration (moving average)
+        self._regroup_s = 0.0  # recent regroup time (moving average; 0: none measured yet)
+        self._released_at = 0.0  # when the last round released its members
+        self._released = 0  # calls still to come until half of those members are back (0: measured)
         self._durable = 0
         self.fsyncs = 0  # number of fsync rounds actually performed (for tests and stats)
         self.batched = 0  # callers covered by those rounds (batched / fsyncs = puts per fsync)
@@ -106,6 +120,10 @@ class GroupCommit:
             if self._durable >= seq:
                 self._lock.release()
                 return
+            if self._released:
+                self._released -= 1
+                if not self._released:  # half of those the last round released are back
+                    self._regrouped(time.monotonic() - self._released_at)
             batch = self._open
             if seq > self._max_seq:
                 self._max_seq = seq
@@ -115,6 +133,7 @@ class GroupCommit:
                 self._lead(batch)  # releases the lock
                 continue
             me = _Waiter()
+            me.seq = seq
             batch.waiters.append(me)
             if batch.size >= self._expect:
                 self._gathered.notify()
@@ -142,12 +161,20 @@ class GroupCommit:
             self._lock.acquire()
             self._lead(batch)
 
+    def _regrouped(self, took: float) -> None:
+        """Record a regroup time (lock held): how long half the members a round released took to
+        call again, or at least how long they had taken when the next round ended without them."""
+        self._regroup_s = took if not self._regroup_s else (self._regroup_s * 3 + took) / 4
+
     def _lead(self, batch: _Batch) -> None:
-        """Gather, flush and fsync for ``batch`` (the open one), then release and hand over.
-        Called with the lock held; releases it before the flush."""
+        """Gather (if that pays), flush and fsync for ``batch`` (the open one), then release and
+        hand over.  Called with the lock held; releases it before the flush."""
         try:
-            if batch.size < self._expect and self._fsync_s > 0.0:
-                deadline = time.monotonic() + min(self._fsync_s / 2, GATHER_MAX)
+            fsync_s, regroup_s = self._fsync_s, self._regroup_s
+            # gather unless even the median member comes back later than an fsync would end
+            if batch.size < self._expect and fsync_s > 0.0 and regroup_s < fsync_s:
+                wait = min(3 * regroup_s, fsync_s) if regroup_s else fsync_s / 2
+                deadline = time.monotonic() + min(wait, GATHER_MAX)
                 while batch.size < self._expect:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -173,6 +200,9 @@ class GroupCommit:
 
     def _finish(self, batch: _Batch, ok: bool, synced: bool, written: int, took: float) -> None:
         with self._lock:
+            now = time.monotonic()
+            if self._released:  # most of the previous round's members are still away
+                self._regrouped(now - self._released_at)
             if ok:
                 if synced:
                     self.fsyncs += 1
@@ -183,14 +213,32 @@ class GroupCommit:
             batch.ok = ok
             for w in batch.waiters:
                 w.lock.release()
+            released = batch.size
             nxt = self._open
             self._expect = max(1, batch.size + nxt.size)
             if ok and nxt.waiters and self._max_seq <= self._durable:
                 nxt.ok = True  # this fsync covered the open batch too
                 for w in nxt.waiters:
                     w.lock.release()
+                released += nxt.size
                 self._open = nxt = _Batch()
                 self._max_seq = 0
+            elif ok and nxt.waiters:
+                # some of the open batch may have written before the flush but joined after the
+                # batch closed: this fsync covered them; released now, not one fsync later (their
+                # loop sees ``durable`` past their seq)
+                durable, keep = self._durable, []
+                for w in nxt.waiters:
+                    if w.seq <= durable:
+                        w.lock.release()
+                        nxt.size -= 1
+                        released += 1
+                    else:
+                        keep.append(w)
+                nxt.waiters = keep
+            # the regroup time is the median member's: one producer preempted or gone does not
+            # make the others look slow
+            self._released_at, self._released = now, (released + 1) // 2
             if nxt.waiters:
                 first = nxt.waiters.pop(0)
                 first.lead = True  # _leading stays True: leadership passes without a gap
