@@ -14,7 +14,7 @@ that rule while it is on; the core calls it (under its lock) and it never sees t
 * ``behind``: the key's items taken out of delivery because the key was busy, in id order (a
   deque: the next one of the key is at its left end).
 
-An item meets the rule when ``take`` pops it (:meth:`KeyOrder.admit`): it goes out, or to the end
+An item meets the rule when ``take`` pops it (:meth:`KeyOrder.busy`): it goes out, or to the end
 of its key's line (its right place in it, in the rare case it is not the largest), in O(1)
 (O(log n) then).  When the last read of a key ends for good, or its item leaves for good
 without being open (expired, discarded, dead-lettered), :meth:`KeyOrder.wake` gives back the
@@ -55,16 +55,16 @@ class KeyOrder:
         self.nbytes = 0
 
     # ------------------------------------------------------------------ delivery
-    def admit(self, item: Item, key: bytes, now: float) -> bool:
-        """``item`` (of ``key``) was popped for delivery: True if it may go out now, else it is
-        put in its key's line (False)."""
+    def busy(self, item_id: int, key: bytes) -> bool:
+        """Must item ``item_id`` of ``key``, popped for delivery, wait (a read of its key open, an
+        earlier item of its key in its line or delayed)?  O(1) (O(d) for d delayed items of it)."""
+        if key in self.open:
+            return True
         line = self.behind.get(key)
-        blocked = key in self.open or (line is not None and line[0].id < item.id)
-        if not blocked and (d := self.delayed.get(key)) is not None:
-            blocked = min(d) < item.id
-        if blocked:
-            self.line_up(item, key, now)
-        return not blocked
+        if line is not None and line[0].id < item_id:
+            return True
+        d = self.delayed.get(key)
+        return d is not None and min(d) < item_id
 
     def line_up(self, item: Item, key: bytes, now: float) -> None:
         line = self.behind.get(key)
@@ -232,10 +232,15 @@ class Holding:
         if self.parked.park(item, due):
             self.wake_engine()  # its tick sleeps until the earliest due time
 
-    def _end_read(self, item: Item) -> None:
+    def _end_read(self, item: Item, free: bool = False) -> None:
+        """The read of ``item`` ended (no longer open); ``free``: for good (committed), so its key's
+        next item goes among the waiting ones (else :meth:`_key_free` does that, or it stays held)."""
         del self.open[item.id]
-        if self.keys is not None and (key := key_of(item)) is not None:
-            self.keys.closed(key)
+        keys = self.keys
+        if keys is not None and (key := key_of(item)) is not None:
+            keys.closed(key)
+            if free and (nxt := keys.wake(key)) is not None:
+                self.mem_bytes += merge_due(self.mem, [nxt], self.load_id, self.given_back)
 
     def _key_free(self, item: Item) -> None:
         """``item`` left for good (key order): the next item of its key goes among the waiting."""
@@ -270,7 +275,9 @@ class Holding:
 
     def _admit(self, item: Item, key: bytes) -> bool:
         """May ``item`` (of ``key``, under key order) go out now?  Else it is in its key's line."""
-        if self.keys is not None and not self.keys.admit(item, key, self.clock.monotonic()):
+        keys = self.keys
+        if keys is not None and keys.busy(item.id, key):
+            keys.line_up(item, key, self.clock.monotonic())
             self.given_back.discard(item.id)  # it comes back in id order, not as a returned read
             return False
         return True

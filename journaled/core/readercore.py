@@ -332,8 +332,8 @@ class ReaderCore(keyorder.Holding):
         current = self.open.get(item.id) if type(item) is Item else None
         if current is None or current is not item:
             current = self.open_read(item)
-        self._end_read(current)
-        self._settle(current)
+        self._end_read(current, True)  # under key order its key is free: the next of the key may go
+        self._settle(current, False)
         self.committed += 1
         self._serve_keys()  # the key's next item may be waiting for blocked gets
 
