@@ -264,3 +264,26 @@ def test_the_items_waiting_behind_busy_keys_and_the_oldest_wait_are_exposed(q, c
     keys = r.core.keys
     assert keys.count == 2 and keys.nbytes == 2
     assert keys.oldest_wait(clock.monotonic()) == pytest.approx(4)
+
+
+def test_journaled_config_switches_key_order_and_shows_it(qdir):
+    import subprocess
+    import sys
+
+    def config(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "journaled", "config", qdir, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    with JournaledQueue(qdir, FAST) as q:
+        q.reader("r")
+    done = config("reader", "r", "--key-order", "yes")
+    assert done.returncode == 0, done.stderr
+    assert "key_order: true" in done.stdout
+    shown = config()
+    assert "key_order: true" in shown.stdout, shown.stdout
+    with JournaledQueue(qdir, FAST) as q:
+        assert q.reader("r").config.key_order is True
+    assert config("reader", "r", "--key-order", "no").returncode == 0
+    with JournaledQueue(qdir, FAST) as q:
+        assert q.reader("r").config.key_order is False
+    assert config("reader", "r", "--key-order", "maybe").returncode != 0
