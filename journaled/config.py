@@ -317,6 +317,15 @@ class ReaderConfig:
             items behind it.  The delay is kept in memory only: after a crash or reopen the item
             is delivered at once.
         retry_delay_max: the longest such delay (default None: no cap).
+        key_order: order per key among this reader's competing consumers (default False).
+            For items put with a ``key``: at most one item of a key is open at a time on this
+            reader, across every thread and process, and the items of a key are delivered in id
+            order; an item whose key is busy never holds back items of other keys or items
+            without a key.  An abort (with or without a delay) keeps the key's later items
+            behind the retried one, and an item not due yet (``delay``/``not_before``) holds back
+            the later items of its key until it is due; a commit, a reject, a dead letter or an
+            expiry releases the key.  ``get_many`` returns at most one item per key.  Items
+            waiting behind a busy key count against ``max_memory`` (docs/design.md, "Key order").
     """
 
     start: Start = attrs.field(default="earliest", validator=_check_start)
@@ -335,6 +344,7 @@ class ReaderConfig:
     dead_letter: Sink | None = attrs.field(default=None, validator=_check_sink)
     retry_delay: float | None = attrs.field(default=None, validator=_optional_positive)
     retry_delay_max: float | None = attrs.field(default=None, validator=_optional_positive)
+    key_order: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")
@@ -367,6 +377,10 @@ def validate_name(name: object, what: str = "name") -> str:
 #: The fields stored per reader: all but ``start``, which only places a new reader.
 STORED_FIELDS: tuple[str, ...] = tuple(f.name for f in attrs.fields(ReaderConfig) if f.name != "start")
 SINK_FIELDS = ("expire_to", "dead_letter")
+#: Fields added after the settings file's first layout, stored only when they are not their
+#: default (docs/format.md [F-33]): a file that never set them is the same bytes as before, and
+#: a version that does not know them still reads it (an unknown key voids a reader's line, F-34).
+SPARSE_DEFAULTS: dict[str, Any] = {"key_order": False}
 
 #: A sink as stored: ``None``, ``{"queue": path}`` (a queue named by its directory; a relative
 #: path is relative to the queue directory) or ``{"callable": description}`` (not storable: the
@@ -418,7 +432,15 @@ def reader_settings(config: ReaderConfig, queue_dir: str) -> dict[str, Any]:
     for field in STORED_FIELDS:
         value = getattr(config, field)
         out[field] = sink_spec(value, queue_dir) if field in SINK_FIELDS else value
-    return out
+    return _sparse(out)
+
+
+def _sparse(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` without the :data:`SPARSE_DEFAULTS` fields that hold their default."""
+    for field, default in SPARSE_DEFAULTS.items():
+        if field in settings and settings[field] is default:
+            del settings[field]
+    return settings
 
 
 def _check_spec(field: str, spec: object) -> SinkSpec:
@@ -487,7 +509,7 @@ def merge_settings(stored: dict[str, Any] | None, changes: dict[str, Any], queue
             _check_sink(None, attrs.fields_dict(ReaderConfig)[field], value)
             merged[field] = sink_spec(value, queue_dir)
     reader_config_from_settings(merged)  # every value checked as a ReaderConfig checks it
-    return merged
+    return _sparse(merged)
 
 
 def sink_spec_of_dir(directory: str, queue_dir: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from journaled.cli.inspection import UsageError
-from journaled.config import STORED_FIELDS, ReaderConfig, reader_settings
+from journaled.config import SPARSE_DEFAULTS, STORED_FIELDS, ReaderConfig, reader_settings
 from journaled.disk import checkpointfiles
 from journaled.disk.settingsfile import load_settings, settings_path
 from journaled.errors import CorruptJournal, UnknownReader
@@ -30,6 +30,7 @@ from journaled.owner.destinations import destination_problem
 _INT_FIELDS = ("max_memory", "max_items", "max_size", "max_errors")
 _FLOAT_FIELDS = ("max_age", "open_read_timeout", "retry_delay", "retry_delay_max")
 _DEST_FIELDS = ("expire_to", "dead_letter")
+_BOOL_FIELDS = ("discard_old_when_full", "key_order")
 
 
 def _number(kind: type[int] | type[float]) -> Any:
@@ -81,7 +82,7 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
                 f"--from {args.from_file}: a JSON object of settings, not {type(loaded).__name__}"
             )
         changes.update(loaded)
-    for field in (*_INT_FIELDS, *_FLOAT_FIELDS, *_DEST_FIELDS, "discard_old_when_full"):
+    for field in (*_INT_FIELDS, *_FLOAT_FIELDS, *_DEST_FIELDS, *_BOOL_FIELDS):
         value = getattr(args, field, argparse.SUPPRESS)
         if value is not argparse.SUPPRESS:
             changes[field] = value
@@ -104,7 +105,8 @@ def _show(path: str, name: str, as_json: bool) -> int:
     stored, limits = data.readers, dict(data.queue)
     registry = checkpointfiles.read_registry(checkpointfiles.registry_path(path, name)) or []
     defaults = reader_settings(ReaderConfig(), path)
-    shown = {r: dict(stored.get(r) or defaults) for r in sorted(set(registry) | set(stored))}
+    shown = {r: SPARSE_DEFAULTS | (stored.get(r) or defaults) for r in sorted(set(registry) | set(stored))}
+    defaults = SPARSE_DEFAULTS | defaults
     if as_json:
         out = {"queue": name, "path": path, "retention": limits, "readers": shown}
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -143,7 +145,7 @@ def _change(path: str, name: str, reader: str, changes: dict[str, Any], as_json:
     else:
         print(f"reader {reader}: changed at {where}: {', '.join(sorted(changes))}")
         for field in STORED_FIELDS:
-            print(f"  {field}: {json.dumps(settings.get(field))}")
+            print(f"  {field}: {json.dumps(settings.get(field, SPARSE_DEFAULTS.get(field)))}")
     return 0
 
 
@@ -232,9 +234,14 @@ def add_config_command(sub: Any) -> None:
         p.add_argument(
             f"--{field.replace('_', '-')}", dest=field, type=_number(float), default=argparse.SUPPRESS
         )
-    p.add_argument(
-        "--discard-old-when-full", dest="discard_old_when_full", type=_yes_no, default=argparse.SUPPRESS
-    )
+    for field in _BOOL_FIELDS:
+        p.add_argument(
+            f"--{field.replace('_', '-')}",
+            dest=field,
+            type=_yes_no,
+            default=argparse.SUPPRESS,
+            metavar="yes|no",
+        )
     for field in _DEST_FIELDS:
         p.add_argument(
             f"--{field.replace('_', '-')}",

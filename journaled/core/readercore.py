@@ -1,27 +1,27 @@
 """The reader core: one named reader's in-memory state, and the only code that changes it.
 
-libkestrel's ``JournaledQueue`` reader side in one class: which item goes out next, who holds it,
-what waits out a delay or for a sink, and what is settled.  It knows the journal through
-:class:`~journaled.core.readbehind.LogSource` and the layer above through two callbacks; it
-never touches a file, a checkpoint or a thread.  Every attribute and method is guarded by
-``core.lock``, the owning queue's one lock (a put reaches all its readers at once): callers hold
-it; nothing here takes it, waits on it, or runs user code under it.
+libkestrel's ``JournaledQueue`` reader side in one class (what holds items out of delivery order in its
+base, core/keyorder.py): which item goes out next, who holds it, what waits out a delay or for a sink,
+and what is settled.  It knows the journal through :class:`~journaled.core.readbehind.LogSource` and the
+layer above through two callbacks; it never touches a file, a checkpoint or a thread.  Every attribute
+and method is guarded by ``core.lock``, the owning queue's one lock (a put reaches all its readers at
+once): callers hold it; nothing here takes it, waits on it, or runs user code under it.
 
 Only the methods below change a core, and each leaves it whole (an item is in one place only: memory,
-disk only, open, parked, bound for a sink, or settled).  Every other module reads the attributes listed
-on :class:`ReaderCore` and asks:
+disk only, open, parked, behind a busy key, bound for a sink, or settled).  Every other module reads the
+attributes listed on :class:`ReaderCore` and asks:
 
 * the queue: ``on_put(items, nbytes)``, items appended to the journal, in id order.
-* ``get``: ``take()``, the next deliverable item now an open read, or None: the smallest id due
-  (F-41; parked items that fall due go back among the waiting ones in id order), items met on the
-  way that are not due (``not_before``) parked until they are (as they arrive from ``on_put`` or are
-  read back from disk), expired and ``max_errors`` ones to their sink instead;
-  ``take_if_first()``, unless blocked gets are in line; ``join(w)`` / ``leave(w)``, the FIFO line of
-  blocked gets (:class:`Waiter`), served by hand-off as items arrive.
+* ``get``: ``take()``, the next deliverable item now an open read, or None: the smallest id due (F-41;
+  parked items that fall due go back among the waiting ones in id order), items met on the way that are
+  not due (``not_before``) parked until they are (as they arrive from ``on_put`` or are read back from
+  disk), expired and ``max_errors`` ones to their sink instead, under key order those of a busy key to
+  its line (core/keyorder.py); ``take_if_first()``, unless blocked gets are in line; ``join(w)`` /
+  ``leave(w)``, the FIFO line of blocked gets (:class:`Waiter`), served by hand-off as items arrive.
 * an open read ends, named as :meth:`~ReaderCore.open_read` names it (else ``UnknownRead``):
   ``commit(item)``; ``abort(item, delay)``, ``error_count + 1`` and to the dead letters at
-  ``max_errors``, else back at once or parked (core/retry.py); ``reject(item, reason)``, to the
-  dead letters without a retry; ``release(item)`` / ``release_id(id)``, back, no error counted.
+  ``max_errors``, else back at once or parked (core/retry.py); ``reject(item, reason)``, to the dead
+  letters without a retry; ``release(item)`` / ``release_id(id)``, back, no error counted.
 * upkeep (core/policies.py, the engine, ``flush``): ``release_due``, ``expire_head``,
   ``expire_in_memory``, ``time_out_reads``, ``discard_waiting`` (counted as discarded);
   ``end_disposal(item)``, a sink has the item: settled.
@@ -29,11 +29,11 @@ on :class:`ReaderCore` and asks:
   ``checkpoint_state()``, ``counts()``, then ``mark_clean()``/``mark_dirty()``; ``reconfigure``,
   ``close``, ``close_in_child``; reading ``charged()``, ``backlog_items()``, ``backlog_payload()``.
 
-A read is identified by its delivery, not by its item id: every time an item is handed out it is
-a distinct :class:`Item` object (an aborted or released item is re-created before it goes back),
-so a consumer whose read was taken away (``open_read_timeout``) can never settle the read the
-item's next consumer holds.  Clocks: ``clock`` (passed in, else ``retry.CLOCK``): expiry on its
-``time()``, open reads and delays on its ``monotonic()``.
+A read is identified by its delivery, not by its item id: every time an item is handed out it is a
+distinct :class:`Item` object (an aborted or released item is re-created before it goes back), so a
+consumer whose read was taken away (``open_read_timeout``) can never settle the read the item's next
+consumer holds.  Clocks: ``clock`` (passed in, else ``retry.CLOCK``): expiry on its ``time()``, open reads
+and delays on its ``monotonic()``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable
 
 from journaled.config import ReaderConfig, Sink
-from journaled.core import retry
+from journaled.core import keyorder, retry
 from journaled.core.readbehind import (
     ITEM_OVERHEAD,
     LogSource,
@@ -53,7 +53,6 @@ from journaled.core.readbehind import (
     estimate_backlog_bytes,
     given_back,
     keep_window,
-    merge_due,
     payload_of,
     read_window,
     stopped_at,
@@ -73,30 +72,32 @@ log = logging.getLogger("journaled")
 SWEEP_LIMIT = 4096
 
 
-class ReaderCore:
+class ReaderCore(keyorder.Holding):
     """The delivery state of one named reader (the module docstring is its protocol).
 
     Attributes (read them under ``lock``; only this class changes them):
         head: every id below it is committed; done: ids above it committed out of order.
         errors: abort counts of uncommitted items.
-        mem / mem_bytes: items ready for delivery, in id order (reads given back go to the left
-            end), and their payload bytes (:meth:`charged` adds ``ITEM_OVERHEAD`` per item).
-        load_id / load_cursor: when set, ids from there on are on disk only (read-behind), read
-            back in order as ``mem`` drains, so memory stays within ``max_memory``; every item
-            in hand (in memory, open, parked, bound for a sink) has an id below it.
-        open: open reads by id (the delivery handed out); opened_at: their ``clock.monotonic()``
-            of delivery, in delivery order (``open_read_timeout`` only).
+        mem / mem_bytes: items ready for delivery, in id order (reads given back go to the left end),
+            and their payload bytes (:meth:`charged` adds ``ITEM_OVERHEAD`` per item).
+        load_id / load_cursor: when set, ids from there on are on disk only (read-behind), read back in
+            order as ``mem`` drains, so memory stays within ``max_memory``; every item in hand (in
+            memory, open, parked, behind a busy key, bound for a sink) has an id below it.
+        open: open reads by id (the delivery handed out); opened_at: their ``clock.monotonic()`` of
+            delivery, in delivery order (``open_read_timeout`` only).
         waiters: blocked ``get`` calls, served first come first served by direct hand-off.
         disposing: items bound for an expiry / dead-letter sink, not yet settled.
         parked: aborted items waiting out a delay, and items not due yet (``not_before``)
             (:class:`~journaled.core.retry.Parked`), in memory but not charged to ``max_memory``.
+        keys: under ``key_order``, the lines of items behind busy keys and what holds each key
+            (:class:`~journaled.core.keyorder.KeyOrder`: ``count``, ``oldest_wait(now)``), else None.
         saw_expiry: some item with an ``expire_at`` reached this reader.
-        backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally;
-            an estimate after a reopen until :meth:`backlog_payload` can count them.
+        backlog_bytes / backlog_exact: payload bytes of uncommitted items, kept incrementally; an
+            estimate after a reopen until :meth:`backlog_payload` can count them.
         dirty: changed since the last checkpoint was taken; closed: no more deliveries (forked: in a child).
-        delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected:
-            counters for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept
-            in the checkpoint (:meth:`counts`); ``lost_to_retention`` only since the open.
+        delivered, committed, aborted, timed_out, expired, discarded, dead_lettered, rejected: counters
+            for stats, and ``put_origin`` (``put`` is ``next_id - put_origin``); all kept in the
+            checkpoint (:meth:`counts`); ``lost_to_retention`` only since the open.
     """
 
     def __init__(
@@ -134,13 +135,14 @@ class ReaderCore:
         self.head = head
         self.done: set[int] = {i for i in state.done if i >= head}
         self.errors: dict[int, int] = dict(state.errors)
-        self.open: dict[int, Item] = {}
+        self.open = {}
         self.opened_at: dict[int, float] = {}
-        self.mem: deque[Item] = deque()
+        self.mem = deque()
         self.mem_bytes = 0
         self.parked = retry.Parked()
-        self.given_back: set[int] = set()  # ids put back at the head, the first delivered (F-41)
+        self.given_back = set()  # ids put back at the head, the first delivered (F-41)
         self.disposing: dict[int, tuple[DeadLetter, Sink]] = {}
+        self.keys = keyorder.KeyOrder() if self.config.key_order else None  # per-key order, when on
         self.load_id: int | None = head if head < self.journal.next_id else None  # the rest: on disk
         # where the head's record is, from the checkpoint: a hint, verified before it is used
         self.load_cursor = Cursor(state.file_ms, state.file_offset, -1) if state.file_ms else None
@@ -171,8 +173,9 @@ class ReaderCore:
                 log.error("reader %s: handing new items to a waiting get failed: %s", self.name, exc)
 
     def charged(self) -> int:
-        """What the items in memory count against ``max_memory`` (``ITEM_OVERHEAD`` each)."""
-        return self.mem_bytes + len(self.mem) * ITEM_OVERHEAD
+        """What the items waiting in memory (behind a busy key too) count against ``max_memory``."""
+        behind = 0 if self.keys is None else self.keys.nbytes + self.keys.count * ITEM_OVERHEAD
+        return self.mem_bytes + len(self.mem) * ITEM_OVERHEAD + behind
 
     # ------------------------------------------------------------------ read-behind
     def _refill(self) -> None:
@@ -267,12 +270,14 @@ class ReaderCore:
         """
         if self.parked:
             self._unpark(self.clock.monotonic())
-        cfg = self.config
+        cfg, keys, key = self.config, self.keys, None
         while True:
             item = self._pop_waiting()
             if item is None:
                 return None
-            if type(item) is not Item and self._hold(item):
+            if keys is not None and (key := keyorder.key_of(item)) is not None and not self._admit(item, key):
+                continue  # its key is busy: it waits in its key's line
+            if type(item) is not Item and self._hold(item, True):
                 continue  # not due yet: parked (or expired before it is due)
             if (item.expire_at is not None or cfg.max_age is not None) and is_expired(
                 item, cfg.max_age, self.clock.time()
@@ -283,6 +288,8 @@ class ReaderCore:
             else:
                 break
         self.open[item.id] = item
+        if keys is not None and key is not None:
+            keys.opened(key)
         self.delivered += 1
         if cfg.open_read_timeout is not None:
             opened = self.opened_at
@@ -291,18 +298,6 @@ class ReaderCore:
             if len(opened) == 1:
                 self.wake_engine()  # the background tick may be idle
         return item
-
-    def _hold(self, item: Item) -> bool:
-        """Park ``item`` until its ``not_before``, or expire it if it expires by then; True if so."""
-        clock = self.clock
-        due = retry.not_due(item, clock.time(), clock.monotonic())
-        if due is None:
-            return False
-        if is_expired(item, self.config.max_age, item.not_before or 0.0):
-            self._dispose(item, "expired")
-        elif self.parked.park(item, due):
-            self.wake_engine()
-        return True
 
     def take_if_first(self) -> Item | None:
         """:meth:`take`, unless blocked ``get`` calls are already in line (they go first)."""
@@ -337,16 +332,16 @@ class ReaderCore:
         current = self.open.get(item.id) if type(item) is Item else None
         if current is None or current is not item:
             current = self.open_read(item)
-        del self.open[current.id]
-        self._settle(current)
+        self._end_read(current, True)  # under key order its key is free: the next of the key may go
+        self._settle(current, False)
         self.committed += 1
+        self._serve_keys()  # the key's next item may be waiting for blocked gets
 
     def abort(self, item: object, delay: float | None = None) -> None:
         """Close the open read ``item`` names as failed: ``error_count + 1``, then to the dead
         letters once ``max_errors`` is reached, else back to the head after ``delay`` seconds
         (``None``: the reader's backoff; :func:`journaled.core.retry.due_time`)."""
-        item = self.open_read(item)
-        del self.open[item.id]
+        self._end_read(item := self.open_read(item))
         self.aborted += 1
         failed = retry.redelivery(item, item.error_count + 1)
         self.errors[item.id] = failed.error_count  # also until a sink has it: survives a crash
@@ -354,24 +349,24 @@ class ReaderCore:
         cfg = self.config
         if cfg.max_errors is not None and failed.error_count >= cfg.max_errors:
             self._dispose(failed, "max_errors")
+            self._serve_keys()
             return
         due = retry.due_time(cfg, failed.error_count, delay, self.clock.monotonic())
         if due is None:
             self._requeue(failed)
-        elif self.parked.park(failed, due):
-            self.wake_engine()  # its tick sleeps until the earliest due time
+        else:
+            self._park(failed, due)
 
     def reject(self, item: object, reason: str = "") -> None:
         """Close the open read ``item`` names for good, without a retry: to ``dead_letter``
         (dropped when there is none), its error count unchanged."""
-        item = self.open_read(item)
-        del self.open[item.id]
+        self._end_read(item := self.open_read(item))
         self._dispose(item, "rejected", reason)
+        self._serve_keys()
 
     def release(self, item: object) -> None:
         """Give the open read ``item`` names back to the head without counting an error."""
-        item = self.open_read(item)
-        del self.open[item.id]
+        self._end_read(item := self.open_read(item))
         self._requeue(retry.redelivery(item, item.error_count))
 
     def release_id(self, item_id: int) -> bool:
@@ -383,18 +378,23 @@ class ReaderCore:
     def _requeue(self, item: Item) -> None:
         """Put ``item`` back at the head (it is the next one delivered) and serve waiters."""
         self.errors[item.id] = item.error_count
+        self.dirty = True
+        if self.keys is not None and (key := keyorder.key_of(item)) is not None and key in self.keys.open:
+            self.keys.line_up(item, key, self.clock.monotonic())  # another read of its key is open
+            return
         self.given_back = given_back(self.mem, self.given_back, item.id)
         self.mem.appendleft(item)
         self.mem_bytes += len(item.data)
-        self.dirty = True
         if self.waiters:
             self._hand_off()
 
-    def _settle(self, item: Item) -> None:
+    def _settle(self, item: Item, wake: bool = True) -> None:
         """``item`` leaves this reader for good (committed, discarded, expired, dead-lettered)."""
         self.errors.pop(item.id, None)
         self.backlog_bytes = max(0, self.backlog_bytes - len(item.data))
         self._commit_id(item.id)
+        if wake and self.keys is not None:
+            self._key_free(item)
 
     def _commit_id(self, item_id: int) -> None:
         if item_id == self.head:
@@ -430,24 +430,12 @@ class ReaderCore:
         if sink is None:
             self._settle(item)
             return
+        if self.keys is not None:
+            self._key_free(item)  # its key is free now, before the sink has it
         self.disposing[item.id] = (DeadLetter.of(item, kind, reason, self.name), sink)
         self.wake_engine()
 
     # ------------------------------------------------------------------ upkeep
-    def release_due(self, now: float | None = None) -> int:
-        """Parked items due by ``now`` (the clock's ``monotonic()`` when None) go back to
-        the head, the earliest first, and are offered to waiters; returns how many."""
-        back = self._unpark(self.clock.monotonic() if now is None else now)
-        if back and self.waiters:
-            self._hand_off()
-        return back
-
-    def _unpark(self, now: float) -> int:
-        back = self.parked.unpark_due(now)
-        if back:  # among the waiting items in id order (F-41), not all at the head
-            self.mem_bytes += merge_due(self.mem, back, self.load_id, self.given_back)
-        return len(back)
-
     def expire_head(self, now: float) -> int:
         """Send expired items at the head (in memory, read back from disk as needed) to their
         sink, up to ``SWEEP_LIMIT``; items expiring behind a live one are caught by :meth:`take`
@@ -460,6 +448,8 @@ class ReaderCore:
             self._pop_waiting()
             self._dispose(item, "expired")
             count += 1
+        if count:
+            self._serve_keys()
         return count
 
     def expire_in_memory(self, now: float) -> int:
@@ -470,6 +460,9 @@ class ReaderCore:
             return 0
         for it in take_expired(self.mem, cfg.max_age, now):
             self.mem_bytes -= len(it.data)
+            self._dispose(it, "expired")
+            count += 1
+        for it in self._expire_lined(cfg.max_age, now):  # behind a busy key: in memory too
             self._dispose(it, "expired")
             count += 1
         return count
@@ -501,7 +494,10 @@ class ReaderCore:
         """Drop up to ``limit`` of the oldest waiting items (read back from disk as needed; open
         and parked ones are never dropped), counted as ``discarded``.  Returns how many."""
         n = 0
-        while n < limit and (item := self._pop_waiting()) is not None:
+        while n < limit:
+            item = self._pop_waiting() or self._lined_oldest()  # behind a busy key: waiting too
+            if item is None:
+                break
             self._settle(item)
             n += 1
         self.discarded += n
@@ -510,7 +506,7 @@ class ReaderCore:
     def end_disposal(self, item: Item) -> None:
         """A sink has ``item`` (or failed for good): settled, unless a seek forgot it meanwhile."""
         if self.disposing.pop(item.id, None) is not None:
-            self._settle(item)
+            self._settle(item, wake=False)  # its key was freed when it was disposed of
 
     # ------------------------------------------------------------------ state
     def reset_to(self, head: int) -> None:
@@ -536,6 +532,8 @@ class ReaderCore:
         self.open = {i: it for i, it in self.open.items() if i >= first}  # opened_at: time_out_reads
         self.parked.drop_below(first)
         self.mem_bytes -= drop_below(self.mem, first)
+        if self.keys is not None:
+            self._rekey(True, first)
         if self.load_id is not None and self.load_id < first:  # read-behind goes on at `first`
             self.load_id, self.load_cursor = (first if first < self.journal.next_id else None), None
         self.head = first - 1
@@ -560,7 +558,8 @@ class ReaderCore:
             self.backlog_bytes, self.backlog_exact = 0, True
         elif not self.backlog_exact and self.load_id is None:
             held = (self.open.values(), self.parked.values(), (i for i, _s in self.disposing.values()))
-            self.backlog_bytes, self.backlog_exact = self.mem_bytes + payload_of(*held), True
+            lined = 0 if self.keys is None else self.keys.nbytes
+            self.backlog_bytes, self.backlog_exact = self.mem_bytes + lined + payload_of(*held), True
         return self.backlog_bytes
 
     def checkpoint_state(self) -> CheckpointData:
@@ -584,6 +583,7 @@ class ReaderCore:
     def reconfigure(self, config: ReaderConfig) -> None:
         """Apply new policies from now on (what is in memory and open stays where it is)."""
         self.config = config
+        self._switch_keys(config.key_order)
 
     def close(self, wake: bool = True) -> None:
         """No more deliveries.  Blocked ``get`` calls are woken (they raise ``QueueClosed``)

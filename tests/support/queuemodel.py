@@ -14,6 +14,13 @@ and the model's "is it due" is never a question of float rounding.  The monotoni
 abort delays are timed on moves with it; an abort delay ending exactly at a tick is "may be due"
 (both answers are accepted), one tick later "must be due".
 
+Key order (``ReaderConfig(key_order=True)``, docs/design.md "Key order"), a setting the machine turns
+on and off live: an item with a key may be delivered only while no other item of its key is open
+and every item of its key with a smaller id is gone (or expired, or past ``max_errors``: those leave
+when met); one that may be gone (settled before a crash, or a doomed one) lets it through but does
+not make it due.  A key's item given back while another read of its key is open waits in id order
+(it is fresh, not returned); switching key order on makes the returned items with a key fresh.
+
 Vocabulary: an item is *fresh* for a reader when it waits in id order (never delivered since the
 last reopen or seek, or brought back by them); *returned* when an abort or a release without a
 delay put it back at the head (a stack: the newest return is the next delivery); *delayed* when
@@ -108,6 +115,7 @@ class ReaderModel:
     start: int  # ids below were never this reader's
     max_errors: int | None = None
     dead_letter: str | None = None  # "self", "dlq" or None
+    key_order: bool = False
     gone: set[int] = attrs.field(factory=set)
     open: dict[int, Open] = attrs.field(factory=dict)
     returned: list[int] = attrs.field(factory=list)  # top of the stack last
@@ -143,31 +151,83 @@ class ReaderModel:
         held = self.open.keys() | set(self.returned) | self.delayed.keys()
         return [i for i in sorted(items) if i >= self.start and i not in self.gone and i not in held]
 
+    def key_lines(
+        self, items: Mapping[int, Spec], now_ms: int
+    ) -> dict[bytes, tuple[set[int], list[tuple[int, bool]]]]:
+        """Under key order, per key: its open reads, and its other ids still to be delivered in id
+        order, each with whether it may be gone already (``soft``).  Empty when key order is off."""
+        out: dict[bytes, tuple[set[int], list[tuple[int, bool]]]] = {}
+        if not self.key_order:
+            return out
+        for i in sorted(items):
+            spec = items[i]
+            if spec.key is None or i < self.start or i in self.gone:
+                continue
+            opens, pending = out.setdefault(spec.key, (set(), []))
+            if i in self.open:
+                opens.add(i)
+                continue
+            lo, hi = self.error_range(i)
+            if spec.expired(now_ms) or (self.max_errors is not None and lo >= self.max_errors):
+                continue  # leaves when a take meets it, before anything behind it
+            soft = (
+                i in self.maybe or i in self.doomed or (self.max_errors is not None and hi >= self.max_errors)
+            )
+            pending.append((i, soft))
+        return out
+
+    @staticmethod
+    def blocked(i: int, items: Mapping[int, Spec], lines: Mapping[bytes, Any]) -> tuple[bool, bool]:
+        """(``i`` may not be delivered now for its key, ``i`` is not due for its key): another read
+        of its key is open or an earlier item of it waits; an earlier one may be gone."""
+        key = items[i].key
+        if key is None or key not in lines:
+            return False, False
+        opens, pending = lines[key]
+        if opens - {i}:
+            return True, False
+        soft = False
+        for j, may_be_gone in pending:
+            if j >= i:
+                break
+            if not may_be_gone:
+                return True, False
+            soft = True
+        return False, soft
+
     def candidates(self, items: Mapping[int, Spec], now_ms: int) -> tuple[set[int], bool]:
         """The ids the next delivery may be, and whether ``Empty`` would break a promise."""
         allowed: set[int] = set()
         must = False
+        lines = self.key_lines(items, now_ms)
         for i, due_ms in self.delayed.items():  # a delay that ended is back at the head
             st = self._status(items[i], now_ms)
-            if due_ms <= now_ms and st != "never":
+            hard, soft = self.blocked(i, items, lines)
+            if due_ms <= now_ms and st != "never" and not hard:
                 allowed.add(i)
-                must = must or (due_ms < now_ms and st == "must")
-        first = self._first_must(items, now_ms)
+                must = must or (due_ms < now_ms and st == "must" and not soft)
+        first, first_must = self._first_must(items, now_ms, lines)
         allowed |= first
-        return allowed, must or any(self._status(items[i], now_ms) == "must" for i in first)
+        return allowed, must or first_must
 
-    def _first_must(self, items: Mapping[int, Spec], now_ms: int) -> set[int]:
+    def _first_must(
+        self, items: Mapping[int, Spec], now_ms: int, lines: Mapping[bytes, Any]
+    ) -> tuple[set[int], bool]:
         """The returned stack from its top, then the fresh ids in order: every id up to and
-        including the first that must be delivered, skipping the ones that may not be."""
+        including the first that must be delivered, skipping the ones that may not be (under key
+        order, those whose key is busy); and whether one must."""
         out: set[int] = set()
         for i in [*reversed(self.returned), *self.fresh(items)]:
             st = self._status(items[i], now_ms)
             if st == "never":
                 continue
+            hard, soft = self.blocked(i, items, lines)
+            if hard:
+                continue
             out.add(i)
-            if st == "must":
-                break
-        return out
+            if st == "must" and not soft:
+                return out, True
+        return out, False
 
     def due_now(self, items: Mapping[int, Spec], now_ms: int) -> bool:
         """True when some item must be delivered now (so ``Empty`` is a lost item)."""
@@ -175,6 +235,18 @@ class ReaderModel:
 
     def check_delivery(self, item: Any, items: Mapping[int, Spec], now_ms: int) -> None:
         """Raise :class:`Refused` unless delivering ``item`` now keeps every promise; then record it."""
+        lines = self.key_lines(items, now_ms)
+        if self.key_order and item.id in items and (key := items[item.id].key) is not None:
+            opens, pending = lines.get(key, (set(), []))
+            if opens - {item.id}:
+                raise Refused(
+                    f"{self.name}: id {item.id} of key {key!r} delivered while {sorted(opens)} is open"
+                )
+            earlier = [j for j, may_be_gone in pending if j < item.id and not may_be_gone]
+            if earlier:
+                raise Refused(
+                    f"{self.name}: id {item.id} of key {key!r} delivered before {earlier} (key order)"
+                )
         allowed, _ = self.candidates(items, now_ms)
         if item.id not in allowed:
             why = "never this reader's or gone" if item.id in self.gone or item.id < self.start else ""
@@ -197,9 +269,19 @@ class ReaderModel:
         for i in order if item.id in order else ():
             if i == item.id:
                 break
-            if i in self.maybe:
+            if i in self.maybe and self.blocked(i, items, lines) == (False, False):
                 self.maybe.discard(i)
                 self.gone.add(i)
+        key = items[item.id].key if self.key_order else None
+        for j, _ in lines.get(key, (set(), []))[1] if key is not None else ():
+            if j < item.id:  # an earlier item of its key that may be gone: it is, or this would wait
+                self.maybe.discard(j)
+                self.doomed.discard(j)
+                self.gone.add(j)
+                self.errors.pop(j, None)
+                if j in self.returned:
+                    self.returned.remove(j)
+                self.delayed.pop(j, None)
         if item.id in self.returned:
             self.returned.remove(item.id)
         self.delayed.pop(item.id, None)
@@ -219,8 +301,23 @@ class ReaderModel:
         self.settle(item_id)
         self.committed += 1
 
-    def abort(self, item_id: int, delay_ms: int | None, now_ms: int) -> str:
-        """Model an abort; returns what became of the item: "dead", "returned" or "delayed"."""
+    def key_busy(self, item_id: int, items: Mapping[int, Spec]) -> bool:
+        """Under key order: another read of ``item_id``'s key is open (given back, it waits in id
+        order, not at the head)."""
+        key = items[item_id].key
+        return (
+            self.key_order and key is not None and any(items[j].key == key for j in self.open if j != item_id)
+        )
+
+    def set_key_order(self, on: bool, items: Mapping[int, Spec]) -> None:
+        """Key order switched on (the returned items with a key wait in id order now) or off."""
+        if on and not self.key_order:
+            self.returned = [i for i in self.returned if items[i].key is None]
+        self.key_order = on
+
+    def abort(self, item_id: int, delay_ms: int | None, now_ms: int, busy_key: bool = False) -> str:
+        """Model an abort; returns what became of the item: "dead", "returned", "fresh" (its key
+        busy under key order) or "delayed"."""
         count = self.open.pop(item_id).errors + 1
         self.errors[item_id] = (count, count)
         if self.max_errors is not None and count >= self.max_errors:
@@ -229,14 +326,17 @@ class ReaderModel:
             return "dead"
         wait_ms = max(delay_ms or 0, _floor_ms(count))
         if wait_ms == 0 and not delay_ms:
+            if busy_key:
+                return "fresh"
             self.returned.append(item_id)
             return "returned"
         self.delayed[item_id] = now_ms + wait_ms
         return "delayed"
 
-    def release(self, item_id: int) -> None:
+    def release(self, item_id: int, busy_key: bool = False) -> None:
         self.open.pop(item_id)
-        self.returned.append(item_id)
+        if not busy_key:
+            self.returned.append(item_id)
 
     def reject(self, item_id: int) -> None:
         del self.open[item_id]
