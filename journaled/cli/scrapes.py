@@ -31,12 +31,17 @@ MIN_REUSE = 0.25
 
 class SharedRender:
     """``get()`` answers ``render()``'s latest result, rendering again only when that is older
-    than its reuse time: :data:`MIN_REUSE`, or (1 / :data:`RENDER_SHARE` - 1) times as long as
-    that render took, whichever is longer.  A caller that comes while a render runs waits for it
-    and gets its result (concurrent scrapes trigger one render); a render that raises is not
-    kept (the callers waiting for it render again, one at a time).
+    than its reuse time: :data:`MIN_REUSE`, or (1 / :data:`RENDER_SHARE` - 1) times the
+    processor time that render took, whichever is longer.  A caller that comes while a render
+    runs waits for it and gets its result (concurrent scrapes trigger one render); a render that
+    raises is not kept (the callers waiting for it render again, one at a time).
 
-    ``renders`` counts the renders done; ``clock`` is for tests."""
+    A render's cost is the processor time of the thread that ran it (``cost``, by default
+    ``time.thread_time``), not the time it took: the pauses in which it gives the other threads
+    their turn (:class:`~journaled.stats.Turns`), waits for a queue lock, or waits for a core on
+    a busy machine cost the owner nothing, and counting them would only make the figures staler.
+
+    ``renders`` counts the renders done; ``clock`` and ``cost`` are for tests."""
 
     def __init__(
         self,
@@ -44,15 +49,28 @@ class SharedRender:
         share: float = RENDER_SHARE,
         min_reuse: float = MIN_REUSE,
         clock: Callable[[], float] = time.monotonic,
+        cost: Callable[[], float] = time.thread_time,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], not {share!r}")
         self._render, self._share, self._min_reuse, self._clock = render, share, min_reuse, clock
+        self._cost = cost
         self._cond = threading.Condition(threading.Lock())
         self._answer: bytes | None = None
         self._until = 0.0  # the clock's time until which _answer is reused
         self._rendering = False
         self.renders = 0
+
+    @property
+    def rendering(self) -> bool:
+        """A render is under way (a benchmark waits for none to be before it measures)."""
+        with self._cond:
+            return self._rendering
+
+    def expire(self) -> None:
+        """The answer kept is not reused: the next :meth:`get` renders again."""
+        with self._cond:
+            self._until = 0.0
 
     def get(self) -> bytes:
         """The latest render, or a new one if it is too old (then callers meanwhile share it)."""
@@ -64,7 +82,7 @@ class SharedRender:
                     break
                 self._cond.wait()
             self._rendering = True
-        start = self._clock()
+        start = self._cost()
         try:
             answer = self._render()
         except BaseException:
@@ -72,7 +90,7 @@ class SharedRender:
                 self._rendering = False
                 self._cond.notify_all()
             raise
-        took = self._clock() - start
+        took = self._cost() - start
         with self._cond:
             self._rendering = False
             self._answer = answer
