@@ -28,10 +28,8 @@ if TYPE_CHECKING:
 
 #: seconds of computing after which :class:`Turns` lets the other threads run
 TURN = 0.001
-#: seconds of each such pause (the kernel's timer slack makes it a little longer): as long as the
-#: stretch of work, so that a thread waiting for the GIL gets it even when it must first wait for
-#: a core (a pause of 0.1 ms was often over before it ran, on a busy machine)
-BREATH = 0.001
+#: seconds of each such pause (the kernel's timer slack makes it a little longer)
+BREATH = 0.0001
 
 
 class Turns:
@@ -42,10 +40,8 @@ class Turns:
     snapshot or render of thousands of readers running beside puts would add up to 5 ms to each
     of those steps.  Call :meth:`tick` once per small unit of work (a reader, a line): about
     every :data:`TURN` seconds of work it sleeps :data:`BREATH` seconds, a real sleep, which hands
-    the GIL to a thread waiting for it (a mere ``sleep(0)`` is usually won back at once, and so
-    was a pause of 0.1 ms whenever the waiting thread had to wait for a core first).  The work
-    takes about twice as long, but no more processor time (what a shared render's reuse is
-    measured by, cli/scrapes.py); a put beside it waits about a millisecond at most per step."""
+    the GIL to a thread waiting for it (a mere ``sleep(0)`` is usually won back at once).  The
+    work gets about 10% slower; a put beside it waits about a millisecond at most per step."""
 
     __slots__ = ("last", "count")
 

@@ -169,7 +169,7 @@ def test_nonstop_scrapes_render_at_most_a_bounded_share_of_the_time() -> None:
         clock.now += 2.0  # a render of two seconds
         return b"%d" % count[0]
 
-    shared = SharedRender(render, share=0.1, min_reuse=0.25, clock=clock, cost=clock)
+    shared = SharedRender(render, share=0.1, min_reuse=0.25, clock=clock)
     assert shared.get() == b"1"
     clock.now += 17.9  # 9 times the render's time after it ended: still the same answer
     assert shared.get() == b"1"
@@ -179,32 +179,12 @@ def test_nonstop_scrapes_render_at_most_a_bounded_share_of_the_time() -> None:
     assert shared.get() == b"3"
     # a quick render is reused for min_reuse
     made = iter(range(100))
-    fast = SharedRender(lambda: b"%d" % next(made), min_reuse=0.25, clock=clock, cost=clock)
+    fast = SharedRender(lambda: b"%d" % next(made), min_reuse=0.25, clock=clock)
     one = fast.get()
     clock.now += 0.2
     assert fast.get() == one
     clock.now += 0.1
     assert fast.get() != one
-
-
-def test_a_renders_pauses_do_not_count_as_its_cost() -> None:
-    # a render of 0.2 s of processor time that took 2 s (its turns for the other threads, waits
-    # for the queue lock, a busy machine): reused for 9 x 0.2 s, not 9 x 2 s
-    clock, cpu = _Clock(), _Clock()
-    count = [0]
-
-    def render() -> bytes:
-        count[0] += 1
-        clock.now += 2.0
-        cpu.now += 0.2
-        return b"%d" % count[0]
-
-    shared = SharedRender(render, share=0.1, min_reuse=0.25, clock=clock, cost=cpu)
-    assert shared.get() == b"1"
-    clock.now += 1.7
-    assert shared.get() == b"1"
-    clock.now += 0.2  # 1.9 s after it ended: past 9 x its 0.2 s of processor time
-    assert shared.get() == b"2", "the render's pauses were counted as its cost: its answer is kept too long"
 
 
 def test_a_render_that_fails_is_not_kept() -> None:

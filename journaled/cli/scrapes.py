@@ -31,17 +31,12 @@ MIN_REUSE = 0.25
 
 class SharedRender:
     """``get()`` answers ``render()``'s latest result, rendering again only when that is older
-    than its reuse time: :data:`MIN_REUSE`, or (1 / :data:`RENDER_SHARE` - 1) times the
-    processor time that render took, whichever is longer.  A caller that comes while a render
-    runs waits for it and gets its result (concurrent scrapes trigger one render); a render that
-    raises is not kept (the callers waiting for it render again, one at a time).
+    than its reuse time: :data:`MIN_REUSE`, or (1 / :data:`RENDER_SHARE` - 1) times as long as
+    that render took, whichever is longer.  A caller that comes while a render runs waits for it
+    and gets its result (concurrent scrapes trigger one render); a render that raises is not
+    kept (the callers waiting for it render again, one at a time).
 
-    A render's cost is the processor time of the thread that ran it (``cost``, by default
-    ``time.thread_time``), not the time it took: the pauses in which it gives the other threads
-    their turn (:class:`~journaled.stats.Turns`), waits for a queue lock, or waits for a core on
-    a busy machine cost the owner nothing, and counting them would only make the figures staler.
-
-    ``renders`` counts the renders done; ``clock`` and ``cost`` are for tests."""
+    ``renders`` counts the renders done; ``clock`` is for tests."""
 
     def __init__(
         self,
@@ -49,12 +44,10 @@ class SharedRender:
         share: float = RENDER_SHARE,
         min_reuse: float = MIN_REUSE,
         clock: Callable[[], float] = time.monotonic,
-        cost: Callable[[], float] = time.thread_time,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], not {share!r}")
         self._render, self._share, self._min_reuse, self._clock = render, share, min_reuse, clock
-        self._cost = cost
         self._cond = threading.Condition(threading.Lock())
         self._answer: bytes | None = None
         self._until = 0.0  # the clock's time until which _answer is reused
@@ -82,7 +75,7 @@ class SharedRender:
                     break
                 self._cond.wait()
             self._rendering = True
-        start = self._cost()
+        start = self._clock()
         try:
             answer = self._render()
         except BaseException:
@@ -90,7 +83,7 @@ class SharedRender:
                 self._rendering = False
                 self._cond.notify_all()
             raise
-        took = self._cost() - start
+        took = self._clock() - start
         with self._cond:
             self._rendering = False
             self._answer = answer
