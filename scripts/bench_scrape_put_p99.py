@@ -38,22 +38,26 @@ from journaled.cli.serve import start_status_page
 SLOT = 2.5
 
 # what each scraping process runs: GET both pages back to back until it is told to stop
-# (SIGTERM), then print how many answers it got
+# (SIGTERM), then print how many answers it got; it stops by itself once the benchmark is gone
+# (its parent changed), and pauses after a failed request (no spinning on a closed port)
 SCRAPER = """
-import signal, sys, urllib.request
-base, n = sys.argv[1], 0
+import os, signal, sys, time, urllib.request
+base, n, parent = sys.argv[1], 0, os.getppid()
 def stop(*_):
-    print(n, flush=True)
-    sys.exit(0)
+    try:
+        print(n, flush=True)
+    finally:  # even when no one reads it any more (a failed print is an OSError, caught below)
+        os._exit(0)
 signal.signal(signal.SIGTERM, stop)
-while True:
+while os.getppid() == parent:
     for path in ("/api/status", "/metrics"):
         try:
             with urllib.request.urlopen(base + path, timeout=60) as answer:
                 answer.read()
             n += 1
         except OSError:
-            pass
+            time.sleep(0.01)
+stop()
 """
 
 
