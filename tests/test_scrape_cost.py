@@ -15,9 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
+import journaled.cli.scrapes as scrapes_module
+import journaled.metrics as metrics_module
 import journaled.stats as stats_module
 from journaled import JournaledQueue, ReaderConfig
 from journaled.cli.scrapes import SharedRender, dumps_in_turns, stats_dict
+from journaled.cli.statuspage import History, status
 from journaled.metrics import QueueCollector
 from journaled.stats import QueueStats
 
@@ -69,6 +72,44 @@ def test_a_put_completes_while_a_snapshot_of_many_readers_is_in_progress(tmp_pat
     assert snapshot.next_id == 3 and len(snapshot.readers) == READERS
 
 
+def test_puts_go_on_throughout_the_renders_of_the_metrics_and_the_status(tmp_path, monkeypatch) -> None:
+    # the whole scrape, not only its snapshot: while the renders format thousands of readers'
+    # figures they hold no queue lock, and give the other threads their turn every few readers
+    # or lines (each turn here is where a put of another thread is made, and must complete)
+    q = JournaledQueue(str(tmp_path / "jobs"))
+    made: list[bool] = []
+    ticks = [0]
+
+    class Seam:
+        def tick(self) -> None:
+            ticks[0] += 1
+            if ticks[0] % 499 == 0:
+                thread = threading.Thread(target=q.put, args=(b"during",))
+                thread.start()
+                thread.join(WAIT)
+                made.append(not thread.is_alive())
+
+    try:
+        for i in range(READERS):
+            q.reader(f"r{i:04d}")
+        history = History([q])
+        history.stop.set()
+        for module in (stats_module, metrics_module, scrapes_module):
+            monkeypatch.setattr(module, "Turns", Seam)
+        text = metrics_module.QueueCollector([q]).exposition()
+        metrics_ticks = ticks[0]
+        page = json.loads(dumps_in_turns(status([q], history, False), default=str))
+    finally:
+        monkeypatch.undo()
+        q.close()
+    assert made and all(made), f"{made.count(False)} of {len(made)} puts made in the renders did not complete"
+    # turns at least once per reader and line, in each render
+    assert metrics_ticks >= text.count(b"\n") - 200 and ticks[0] - metrics_ticks >= READERS
+    # and the renders are whole
+    assert text.count(b"journaled_reader_backlog_items{") == READERS
+    assert len(page["queues"][0]["stats"]["readers"]) == READERS
+
+
 def test_a_reader_removed_during_a_snapshot_is_left_out(tmp_path, monkeypatch) -> None:
     with JournaledQueue(str(tmp_path / "jobs")) as q:
         for name in ("a", "b", "c"):
@@ -111,11 +152,12 @@ def test_concurrent_scrapes_trigger_one_render() -> None:
         if len(waiters) == 4:
             break
         deadline.wait(0.01)
-    assert len(waiters) == 4
+    assert len(waiters) == 4 and shared.rendering
     release.set()
     for t in [first, *others]:
         t.join(WAIT)
     assert got == [b"answer 1"] * 5 and count[0] == 1 and shared.renders == 1
+    assert not shared.rendering
 
 
 def test_nonstop_scrapes_render_at_most_a_bounded_share_of_the_time() -> None:
@@ -133,6 +175,8 @@ def test_nonstop_scrapes_render_at_most_a_bounded_share_of_the_time() -> None:
     assert shared.get() == b"1"
     clock.now += 0.2
     assert shared.get() == b"2"
+    shared.expire()  # the answer kept is dropped: the next scrape renders
+    assert shared.get() == b"3"
     # a quick render is reused for min_reuse
     made = iter(range(100))
     fast = SharedRender(lambda: b"%d" % next(made), min_reuse=0.25, clock=clock)

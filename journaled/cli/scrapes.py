@@ -54,6 +54,17 @@ class SharedRender:
         self._rendering = False
         self.renders = 0
 
+    @property
+    def rendering(self) -> bool:
+        """A render is under way (a benchmark waits for none to be before it measures)."""
+        with self._cond:
+            return self._rendering
+
+    def expire(self) -> None:
+        """The answer kept is not reused: the next :meth:`get` renders again."""
+        with self._cond:
+            self._until = 0.0
+
     def get(self) -> bytes:
         """The latest render, or a new one if it is too old (then callers meanwhile share it)."""
         with self._cond:

@@ -397,8 +397,9 @@ class StatusServer:
         self._sessions_lock = threading.Lock()
         #: one search at a time: the page's other worker keeps answering
         self._searching = threading.Lock()
-        # scrapes share renders, and render in turns (docs/design.md, "The cost of a scrape")
-        self._status = SharedRender(
+        #: ``/api/status``'s answers: scrapes share renders, and render in turns (docs/design.md,
+        #: "The cost of a scrape")
+        self.status_render = SharedRender(
             lambda: dumps_in_turns(status(self.queues, self.history, self.peek), default=str).encode()
         )
         self.httpd = BoundedHTTPServer(host, port, self.answer, "status")
@@ -476,7 +477,7 @@ class StatusServer:
         if req.path == "/":
             return Response(200, _page(), "text/html; charset=utf-8", tuple(extra))
         if req.path == "/api/status":
-            return Response(200, self._status.get(), "application/json", tuple(extra))
+            return Response(200, self.status_render.get(), "application/json", tuple(extra))
         if req.path == "/api/find":
             return self._find(req, tuple(extra))
         if req.path == "/metrics" and self.metrics is not None:
