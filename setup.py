@@ -32,6 +32,7 @@ MYPYC_MODULES = [
     "journaled/core/policies.py",
     "journaled/owner/putpath.py",
     "journaled/log/writer.py",
+    "journaled/log/state.py",
 ]
 
 

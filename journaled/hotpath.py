@@ -33,6 +33,7 @@ COMPILED_MODULES: Final = (
     "journaled.core.policies",
     "journaled.owner.putpath",
     "journaled.log.writer",
+    "journaled.log.state",
 )
 #: Set to anything but "" or "0": run the pure-Python implementation everywhere.
 ENV_VAR: Final = "JOURNALED_PURE_PYTHON"

@@ -7,7 +7,6 @@ import math
 import numbers
 import operator
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 from typing import SupportsIndex, cast
 
 import attrs
@@ -203,14 +202,6 @@ def read_id(item: object) -> int:
     return operator.index(item)
 
 
-def _header_value(name: str, value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise TypeError(f"header {name!r}: values must be bytes, not {type(value).__name__}")
-
-
 def put_headers(headers: object) -> Mapping[str, bytes]:
     """``headers`` as stored: a read-only mapping of names (non-empty ``str``, at most
     :data:`metadata.MAX_HEADER_NAME` bytes of UTF-8) to bytes, at most :data:`metadata.MAX_HEADERS`
@@ -219,34 +210,12 @@ def put_headers(headers: object) -> Mapping[str, bytes]:
 
 
 def _sized_headers(headers: object) -> tuple[Mapping[str, bytes], int]:
-    """:func:`put_headers` and the size of their encoded block (measured once, for the limit)."""
+    """:func:`put_headers` and the size of their encoded block (measured once, for the limit):
+    :func:`metadata.checked_headers`, which checks them."""
     if headers is None:
         return NO_HEADERS, 0
-    if not isinstance(headers, Mapping):
-        raise TypeError(f"headers must be a mapping of str to bytes, not {type(headers).__name__}")
-    if len(headers) > metadata.MAX_HEADERS:
-        raise ValueError(f"at most {metadata.MAX_HEADERS} headers per item, got {len(headers)}")
-    out: dict[str, bytes] = {}
-    size = 0  # metadata.header_bytes(out), summed as the names are encoded for their checks
-    for name, value in headers.items():
-        if type(name) is not str:
-            raise TypeError(f"header names must be str, not {type(name).__name__}")
-        try:
-            raw = name.encode("utf-8")
-        except UnicodeEncodeError:
-            # a lone surrogate: a name too long says so first, as it would for any name
-            raw = name.encode("utf-8", "surrogatepass")
-            if len(raw) <= metadata.MAX_HEADER_NAME:
-                raise ValueError(f"header name {name!r} is not valid Unicode text") from None
-        if not raw or len(raw) > metadata.MAX_HEADER_NAME:
-            raise ValueError(f"header name {name!r} must be 1 to {metadata.MAX_HEADER_NAME} bytes of UTF-8")
-        out[name] = data = _header_value(name, value)
-        size += 5 + len(raw) + len(data)  # name_len u8, value_len u32, name, value
-    if not out:
-        return NO_HEADERS, 0
-    if size > metadata.MAX_HEADER_BYTES:
-        raise ValueError(f"headers take {size} bytes, more than the {metadata.MAX_HEADER_BYTES} allowed")
-    return MappingProxyType(out), size
+    hdrs, block = metadata.checked_headers(headers)
+    return hdrs, len(block)
 
 
 def put_key(key: object) -> bytes | None:

@@ -323,9 +323,9 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         too large value raises ``ValueError``, a non-number ``TypeError``, and nothing is
         written.  Limits: docs/design.md, "Item metadata".
         """
-        plain = expire_at is None and ttl is None and not_before is None and delay is None and key is None
-        if plain and headers is None and type(data) is bytes and len(data) <= self.config.max_item_size:
-            return self._put.put_plain(data)  # perf: the plain case skips put_one's checks
+        if expire_at is None and ttl is None and not_before is None and delay is None and key is None:
+            if headers is None:
+                return self._put.put_plain(data)  # perf: the plain case skips put_one's checks
         return self._put.put_one(data, expire_at, ttl, not_before, delay, headers, key, None, dedup)
 
     def put_many(

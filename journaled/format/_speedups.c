@@ -47,8 +47,8 @@
  * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
  * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
  * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
- * the metadata columns), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 8
+ * the metadata columns; 9: encode_putx, configure() takes its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
+#define ABI_VERSION 9
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -236,6 +236,7 @@ static PyObject *meta_fields[META_NFIELDS]; /* slot descriptors of Meta, in fiel
 static PyObject *no_headers = NULL;         /* metadata.NO_HEADERS: the headers of a tag-only PUTX */
 static PyTypeObject *damage_type = NULL;
 static PyObject *py_encode_puts = NULL;
+static PyObject *py_encode_putx = NULL;
 static PyObject *py_decode_many = NULL;
 static PyObject *py_decode_one = NULL;
 static PyObject *py_decode_columns = NULL;
@@ -418,21 +419,22 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"constants",  "put_type",    "put_fields",  "putx_type",   "putx_fields",
                              "meta_type",  "meta_fields", "no_headers",  "damage_type", "encode_puts",
-                             "decode_many", "decode_one", "decode_columns", "walk_puts", NULL};
+                             "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx", NULL};
     PyObject *constants = NULL, *type = NULL, *names = NULL, *xtype = NULL, *xnames = NULL, *mtype = NULL,
              *mnames = NULL, *empty = NULL, *dmg = NULL;
-    PyObject *refs[5] = {NULL, NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOO:configure", kwlist, &PyDict_Type,
+    PyObject *refs[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOO:configure", kwlist, &PyDict_Type,
                                      &constants, &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &xtype,
                                      &PyTuple_Type, &xnames, &PyType_Type, &mtype, &PyTuple_Type, &mnames, &empty,
-                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4]))
+                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5]))
         return NULL;
     if (!constants || !type || !names || !xtype || !xnames || !mtype || !mnames || !empty || !dmg || !refs[0] ||
         !refs[1] || !refs[2] || !refs[3]) {
         PyErr_SetString(PyExc_TypeError, "configure() takes all of its keyword arguments");
         return NULL;
     }
-    if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) || check_no_headers(empty) < 0)
+    if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
+        (refs[5] != NULL && !all_callable(&refs[5], 1)) || check_no_headers(empty) < 0)
         return NULL;
     PyObject *slots[PUT_NFIELDS], *xslots[PUTX_NFIELDS], *mslots[META_NFIELDS];
     if (field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
@@ -471,6 +473,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     keep(&py_decode_columns, refs[3]);
     if (refs[4] != NULL)
         keep(&py_walk_puts, refs[4]);
+    if (refs[5] != NULL)
+        keep(&py_encode_putx, refs[5]);
     Py_RETURN_NONE;
 }
 
@@ -655,6 +659,54 @@ encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
     }
 reference:
     return PyObject_Vectorcall(py_encode_puts, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ encode_putx
+ * reference: format/fallback.py, encode_putx */
+
+/* encode_putx(salt, offset, item_id, add_ms, expire_ms, meta, payload, out): append one PUTX record
+ * whose body is the PUT fields, ``meta`` (the encoded metadata) and ``payload`` to ``out``.  Over
+ * bytes and plain ints only; anything else (another type, a number outside its field, a body too
+ * long for its length field) is handed to the reference. */
+static PyObject *
+encode_putx(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_encode_putx == NULL)
+        return not_configured();
+    uint64_t salt, offset, item_id, add_ms, expire_ms;
+    if (kwnames != NULL || nargs != 8)
+        goto reference;
+    PyObject *meta = args[5], *payload = args[6], *out = args[7];
+    if (!as_u64(args[0], &salt) || !as_u64(args[1], &offset) || !as_u64(args[2], &item_id) ||
+        !as_u64(args[3], &add_ms) || !as_u64(args[4], &expire_ms) || !PyBytes_CheckExact(meta) ||
+        !PyBytes_CheckExact(payload) || !PyByteArray_CheckExact(out))
+        goto reference;
+    {
+        Py_ssize_t mlen = PyBytes_GET_SIZE(meta), plen = PyBytes_GET_SIZE(payload);
+        if ((uint64_t)mlen > UINT32_MAX - PUT_FIELDS_SIZE ||
+            (uint64_t)plen > UINT32_MAX - PUT_FIELDS_SIZE - (uint64_t)mlen)
+            goto reference;
+        Py_ssize_t total = PUT_OVERHEAD + mlen + plen; /* < 2**32 + PUT_OVERHEAD: no overflow */
+        Py_ssize_t start = PyByteArray_GET_SIZE(out);
+        if (start > PY_SSIZE_T_MAX - total)
+            return PyErr_NoMemory();
+        /* nothing below runs Python code: ``meta`` and ``payload`` are immutable bytes */
+        if (PyByteArray_Resize(out, start + total) < 0)
+            return NULL;
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + start;
+        put_u32(p + RECORD_LENGTH_AT, (uint32_t)(PUT_FIELDS_SIZE + mlen + plen));
+        p[RECORD_TYPE_AT] = TYPE_PUTX;
+        put_u64(p + PUT_ID_AT, item_id);
+        put_u64(p + PUT_ADD_MS_AT, add_ms);
+        put_u64(p + PUT_EXPIRE_MS_AT, expire_ms);
+        memcpy(p + PUT_OVERHEAD, PyBytes_AS_STRING(meta), (size_t)mlen);
+        memcpy(p + PUT_OVERHEAD + mlen, PyBytes_AS_STRING(payload), (size_t)plen);
+        put_u32(p + RECORD_CRC_AT, crc32c((uint32_t)(salt ^ offset), p + RECORD_LENGTH_AT,
+                                          (size_t)(total - RECORD_LENGTH_AT)));
+        Py_RETURN_NONE;
+    }
+reference:
+    return PyObject_Vectorcall(py_encode_putx, args, (size_t)nargs, kwnames);
 }
 
 /* ------------------------------------------------------------------------------ decode_many
@@ -1978,6 +2030,8 @@ static PyMethodDef methods[] = {
      "configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts)"},
     {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.fallback.encode_puts."},
+    {"encode_putx", (PyCFunction)(void (*)(void))encode_putx, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.fallback.encode_putx."},
     {"decode_many", (PyCFunction)(void (*)(void))decode_many, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.fallback.decode_many."},
     {"walk_puts", (PyCFunction)(void (*)(void))walk_puts, METH_FASTCALL | METH_KEYWORDS,

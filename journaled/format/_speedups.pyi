@@ -25,6 +25,7 @@ def configure(
     decode_one: Callable[..., Any],
     decode_columns: Callable[..., tuple[int, int | None, int]],
     walk_puts: Callable[..., tuple[list[Any], int, int, int, bool, int, Any]] | None = None,
+    encode_putx: Callable[..., None] | None = None,
 ) -> None: ...
 def configure_items(
     *,
@@ -43,6 +44,16 @@ def encode_puts(
     payloads: Sequence[bytes],
     out: bytearray,
 ) -> list[int]: ...
+def encode_putx(
+    salt: int,
+    offset: int,
+    item_id: int,
+    add_ms: int,
+    expire_ms: int,
+    meta: bytes,
+    payload: bytes,
+    out: bytearray,
+) -> None: ...
 def decode_many(
     buf: bytes | bytearray | memoryview,
     base_offset: int,

@@ -73,19 +73,75 @@ def header_bytes(headers: Mapping[str, bytes]) -> int:
 
 def encode(meta: Meta) -> bytes:
     """The metadata part of a PUTX body (what follows ``expire_ms`` and precedes the payload)."""
-    key = meta.key or b""
     headers = meta.headers
-    if not headers:  # perf: a key, a not-before or a tag alone (most puts with metadata)
-        return META_FIXED.pack(meta.not_before_ms, meta.producer, meta.sequence, len(key), 0, 0) + key
+    block = header_block(headers) if headers else b""
+    return encode_parts(meta.not_before_ms, meta.producer, meta.sequence, meta.key, len(headers), block)
+
+
+def encode_parts(
+    not_before_ms: int, producer: int, sequence: int, key: bytes | None, header_count: int, block: bytes
+) -> bytes:
+    """:func:`encode` of the metadata whose ``header_count`` headers encode to ``block`` (what
+    :func:`header_block` and :func:`checked_headers` make): for a put that has them already."""
+    if key is None:
+        return META_FIXED.pack(not_before_ms, producer, sequence, 0, header_count, len(block)) + block
+    fixed = META_FIXED.pack(not_before_ms, producer, sequence, len(key), header_count, len(block))
+    return fixed + key + block
+
+
+def header_block(headers: Mapping[str, bytes]) -> bytes:
+    """The encoded header block of ``headers`` (each ``name_len u8 | value_len u32 | name | value``)."""
     block = bytearray()
     for name, value in headers.items():
         raw = name.encode("utf-8")
         block += _HEADER_LENS.pack(len(raw), len(value))
         block += raw
         block += value
-    count = len(headers)
-    fixed = META_FIXED.pack(meta.not_before_ms, meta.producer, meta.sequence, len(key), count, len(block))
-    return fixed + key + block
+    return bytes(block)
+
+
+def checked_headers(headers: object) -> tuple[Mapping[str, bytes], bytes]:
+    """``headers`` as a put stores them, and their encoded block (:func:`header_block`), made in
+    one pass: a read-only mapping of names (non-empty ``str``, at most :data:`MAX_HEADER_NAME`
+    bytes of UTF-8) to bytes (a bytearray or memoryview value is copied), at most
+    :data:`MAX_HEADERS` of them and :data:`MAX_HEADER_BYTES` encoded; :data:`NO_HEADERS` and
+    ``b""`` for an empty mapping.  ``TypeError``/``ValueError`` otherwise."""
+    if not isinstance(headers, Mapping):
+        raise TypeError(f"headers must be a mapping of str to bytes, not {type(headers).__name__}")
+    if len(headers) > MAX_HEADERS:
+        raise ValueError(f"at most {MAX_HEADERS} headers per item, got {len(headers)}")
+    out: dict[str, bytes] = {}
+    block = bytearray()
+    count = 0
+    for name, value in headers.items():
+        if type(name) is not str:
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        try:
+            raw = name.encode("utf-8")
+        except UnicodeEncodeError:
+            # a lone surrogate: a name too long says so first, as it would for any name
+            raw = name.encode("utf-8", "surrogatepass")
+            if len(raw) <= MAX_HEADER_NAME:
+                raise ValueError(f"header name {name!r} is not valid Unicode text") from None
+        if not raw or len(raw) > MAX_HEADER_NAME:
+            raise ValueError(f"header name {name!r} must be 1 to {MAX_HEADER_NAME} bytes of UTF-8")
+        if isinstance(value, bytes):
+            data = value
+        elif isinstance(value, (bytearray, memoryview)):
+            data = bytes(value)
+        else:
+            raise TypeError(f"header {name!r}: values must be bytes, not {type(value).__name__}")
+        out[name] = data
+        block += _HEADER_LENS.pack(len(raw), len(data))
+        block += raw
+        block += data
+        count += 1
+    if not out:
+        return NO_HEADERS, b""
+    if len(block) > MAX_HEADER_BYTES:
+        raise ValueError(f"headers take {len(block)} bytes, more than the {MAX_HEADER_BYTES} allowed")
+    # a mapping whose items() named a header twice keeps the last value, as a dict does: encode that
+    return MappingProxyType(out), bytes(block) if count == len(out) else header_block(out)
 
 
 def decode(body: bytes | memoryview, at: int, end: int) -> tuple[Meta, int] | str:

@@ -188,7 +188,10 @@ PUT_FIELDS_STRUCT = struct.Struct("<QQQ")
 PUT_TAIL_STRUCT = struct.Struct("<IBQQQ")  # a PUT header without its leading CRC (what the CRC covers)
 CRC_STRUCT = struct.Struct("<I")
 _RECORD_TAIL = struct.Struct("<IB")  # a record header without its leading CRC: length, type
-PUT_OVERHEAD: Final = PUT_HEADER_STRUCT.size  # 33: bytes a PUT adds around its payload
+#: Bytes a PUT adds around its payload (``PUT_HEADER_STRUCT.size``, checked just below).  A literal, so
+#: that the modules mypyc compiles use it as a constant instead of looking it up per append.
+PUT_OVERHEAD: Final = 33
+assert PUT_OVERHEAD == PUT_HEADER_STRUCT.size
 #: A PUT's fixed fields (id, add_ms, expire_ms): the least body a PUT has.
 PUT_FIELDS_SIZE: Final = PUT_FIELDS_STRUCT.size  # 24
 

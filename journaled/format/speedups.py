@@ -12,10 +12,9 @@ for error.  This module alone imports ``_speedups`` and decides, once, at import
   constants and refuses on any difference); otherwise the references run and :func:`describe` says
   why.
 
-Callers take :data:`encode_puts`, :data:`decode_many`, :data:`walk_puts`, :data:`decode_columns` from
-here, and
-journaled.item takes the item builders from :func:`item_twins` (it passes its ``Item`` class in:
-format/ cannot import it).
+Callers take :data:`encode_puts`, :data:`encode_putx`, :data:`decode_many`, :data:`walk_puts`,
+:data:`decode_columns` from here, and journaled.item takes the item builders from
+:func:`item_twins` (it passes its ``Item`` class in: format/ cannot import it).
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 8
+ABI_VERSION: Final = 9
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -84,6 +83,7 @@ def configure_arguments() -> dict[str, Any]:
         "no_headers": metadata.NO_HEADERS,
         "damage_type": record.Damage,
         "encode_puts": fallback.encode_puts,
+        "encode_putx": fallback.encode_putx,
         "decode_many": fallback.decode_many,
         "decode_one": record.decode_one,
         "decode_columns": fallback.decode_columns,
@@ -135,6 +135,9 @@ def describe() -> str:
 #: ``fallback.encode_puts`` or its compiled twin (anything off the twin's fast path -- an argument
 #: of another type, a number outside its field -- is handed to the reference).
 encode_puts = fallback.encode_puts if native is None else native.encode_puts
+#: ``fallback.encode_putx`` or its compiled twin (one PUTX record: an argument off the twin's fast
+#: path is handed to the reference).
+encode_putx = fallback.encode_putx if native is None else native.encode_putx
 #: ``fallback.decode_many`` or its compiled twin (records that are not well-formed PUTs, or PUTXs
 #: carrying only a producer's tag, are classified by record.decode_one, so damage is described
 #: exactly as by the reference).

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from typing import Final, Protocol
 
 import attrs
 
@@ -36,14 +37,29 @@ from journaled.format.record import FileHeader
 
 #: One sparse index entry (id, offset) per this many bytes of journal: bounds the in-file scan
 #: when locating an id to ~64 KiB of reading.
-INDEX_EVERY = 64 * 1024
+INDEX_EVERY: Final = 64 * 1024
 #: Most read descriptors the journal keeps open between reads, shared by all readers (the least
 #: recently used is closed first): open files stay bounded however many journal files there are.
-READ_FDS = 8
+READ_FDS: Final = 8
+
+
+class WallClock(Protocol):
+    """Where the journal's times come from: ``time()`` and ``time_ns()``, as the ``time`` module's."""
+
+    def time(self) -> float: ...
+
+    def time_ns(self) -> int: ...
+
+
+#: The clock :func:`now_ms` and the poisoning times read (the ``time`` module).  A module attribute
+#: read at each call, so a test gives the journal its clock by setting it: this module is compiled
+#: by mypyc, which does not see a patched ``time`` import.
+CLOCK: WallClock = time
 
 
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    """The wall-clock time in ms (journal file names, file headers' creation times)."""
+    return CLOCK.time_ns() // 1_000_000
 
 
 @attrs.frozen
@@ -68,17 +84,29 @@ class Cursor:
     next_id: int
 
 
-@attrs.define(eq=False)
 class JournalFile:
-    """What the journal knows about one file without reading all of it."""
+    """What the journal knows about one file without reading all of it.
 
-    path: str
-    ms: int
-    header: FileHeader
-    size: int  # bytes on disk that hold valid records (for the active file: written so far)
-    index_ids: list[int] = attrs.field(factory=list)
-    index_offsets: list[int] = attrs.field(factory=list)
-    first_add_ms: int | None = None  # add time of the first record, once read (locate_time)
+    A plain class (not attrs): compiled by mypyc with the writer, its fields are a C struct's, read
+    on every append (docs/design.md, "The compiled hot path").  Compared by identity."""
+
+    def __init__(self, path: str, ms: int, header: FileHeader, size: int) -> None:
+        self.path = path
+        self.ms = ms
+        self.header = header
+        #: ``header.salt``, one native field away (perf: every append's record CRC uses it)
+        self.salt: int = header.salt
+        self.size = size  # bytes on disk that hold valid records (for the active file: written so far)
+        self.index_ids: list[int] = []
+        self.index_offsets: list[int] = []
+        self.first_add_ms: int | None = None  # add time of the first record, once read (locate_time)
+
+    def __repr__(self) -> str:
+        return (
+            f"JournalFile(path={self.path!r}, ms={self.ms!r}, header={self.header!r}, size={self.size!r}, "
+            f"index_ids={self.index_ids!r}, index_offsets={self.index_offsets!r}, "
+            f"first_add_ms={self.first_add_ms!r})"
+        )
 
     @property
     def first_id(self) -> int:
@@ -257,7 +285,7 @@ class LogState:
         the dirty pages, and a retry could report success for data that is gone."""
         err = JournalIOError(exc.errno, f"journal write failed: {exc.strerror or exc}", exc.filename)
         if self.poisoned is None:  # the first failure is the cause: keep it and its time
-            self.poisoned, self.poisoned_at = err, time.time()
+            self.poisoned, self.poisoned_at = err, CLOCK.time()
         return err
 
     def mark_gone(self, what: str, err_no: int) -> QueueDirectoryGone:
@@ -270,7 +298,7 @@ class LogState:
                 f"{what}; the queue refuses writes: close it, then restore the directory",
                 self.directory,
             )
-            self.poisoned_at = time.time()
+            self.poisoned_at = CLOCK.time()
         return self.poisoned
 
     def check_writable(self) -> None:

@@ -34,7 +34,7 @@ import errno
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from journaled.disk import fileio
 from journaled.disk.groupcommit import GroupCommit
@@ -42,20 +42,12 @@ from journaled.disk.layout import journal_path
 from journaled.errors import JournalIOError, QueueDirectoryGone
 from journaled.format.metadata import Meta
 from journaled.format.metadata import encode as encode_meta
-from journaled.format.record import (
-    PUT_FIELDS_STRUCT,
-    PUT_OVERHEAD,
-    TYPE_PUTX,
-    FileHeader,
-    encode_header,
-    encode_record,
-    header_size,
-)
-from journaled.format.speedups import encode_puts
+from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header, header_size
+from journaled.format.speedups import encode_puts, encode_putx
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.
-WRITE_OUT_AT = 1024 * 1024
+WRITE_OUT_AT: Final = 1024 * 1024  # Final: a constant in the compiled appends
 #: Names tried for a new journal file when the next one is taken (a planted file, a FIFO).
 NAME_TRIES = 16
 
@@ -239,7 +231,7 @@ class Writer:
                 if add_ms < st.last_add_ms:
                     add_ms = st.last_add_ms
                 item_id = st.next_id
-                encode_puts(jf.header.salt, pos, item_id, add_ms, 0, (payload,), buf)
+                encode_puts(jf.salt, pos, item_id, add_ms, 0, (payload,), buf)
                 if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
                     jf.note(item_id, pos)
                 st.appended(item_id + 1, add_ms)
@@ -272,7 +264,7 @@ class Writer:
             if pos + size <= limit:
                 # perf: everything fits the current file: one encode call, and the sparse index
                 # is only visited when this batch can reach the next INDEX_EVERY boundary
-                offs = encode_puts(jf.header.salt, pos, first_id, add_ms, expire_ms, payloads, self.buf)
+                offs = encode_puts(jf.salt, pos, first_id, add_ms, expire_ms, payloads, self.buf)
                 if not jf.index_offsets or pos + size - jf.index_offsets[-1] >= INDEX_EVERY:
                     for k in range(0, n, max(1, n // 8)):
                         jf.note(first_id + k, offs[k])
@@ -295,9 +287,7 @@ class Writer:
                     self.rotate_locked()
                     continue
                 before = len(self.buf)
-                offs = encode_puts(
-                    jf.header.salt, pos, st.next_id, add_ms, expire_ms, payloads[i:j], self.buf
-                )
+                offs = encode_puts(jf.salt, pos, st.next_id, add_ms, expire_ms, payloads[i:j], self.buf)
                 for k in range(0, j - i, max(1, (j - i) // 8)):
                     jf.note(st.next_id + k, offs[k])
                 self.appended += len(self.buf) - before
@@ -333,8 +323,7 @@ class Writer:
                     if add_ms < st.last_add_ms:
                         add_ms = st.last_add_ms
                     item_id = st.next_id
-                    body = PUT_FIELDS_STRUCT.pack(item_id, add_ms, expire_ms) + enc + payload
-                    buf += encode_record(jf.header.salt, pos, TYPE_PUTX, body)
+                    encode_putx(jf.salt, pos, item_id, add_ms, expire_ms, enc, payload, buf)
                     if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
                         jf.note(item_id, pos)
                     st.appended(item_id + 1, add_ms)
@@ -365,10 +354,9 @@ class Writer:
                     pos = jf.size + len(self.buf)
                 item_id = st.next_id
                 if meta is None:
-                    encode_puts(jf.header.salt, pos, item_id, add_ms, expire_ms, (payload,), self.buf)
+                    encode_puts(jf.salt, pos, item_id, add_ms, expire_ms, (payload,), self.buf)
                 else:
-                    body = PUT_FIELDS_STRUCT.pack(item_id, add_ms, expire_ms) + enc + payload
-                    self.buf += encode_record(jf.header.salt, pos, TYPE_PUTX, body)
+                    encode_putx(jf.salt, pos, item_id, add_ms, expire_ms, enc, payload, self.buf)
                 if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
                     jf.note(item_id, pos)
                 self.appended += PUT_OVERHEAD + size

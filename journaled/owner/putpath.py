@@ -17,14 +17,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
+
+import attrs
 
 from journaled.config import QueueConfig
 from journaled.core import policies
 from journaled.core.readercore import ReaderCore
 from journaled.errors import ItemTooLarge
-from journaled.format.metadata import MAX_PAYLOAD_WITH_META, META_FIXED, NO_HEADERS, Meta
-from journaled.format.metadata import encode as encode_meta
+from journaled.format.metadata import (
+    MAX_KEY,
+    MAX_PAYLOAD_WITH_META,
+    NO_HEADERS,
+    Meta,
+    checked_headers,
+    encode_parts,
+)
 from journaled.item import (
     Item,
     MetaItem,
@@ -34,7 +42,6 @@ from journaled.item import (
     new_items,
     not_before_ms,
     producer_tag,
-    put_headers,
     put_key,
     put_metas,
     with_meta,
@@ -46,6 +53,49 @@ from journaled.owner.adoption import PutGroup
 from journaled.owner.dedup import KeyWindow, Producers, rebuild
 
 _JUST_BYTES = {bytes}
+
+# perf: a single put with metadata builds a Meta and, for its readers, a MetaItem: frozen attrs classes
+# whose generated __init__ sets each field through ``object.__setattr__``.  Setting the slots through
+# their descriptors builds the same objects several times faster, as format/fallback.py's item builders
+# do for Item.  Neither class has validators, converters or __attrs_post_init__, so nothing is skipped;
+# a field added to either is refused here, at import, until these builders set it too.
+_META_FIELDS: Final = ("not_before_ms", "producer", "sequence", "key", "headers")
+_META_ITEM_FIELDS: Final = ("id", "data", "add_time", "expire_at", "error_count", "stored")
+if tuple(a.name for a in attrs.fields(Meta)) != _META_FIELDS or (
+    tuple(a.name for a in attrs.fields(MetaItem)) != _META_ITEM_FIELDS
+):
+    raise TypeError("Meta or MetaItem has fields other than the put path's builders set: update them")
+_SET_META: Final[tuple[Callable[[object, object], None], ...]] = tuple(
+    getattr(Meta, name).__set__ for name in _META_FIELDS
+)
+_SET_META_ITEM: Final[tuple[Callable[[object, object], None], ...]] = tuple(
+    getattr(MetaItem, name).__set__ for name in _META_ITEM_FIELDS
+)
+
+
+def new_meta(not_before_ms: int, producer: int, sequence: int, key: bytes | None, headers: Any) -> Meta:
+    """``Meta(not_before_ms, producer, sequence, key, headers)``, built faster (see above)."""
+    meta = object.__new__(Meta)
+    s = _SET_META
+    s[0](meta, not_before_ms)
+    s[1](meta, producer)
+    s[2](meta, sequence)
+    s[3](meta, key)
+    s[4](meta, headers)
+    return meta
+
+
+def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
+    """``MetaItem(item_id, data, add_time, expire_at, 0, meta)``, built faster (see above)."""
+    item = cast(Item, object.__new__(MetaItem))
+    s = _SET_META_ITEM
+    s[0](item, item_id)
+    s[1](item, data)
+    s[2](item, add_time)
+    s[3](item, expire_at)
+    s[4](item, 0)
+    s[5](item, meta)
+    return item
 
 
 class WallClock(Protocol):
@@ -86,6 +136,8 @@ class PutPath:
         self.config = config
         self.sync_always = config.sync == "always"
         self.clock: WallClock = CLOCK if clock is None else clock
+        self.time_ns: Callable[[], int] = self.clock.time_ns  # perf: one call per put, no lookup
+        self.limit = config.max_item_size
         self.cores: list[ReaderCore] = []
         self.closed = False
         self.forked = False
@@ -94,7 +146,7 @@ class PutPath:
         self.producers = Producers()
         self.producers_read = False  # read back at the first tagged put (owner/dedup.py)
         if self.keys is not None:
-            rebuild(journal, self.keys, None, self.clock.time_ns() // 1_000_000)
+            rebuild(journal, self.keys, None, self.time_ns() // 1_000_000)
 
     def readers_changed(self, cores: list[ReaderCore]) -> None:
         """The queue's reader cores are now ``cores`` (call with the queue lock held)."""
@@ -148,7 +200,7 @@ class PutPath:
             return []
         if not (set(map(type, payloads)) == _JUST_BYTES and max(map(len, payloads)) <= limit):
             payloads = [as_payload(d, limit) for d in payloads]
-        add_ms = self.clock.time_ns() // 1_000_000
+        add_ms = self.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         metas = put_metas(payloads, add_ms, not_before, delay, headers, keys, producer) if extras else None
         if metas is not None and (
@@ -162,11 +214,14 @@ class PutPath:
             self.journal.wait_durable(seq)
         return list(range(first_id, first_id + len(payloads)))
 
-    def put_plain(self, data: bytes) -> int:
-        """``JournaledQueue.put(data)`` of bytes within ``max_item_size`` and no option (the
-        caller checked both): the plain single put, the hottest call of all."""
+    def put_plain(self, data: Any) -> int:
+        """``JournaledQueue.put(data)`` with no option: the plain single put, the hottest call of
+        all.  Anything but bytes within ``max_item_size`` takes :meth:`put_one` (its checks, its
+        errors)."""
+        if type(data) is not bytes or len(data) > self.limit:
+            return self.put_one(data, None, None, None, None, None, None, None, True)
         with self.lock:
-            first_id, seq = self.append_locked(data, 1, len(data), self.clock.time_ns() // 1_000_000)
+            first_id, seq = self.append_locked(data, 1, len(data), self.time_ns() // 1_000_000)
         if self.sync_always:
             self.journal.wait_durable(seq)
         return first_id
@@ -185,13 +240,14 @@ class PutPath:
     ) -> int:
         """``put_many`` of one item (``key`` its key) without the batch machinery: the same
         checks in the same order, the same errors, the same records and ids."""
-        limit = self.config.max_item_size
+        limit = self.limit
         payload = data if type(data) is bytes and len(data) <= limit else as_payload(data, limit)
-        add_ms = self.clock.time_ns() // 1_000_000
+        add_ms = self.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         nb = not_before_ms(not_before, delay, add_ms) if not_before is not None or delay is not None else 0
-        hdrs = NO_HEADERS if headers is None else put_headers(headers)
-        key = None if key is None else put_key(key)
+        hdrs, block = (NO_HEADERS, b"") if headers is None else checked_headers(headers)
+        if key is not None and not (type(key) is bytes and 0 < len(key) <= MAX_KEY):
+            key = put_key(key)  # perf: a key of plain bytes within the limit is stored as it is
         pid = sequence = 0
         if producer is not None:
             pid, sequence = producer_tag(producer, 1)
@@ -200,11 +256,9 @@ class PutPath:
                 run: PutGroup = ((payload,), expire)
                 first_id, seq = self.append_locked((run,) if expire else payload, 1, len(payload), add_ms)
         else:
-            meta = Meta(nb, pid, sequence, key, hdrs)
-            # made once: for the size check and for the record
-            encoded = (
-                META_FIXED.pack(nb, pid, sequence, 0, 0, 0) if key is None and not hdrs else encode_meta(meta)
-            )
+            meta = new_meta(nb, pid, sequence, key, hdrs)
+            # made once, from the header block the check made: for the size check and the record
+            encoded = encode_parts(nb, pid, sequence, key, len(hdrs), block)
             if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
                 raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
             with self.lock:
@@ -371,7 +425,7 @@ class PutPath:
             if shown(meta) is None:
                 made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
             else:
-                made = [MetaItem(item_id, payload, added_ms / 1000.0, expire_at, 0, meta)]
+                made = [new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, meta)]
             hand_to_readers(cores, made, nbytes)
         self.put_count += 1
         self.put_bytes += nbytes

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ready_items as ready
 from journaled import ForeignFile, InvalidName, JournaledQueue, QueueConfig, ReaderConfig
-from journaled.log import writer as writer_mod
+from journaled.log import state as log_state
 from journaled.log.journal import detect_queue_name
 
 CFG = QueueConfig(sync="always", checkpoint_interval=3600.0)
@@ -142,11 +142,25 @@ def test_a_readers_checkpoint_named_with_digits_is_not_a_second_queue(qdir):
         assert q.reader("7").get(block=False).data == b"x"
 
 
+class FixedClock:
+    """A clock stopped at ``ms``."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def time(self) -> float:
+        return self.ms / 1000.0
+
+    def time_ns(self) -> int:
+        return self.ms * 1_000_000
+
+
 def test_a_rotation_into_a_name_taken_by_a_fifo_takes_the_next_name_and_leaves_the_fifo(qdir, monkeypatch):
     with JournaledQueue(qdir, QueueConfig(sync="always", journal_size=4096), name="q") as q:
         q.put(b"a" * 3000)
         at = q.journal.files[-1].ms + 1000
-        monkeypatch.setattr(writer_mod, "now_ms", lambda: at)
+        # the journal's clock (log/state.py, compiled: its module attribute is the seam) says ``at``
+        monkeypatch.setattr(log_state, "CLOCK", FixedClock(at))
         os.mkfifo(os.path.join(qdir, f"q.{at}"))
         q.put(b"b" * 3000)  # rotates: q.<at> is taken
         assert [f.ms for f in q.journal.files][-1] == at + 1

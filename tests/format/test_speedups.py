@@ -699,7 +699,14 @@ def _sections() -> dict[str, list[str]]:
 
 def test_each_c_section_names_its_reference_and_each_reference_its_section():
     sections = _sections()
-    assert {"encode_puts", "decode_many", "decode_columns", "new_items", "items_from_puts"} <= set(sections)
+    assert {
+        "encode_puts",
+        "encode_putx",
+        "decode_many",
+        "decode_columns",
+        "new_items",
+        "items_from_puts",
+    } <= set(sections)
     with open(os.path.join(PKG, "format", "fallback.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     twins = {}
@@ -711,6 +718,7 @@ def test_each_c_section_names_its_reference_and_each_reference_its_section():
                 twins[node.name] = m.group(1)
     assert set(twins) == {
         "encode_puts",
+        "encode_putx",
         "decode_many",
         "decode_columns",
         "new_item",

@@ -78,10 +78,11 @@ NAMES = ("r0", "r1")
 POINT1_LOSSES = [0]
 TICK_MS = 125  # delays, ttls and not-befores are multiples: exact in binary, whole ms
 #: Every module whose clock reads the model controls (dedupindex: the key window saved before archiving).
-#: The compiled modules are given it instead, through the clocks read when a queue opens
-#: (retry.CLOCK for the reader cores, putpath.CLOCK for the put path): see GIVEN.
-CLOCKED = (stats_module, adoption, log_state, queue_module, dedupindex)
-GIVEN = ((retry, "CLOCK"), (putpath, "CLOCK"))
+#: The compiled modules are given it instead, through their CLOCK attributes
+#: (retry.CLOCK for the reader cores, putpath.CLOCK for the put path, log_state.CLOCK for the journal's
+#: file names and times): see GIVEN.
+CLOCKED = (stats_module, adoption, queue_module, dedupindex)
+GIVEN = ((retry, "CLOCK"), (putpath, "CLOCK"), (log_state, "CLOCK"))
 
 
 class DamageLog(logging.Handler):

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The put rows of bench_targets.py in CPU time of the calling thread (``time.thread_time``), for a
+machine too loaded for wall-clock ratios (issue 37): best of 5 rounds of 50k calls each, the kinds
+alternating, of journaled's single put (100 B and 1 KiB, one reader, ``sync=0.05``), a put of 100 B
+with a key and with headers, and queuelib's ``FifoDiskQueue.push`` (100 B, 1 KiB).  What runs on
+other threads (journaled's periodic write-out and fdatasync) is not counted; queuelib does its
+``os.write`` per push on the calling thread, and that is counted.  Run it with the tree measured
+and queuelib on ``PYTHONPATH``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+from queuelib import FifoDiskQueue
+
+from journaled import JournaledQueue, QueueConfig
+
+N = 50_000
+KINDS = ("q100", "plain100", "key100", "headers100", "q1k", "plain1k")
+
+
+def one_round(kind: str, path: str) -> float:
+    """CPU seconds of the calling thread for N calls of ``kind``."""
+    p100, p1k = os.urandom(100), os.urandom(1024)
+    keys = [b"k%d" % i for i in range(N)]
+    headers = {"trace": b"0123456789abcdef"}
+    if kind.startswith("q"):
+        fq = FifoDiskQueue(path)
+        push, payload = fq.push, (p100 if kind == "q100" else p1k)
+        t0 = time.thread_time()
+        for _ in range(N):
+            push(payload)
+        took = time.thread_time() - t0
+        fq.close()
+        return took
+    with JournaledQueue(path, QueueConfig(sync=0.05)) as q:
+        q.reader("r")
+        put = q.put
+        t0 = time.thread_time()
+        if kind == "plain100":
+            for _ in range(N):
+                put(p100)
+        elif kind == "plain1k":
+            for _ in range(N):
+                put(p1k)
+        elif kind == "key100":
+            for k in keys:
+                put(p100, key=k)
+        else:
+            for _ in range(N):
+                put(p100, headers=headers)
+        return time.thread_time() - t0
+
+
+def main() -> None:
+    root = tempfile.mkdtemp(prefix="bench-put-cpu-")
+    best: dict[str, float] = {}
+    try:
+        for r in range(5):
+            for kind in KINDS:
+                path = os.path.join(root, f"{kind}{r}")
+                best[kind] = min(best.get(kind, 1e9), one_round(kind, path) / N * 1e9)
+                shutil.rmtree(path, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    b = best
+    print(" ".join(f"{k}={v:.0f}ns" for k, v in b.items()))
+    print(
+        f"  put100/queuelib={b['q100'] / b['plain100']:.2f}x put1k/queuelib={b['q1k'] / b['plain1k']:.2f}x "
+        f"key/plain={b['plain100'] / b['key100']:.2f}x headers/plain={b['plain100'] / b['headers100']:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
