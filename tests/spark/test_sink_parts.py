@@ -150,3 +150,41 @@ def test_abort_after_a_commit_cut_short_delivers_the_whole_batch_once(tmp_path, 
     writer.commit([writer.write(iter([pa.record_batch({"value": pa.array([b"again"])})]))], 4)
     assert delivered(q) == [b"p0", b"p1", b"p2"]
     assert os.listdir(staging(q)) == []
+
+
+def test_the_worker_building_the_writer_imports_no_journal_or_spool_module(tmp_path):
+    """Spark builds a write's writer in a Python worker of its own, and commits it in another:
+    the writer is built from the light schema module, without the planner, the journal readers
+    or the spool modules (a task or the commit imports those when it stages or publishes)."""
+    import json
+    import subprocess
+    import sys
+
+    from support.paths import ROOT
+
+    code = (
+        "import json, sys\n"
+        "from pyspark.sql.types import StructType, StringType\n"
+        "import journaled.spark\n"
+        "src = journaled.spark.JournaledDataSource(options={'path': sys.argv[1]})\n"
+        "src.writer(StructType().add('value', StringType()), False)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout))
+    assert "journaled.spark.sink" in loaded
+    heavy = {
+        "journaled.spark.offsets",
+        "journaled.offline.segments",
+        "journaled.owner.adoption",
+        "journaled.disk.spoolfiles",
+        "journaled.disk.intents",
+    }
+    assert not loaded & heavy, sorted(loaded & heavy)
