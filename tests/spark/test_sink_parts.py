@@ -188,3 +188,34 @@ def test_the_worker_building_the_writer_imports_no_journal_or_spool_module(tmp_p
         "journaled.disk.intents",
     }
     assert not loaded & heavy, sorted(loaded & heavy)
+
+
+def test_a_staged_part_is_flushed_to_disk_while_later_batches_still_arrive(tmp_path):
+    """The fsync that makes a part durable would otherwise write all of it at the end of the
+    task, while nothing else happens: past ``sink.EARLY_FLUSH_BYTES`` written, the part's bytes
+    go to disk in the background as the next batches arrive; the part is whole and the same."""
+    from journaled.disk import fileio
+
+    q = str(tmp_path / "q")
+    events: list[str] = []
+
+    class Recording(fileio.FileOps):
+        def fdatasync(self, fd: int) -> None:
+            events.append("sync")
+            super().fdatasync(fd)
+
+    row = b"r" * 1000
+    per_batch = 1000  # 1 MB a batch
+    batches_needed = sink.EARLY_FLUSH_BYTES // (per_batch * len(row)) + 3
+
+    def batches():
+        for k in range(batches_needed):
+            events.append(f"batch {k}")
+            yield pa.record_batch({"value": pa.array([row] * per_batch, pa.binary())})
+
+    with fileio.use(Recording()):
+        part = sink.stage_columns(q, batches(), "k:0")
+    assert part.rows == batches_needed * per_batch
+    assert "sync" in events and events.index("sync") < events.index(f"batch {batches_needed - 1}"), events
+    sink.publish(q, [part], "k")
+    assert delivered(q) == [row] * part.rows
