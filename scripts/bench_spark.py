@@ -14,7 +14,8 @@ swapped every round), so a ratio compares runs made under the same load.
   time on a shared machine.
   ``--cases batch,batch/value`` runs only those rows.
 * keyed (``--keyed-rows N``): the default batch read of N items carrying a 16-byte key and a
-  header against the same items without metadata, then both with ``includeHeaders``.
+  header against the same items without metadata, then both with ``includeHeaders``; rows/s
+  and CPU seconds (process tree, as above).
 * latency (``--latency RATE@TRIGGER_MS,...``): a producer thread puts RATE rows/s (100-byte
   rows, in 50 ms ticks) for ``--seconds`` while a ``processingTime`` query runs; in
   ``foreachBatch`` each row's latency is (time the batch reaches ``foreachBatch``) - (its put
@@ -26,7 +27,8 @@ swapped every round), so a ratio compares runs made under the same load.
   max, and how long the query needed after the producer stopped to see every row (``drain``:
   a query that keeps up drains within about one trigger).
 * sink (``--sink-rows``): ``spark.range(N)`` as 100-byte strings written by ``df.write`` to a
-  journaled queue, to text and to parquet files: rows/s of the write job.
+  journaled queue, to text and to parquet files: rows/s of the write job, and its CPU seconds
+  (process tree, as above).
 
 ``--startup`` instead measures what journaled costs each Python worker Spark starts: in a fresh
 interpreter that has imported the worker's own module, the time to import ``journaled.spark``
@@ -323,18 +325,22 @@ def run_keyed(spark, F, base: str, rows: int, size: int, repeat: int) -> None:  
 
     for headers in (False, True):
         best = {"keyed": float("inf"), "plain": float("inf")}
+        cpu = dict(best)
         for r in range(repeat + 1):  # round 0 warms up
             order = [("keyed", keyed), ("plain", plain)]
             for side, path in order if r % 2 else order[::-1]:
+                c = cpu_tree()
                 t = time.perf_counter()
                 read(path, headers)
                 if r:
                     best[side] = min(best[side], time.perf_counter() - t)
+                    cpu[side] = min(cpu[side], cpu_tree() - c)
         k, p = best["keyed"], best["plain"]
         name = "keyed+hdrs" if headers else "keyed"
         print(
             f"{name:12} {rows:>10,}: keyed {rows / k:10,.0f} rows/s ({k:.2f} s), "
-            f"plain {rows / p:10,.0f} rows/s ({p:.2f} s), ratio {p / k:.2f}x",
+            f"plain {rows / p:10,.0f} rows/s ({p:.2f} s), ratio {p / k:.2f}x; "
+            f"CPU {cpu['keyed']:.2f} s vs {cpu['plain']:.2f} s, {cpu['plain'] / cpu['keyed']:.2f}x",
             flush=True,
         )
     shutil.rmtree(os.path.join(base, f"plain{rows}"), ignore_errors=True)
@@ -462,12 +468,15 @@ def run_sink(spark, F, base: str, rows: int, size: int, repeat: int) -> None:  #
 
     sides = [("journaled", ours), ("text", text), ("parquet", parquet)]
     best = dict.fromkeys((s for s, _ in sides), float("inf"))
+    cpu = dict(best)
     for r in range(repeat + 1):
         for side, fn in sides[r % 3 :] + sides[: r % 3]:
+            c = cpu_tree()
             t = time.perf_counter()
             fn()
             if r:
                 best[side] = min(best[side], time.perf_counter() - t)
+                cpu[side] = min(cpu[side], cpu_tree() - c)
     with journaled.JournaledQueue(os.path.join(base, "sinkq0")):
         pass  # its owner adopts what the sink delivered
     assert spark.read.format("journaled").load(os.path.join(base, "sinkq0")).count() == rows
@@ -475,7 +484,10 @@ def run_sink(spark, F, base: str, rows: int, size: int, repeat: int) -> None:  #
         f"sink {rows:,} rows: "
         + ", ".join(f"{s} {rows / best[s]:,.0f} rows/s ({best[s]:.2f} s)" for s, _ in sides)
         + f"; journaled/text {best['text'] / best['journaled']:.2f}x, journaled/parquet "
-        f"{best['parquet'] / best['journaled']:.2f}x",
+        f"{best['parquet'] / best['journaled']:.2f}x; CPU "
+        + ", ".join(f"{s} {cpu[s]:.2f} s" for s, _ in sides)
+        + f", journaled/text {cpu['text'] / cpu['journaled']:.2f}x, journaled/parquet "
+        f"{cpu['parquet'] / cpu['journaled']:.2f}x",
         flush=True,
     )
 

@@ -23,6 +23,7 @@ from journaled.spark.schema import ALL_COLUMNS_DDL as ALL_COLUMNS_DDL
 from journaled.spark.schema import COLUMN_TYPES as COLUMN_TYPES
 from journaled.spark.schema import DEFAULT_COLUMNS as DEFAULT_COLUMNS
 from journaled.spark.schema import HEADERS_DDL as HEADERS_DDL
+from journaled.spark.schema import NULLABLE_COLUMNS as NULLABLE_COLUMNS
 from journaled.spark.schema import QUEUE_DDL as QUEUE_DDL
 from journaled.spark.schema import SCHEMA_DDL as SCHEMA_DDL
 from journaled.spark.schema import OptionError as OptionError
@@ -38,10 +39,6 @@ DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
 class DataLossError(JournaledError):
     """Ids a query needs are gone (archived or damaged) and ``failOnDataLoss`` is true."""
-
-
-#: The columns that are null for an item without one (a schema may not declare them NOT NULL).
-NULLABLE_COLUMNS = frozenset({"expire_at", "key", "not_before", "headers"})
 
 
 def check_columns(columns: Sequence[tuple[str, str, bool]]) -> None:

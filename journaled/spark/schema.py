@@ -18,6 +18,7 @@ __all__ = [
     "COLUMN_TYPES",
     "DEFAULT_COLUMNS",
     "HEADERS_DDL",
+    "NULLABLE_COLUMNS",
     "QUEUE_DDL",
     "SCHEMA_DDL",
     "OptionError",
@@ -39,6 +40,17 @@ COLUMN_TYPES = {
     "not_before": "timestamp",
     "headers": "array<struct<key:string,value:binary>>",
 }
+#: The columns that are null for an item without one (a schema may not declare them NOT NULL).
+NULLABLE_COLUMNS = frozenset({"expire_at", "key", "not_before", "headers"})
+
+
+def _ddl(name: str) -> str:
+    """Column ``name`` in Spark's DDL, ``NOT NULL`` when every item has it: Spark then copies it
+    from the Arrow batch without a null check per row (issue 37: the default read 0.92x -> 1.03x
+    the text source's CPU at 2M rows)."""
+    return f"{name} {COLUMN_TYPES[name]}" + ("" if name in NULLABLE_COLUMNS else " NOT NULL")
+
+
 #: The columns of a read that names no schema: Kafka's offset, value, timestamp and key.  Spark
 #: prunes no column of a Python source and every column crosses from the Python worker to the JVM
 #: row by row, so the default is what most queries use and the rest is named (``queue``, a
@@ -46,13 +58,13 @@ COLUMN_TYPES = {
 #: value it already knows).
 DEFAULT_COLUMNS = ("id", "value", "timestamp", "key")
 #: The default schema, in Spark's DDL.
-SCHEMA_DDL = ", ".join(f"{name} {COLUMN_TYPES[name]}" for name in DEFAULT_COLUMNS)
+SCHEMA_DDL = ", ".join(_ddl(name) for name in DEFAULT_COLUMNS)
 #: Every column but ``headers`` (the default schema until this release): ``.schema(ALL_COLUMNS_DDL)``.
-ALL_COLUMNS_DDL = ", ".join(f"{name} {kind}" for name, kind in COLUMN_TYPES.items() if name != "headers")
+ALL_COLUMNS_DDL = ", ".join(_ddl(name) for name in COLUMN_TYPES if name != "headers")
 #: The column a read of several queues adds by default, to tell their rows apart.
-QUEUE_DDL = f"queue {COLUMN_TYPES['queue']}"
+QUEUE_DDL = _ddl("queue")
 #: The column option ``includeHeaders`` adds, as Kafka's source has it (null: no headers).
-HEADERS_DDL = f"headers {COLUMN_TYPES['headers']}"
+HEADERS_DDL = _ddl("headers")
 
 
 class OptionError(JournaledError, ValueError):

@@ -24,27 +24,32 @@ import contextlib
 import hashlib
 import logging
 import os
+import threading
 import time
 import uuid
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType, TimestampType
 
-from journaled.disk import intents
-from journaled.format import spoolbatch
-from journaled.format.metadata import Meta
-from journaled.item import put_headers, put_key
-from journaled.owner import adoption
-from journaled.spark.offsets import OptionError, opt, queue_paths
+from journaled.spark.schema import OptionError, opt, queue_paths
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from journaled.format.metadata import Meta
+
+# The spool modules (owner/adoption.py and what it imports) are imported where a part is staged
+# or published, not here: Spark builds a write's writer in a Python worker of its own, which
+# imports this module and no more (tests/spark/test_sink_parts.py).
+
 log = logging.getLogger("journaled.spark")
+
+#: Bytes a task writes into its part between background flushes (see :class:`_EarlyFlush`).
+EARLY_FLUSH_BYTES = 8 << 20
 
 
 @dataclass
@@ -116,6 +121,7 @@ def records(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[bytes, Meta | N
     item's key, headers and not-before time from the ``key``, ``headers`` and ``not_before``
     columns where the batch has them (null: none; a not-before time not after now: none, as for a
     put).  A key or headers a put would refuse raise :class:`OptionError`."""
+    _meta = _meta_builder()
     for batch in batches:
         names = batch.schema.names
         values = list(payloads([batch]))
@@ -142,19 +148,27 @@ def _epoch_ms(col: pa.Array) -> list[int | None]:
     return [None if v is None else v // per_ms for v in raw]
 
 
-def _meta(key: bytes | None, head: list[dict[str, object]] | None, not_before_ms: int) -> Meta | None:
-    if key is None and not head and not not_before_ms:
-        return None
-    try:
-        headers: dict[object, object] = {}
-        for h in head or ():
-            name, value = h["key"], h["value"]
-            if name in headers:
-                raise ValueError(f"header {name!r} given twice")
-            headers[name] = value.encode("utf-8") if isinstance(value, str) else value
-        return Meta(not_before_ms=not_before_ms, key=put_key(key), headers=put_headers(headers))
-    except (TypeError, ValueError) as exc:
-        raise OptionError(f"a row's key or headers cannot be stored: {exc}") from None
+def _meta_builder() -> Callable[[bytes | None, list[dict[str, object]] | None, int], Meta | None]:
+    """The function :func:`records` builds each row's :class:`Meta` with (the metadata modules
+    imported once, when a write with metadata columns first runs, not per row)."""
+    from journaled.format.metadata import Meta
+    from journaled.item import put_headers, put_key
+
+    def meta(key: bytes | None, head: list[dict[str, object]] | None, not_before_ms: int) -> Meta | None:
+        if key is None and not head and not not_before_ms:
+            return None
+        try:
+            headers: dict[object, object] = {}
+            for h in head or ():
+                name, value = h["key"], h["value"]
+                if name in headers:
+                    raise ValueError(f"header {name!r} given twice")
+                headers[name] = value.encode("utf-8") if isinstance(value, str) else value
+            return Meta(not_before_ms=not_before_ms, key=put_key(key), headers=put_headers(headers))
+        except (TypeError, ValueError) as exc:
+            raise OptionError(f"a row's key or headers cannot be stored: {exc}") from None
+
+    return meta
 
 
 def stage(
@@ -166,6 +180,8 @@ def stage(
     """Executor side: write this task's rows (payloads, or ``(payload, meta)`` pairs) as a
     staged part (not yet visible to the queue) under batch key ``key`` (a placeholder when
     empty); ``with_meta`` writes a version 2 batch."""
+    from journaled.owner import adoption
+
     key = key or _placeholder_key()
     tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
     writer = adoption.BatchWriter(tmp, key, with_meta=with_meta)
@@ -186,13 +202,17 @@ def stage_columns(queue_dir: str, batches: Iterable[pa.RecordBatch], key: str = 
     """Executor side, rows without metadata: :func:`stage` for the ``value`` column of Arrow
     batches, framed a batch at a time by Arrow's kernels (record heads from the lengths column,
     joined to the payloads in one call) so that no Python object is built per row."""
+    from journaled.owner import adoption
+
     key = key or _placeholder_key()
     tmp = adoption.new_temp_path(queue_dir, adoption.STAGING)
     writer = adoption.BatchWriter(tmp, key)
     try:
-        for batch in batches:
-            framed, count = _framed(batch)
-            writer.add_framed(framed, count)
+        with _EarlyFlush(tmp) as flush:
+            for batch in batches:
+                framed, count = _framed(batch)
+                writer.add_framed(framed, count)
+                flush.wrote(len(framed))
         writer.finish()
     except BaseException:
         writer.discard()
@@ -200,10 +220,50 @@ def stage_columns(queue_dir: str, batches: Iterable[pa.RecordBatch], key: str = 
     return StagedPart(_staged_name(tmp), writer.count, False, key)
 
 
+class _EarlyFlush:
+    """Write a staged part's bytes to disk in the background while the task still receives
+    batches: every :data:`EARLY_FLUSH_BYTES`, an ``fdatasync`` in a thread (it releases the GIL)
+    on a descriptor of its own, so that the fsync of ``BatchWriter.finish`` -- still what makes
+    the part durable -- finds little left to write, instead of the whole part at the task's end
+    with nothing else going on.  Large framed writes go straight past the writer's buffer to the
+    file, so what was written is there for the sync; a smaller tail is left to ``finish``."""
+
+    def __init__(self, path: str) -> None:
+        from journaled.disk import fileio
+
+        self._ops = fileio.ops
+        self._fd = self._ops.open(path, os.O_RDONLY)
+        self._pending = 0
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _EarlyFlush:
+        return self
+
+    def wrote(self, n: int) -> None:
+        """Note ``n`` more bytes written; start a flush past the threshold (one at a time)."""
+        self._pending += n
+        if self._pending < EARLY_FLUSH_BYTES or (self._thread is not None and self._thread.is_alive()):
+            return
+        self._pending = 0
+        self._thread = threading.Thread(target=self._sync, name="journaled-sink-flush", daemon=True)
+        self._thread.start()
+
+    def _sync(self) -> None:
+        with contextlib.suppress(OSError):  # an early flush only: finish's fsync reports failure
+            self._ops.fdatasync(self._fd)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self._ops.close(self._fd)
+
+
 def _framed(batch: pa.RecordBatch) -> tuple[memoryview, int]:
     """The ``value`` column of ``batch`` as version 1 spool records, one buffer."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from journaled.format import spoolbatch
 
     col = batch.column("value")
     if col.null_count:
@@ -263,6 +323,9 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
     published once: a key already adopted or spooled is dropped, and a publication cut short
     (a crash between the renames) is finished by the replay, whose own parts are dropped.
     Returns whether this call published the batch."""
+    from journaled.disk import intents
+    from journaled.owner import adoption
+
     parts = [m for m in messages if isinstance(m, StagedPart)]
     if _finish(queue_dir, key):
         log.info("batch %r was being published; finished it and dropped its replay", key)
@@ -290,6 +353,9 @@ def publish(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
 def _finish(queue_dir: str, key: str) -> bool:
     """Rename into the spool what an unfinished publication of ``key`` left staged; whether
     there was one.  Its parts are then the batch, whatever a replay of it holds."""
+    from journaled.disk import intents
+    from journaled.owner import adoption
+
     unfinished = intents.read_intent(queue_dir, key)
     if unfinished is None:
         return False
@@ -304,12 +370,16 @@ def abandon(queue_dir: str, messages: Sequence[WriterCommitMessage | None], key:
     """Driver side, after a failed batch: delete its staged parts, except that a publication
     ``commit`` began is completed first (some of its parts may already be adopted: the batch is
     then delivered whole rather than in part)."""
+    from journaled.disk import intents
+
     begun = set(intents.read_intent(queue_dir, key) or ())
     discard([m for m in messages if not (isinstance(m, StagedPart) and m.path in begun)])
     _finish(queue_dir, key)
 
 
 def _published(queue_dir: str, key: str) -> bool:
+    from journaled.owner import adoption
+
     # ``key`` alone is how batches were keyed when the driver joined the parts into one
     keys = {key, f"{key}:0"}
     ledger = adoption.Ledger(adoption.spool_dir(queue_dir))
@@ -320,6 +390,8 @@ def _published(queue_dir: str, key: str) -> bool:
 
 def _keyed(queue_dir: str, part: StagedPart, key: str) -> StagedPart:
     """``part`` under batch key ``key``: as it is when the task wrote that key, else copied."""
+    from journaled.owner import adoption
+
     if part.key == key:
         return part
     _, records = adoption.read_batch(part.path)

@@ -647,13 +647,18 @@ def test_the_default_schema_is_id_value_timestamp_key_with_queue_for_several_que
     from journaled.spark.offsets import ALL_COLUMNS_DDL, COLUMN_TYPES, schema_ddl
 
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    assert schema_ddl({"path": a}) == "id bigint, value binary, timestamp timestamp, key binary"
-    assert schema_ddl({"paths": f"{a},{b}"}).endswith(", key binary, queue string")
+    assert schema_ddl({"path": a}) == (
+        "id bigint NOT NULL, value binary NOT NULL, timestamp timestamp NOT NULL, key binary"
+    )
+    assert schema_ddl({"paths": f"{a},{b}"}).endswith(", key binary, queue string NOT NULL")
     assert schema_ddl({"path": a, "includeHeaders": "true"}).endswith(
         ", key binary, headers array<struct<key:string,value:binary>>"
     )
     assert schema_ddl({}) == schema_ddl({"path": a})  # no path: the reader refuses it, not the schema
     assert [c.split()[0] for c in ALL_COLUMNS_DDL.split(", ")] == [c for c in COLUMN_TYPES if c != "headers"]
+    # a column every item has is declared so (Spark then skips its null checks); the rest may be null
+    not_null = {c.split()[0] for c in ALL_COLUMNS_DDL.split(", ") if c.endswith(" NOT NULL")}
+    assert not_null == {"id", "value", "timestamp", "queue"}
 
 
 def test_the_worker_answering_schema_imports_no_planning_or_reading_module(tmp_path):
@@ -675,7 +680,7 @@ def test_the_worker_answering_schema_imports_no_planning_or_reading_module(tmp_p
     )
     assert proc.returncode == 0, proc.stderr
     ddl, mods = proc.stdout.splitlines()
-    assert ddl == "id bigint, value binary, timestamp timestamp, key binary"
+    assert ddl == "id bigint NOT NULL, value binary NOT NULL, timestamp timestamp NOT NULL, key binary"
     loaded = set(json.loads(mods))
     assert "journaled.spark.schema" in loaded
     assert not loaded & {"journaled.spark.offsets", "journaled.offline.segments", "journaled.log"}

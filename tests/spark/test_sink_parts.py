@@ -150,3 +150,72 @@ def test_abort_after_a_commit_cut_short_delivers_the_whole_batch_once(tmp_path, 
     writer.commit([writer.write(iter([pa.record_batch({"value": pa.array([b"again"])})]))], 4)
     assert delivered(q) == [b"p0", b"p1", b"p2"]
     assert os.listdir(staging(q)) == []
+
+
+def test_the_worker_building_the_writer_imports_no_journal_or_spool_module(tmp_path):
+    """Spark builds a write's writer in a Python worker of its own, and commits it in another:
+    the writer is built from the light schema module, without the planner, the journal readers
+    or the spool modules (a task or the commit imports those when it stages or publishes)."""
+    import json
+    import subprocess
+    import sys
+
+    from support.paths import ROOT
+
+    code = (
+        "import json, sys\n"
+        "from pyspark.sql.types import StructType, StringType\n"
+        "import journaled.spark\n"
+        "src = journaled.spark.JournaledDataSource(options={'path': sys.argv[1]})\n"
+        "src.writer(StructType().add('value', StringType()), False)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "q")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(json.loads(proc.stdout))
+    assert "journaled.spark.sink" in loaded
+    heavy = {
+        "journaled.spark.offsets",
+        "journaled.offline.segments",
+        "journaled.owner.adoption",
+        "journaled.disk.spoolfiles",
+        "journaled.disk.intents",
+    }
+    assert not loaded & heavy, sorted(loaded & heavy)
+
+
+def test_a_staged_part_is_flushed_to_disk_while_later_batches_still_arrive(tmp_path):
+    """The fsync that makes a part durable would otherwise write all of it at the end of the
+    task, while nothing else happens: past ``sink.EARLY_FLUSH_BYTES`` written, the part's bytes
+    go to disk in the background as the next batches arrive; the part is whole and the same."""
+    from journaled.disk import fileio
+
+    q = str(tmp_path / "q")
+    events: list[str] = []
+
+    class Recording(fileio.FileOps):
+        def fdatasync(self, fd: int) -> None:
+            events.append("sync")
+            super().fdatasync(fd)
+
+    row = b"r" * 1000
+    per_batch = 1000  # 1 MB a batch
+    batches_needed = sink.EARLY_FLUSH_BYTES // (per_batch * len(row)) + 3
+
+    def batches():
+        for k in range(batches_needed):
+            events.append(f"batch {k}")
+            yield pa.record_batch({"value": pa.array([row] * per_batch, pa.binary())})
+
+    with fileio.use(Recording()):
+        part = sink.stage_columns(q, batches(), "k:0")
+    assert part.rows == batches_needed * per_batch
+    assert "sync" in events and events.index("sync") < events.index(f"batch {batches_needed - 1}"), events
+    sink.publish(q, [part], "k")
+    assert delivered(q) == [row] * part.rows

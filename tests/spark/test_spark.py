@@ -620,3 +620,30 @@ def test_an_item_not_yet_due_is_read_at_once_in_its_place(spark, tmp_path):
         (b"in an hour", b"later"),
         (b"after", None),
     ]
+
+
+def test_the_default_schema_declares_the_columns_every_item_has_not_null(spark, tmp_path):
+    """``id``, ``value`` and ``timestamp`` (and ``queue``, read from several queues) are never null,
+    and the default schema says so: Spark then copies them to its rows without a null check per
+    row and column (issue 37: 0.92x -> 1.03x the text source's CPU at 2M rows).  ``key`` stays
+    nullable, and the rows are the same as before."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    fill(a, [b"x", b"yz"])
+    with journaled.JournaledQueue(b, SMALL) as jq:
+        jq.put(b"k", key=b"key-1")
+    one = spark.read.format("journaled").load(a)
+    both = spark.read.format("journaled").option("paths", f"{a},{b}").load()
+    assert {f.name: f.nullable for f in one.schema.fields} == {
+        "id": False,
+        "value": False,
+        "timestamp": False,
+        "key": True,
+    }
+    assert {f.name: f.nullable for f in both.schema.fields}["queue"] is False
+    assert [(r.id, bytes(r.value), r.key) for r in one.orderBy("id").collect()] == [
+        (1, b"x", None),
+        (2, b"yz", None),
+    ]
+    rows = sorted((r.queue, r.id, bytes(r.value), r.key and bytes(r.key)) for r in both.collect())
+    qa, qb = os.path.normpath(a), os.path.normpath(b)
+    assert rows == [(qa, 1, b"x", None), (qa, 2, b"yz", None), (qb, 1, b"k", b"key-1")]
