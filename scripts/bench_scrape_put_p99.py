@@ -22,6 +22,7 @@ modes and not two moments of the machine.
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import signal
@@ -66,9 +67,14 @@ def _p99(times: list[float]) -> float:
 
 
 def main() -> None:
-    readers = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 20.0
-    scrapers = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("readers", nargs="?", type=int, default=3000, help="readers of the queue (3000)")
+    parser.add_argument("seconds", nargs="?", type=float, default=20.0, help="seconds of each mode (20)")
+    parser.add_argument("scrapers", nargs="?", type=int, default=2, help="scraping processes (2)")
+    args = parser.parse_args()
+    readers, seconds, scrapers = args.readers, args.seconds, args.scrapers
     q = JournaledQueue(tempfile.mkdtemp(prefix="bench_scrape_") + "/q")
     for i in range(readers):
         q.reader(f"r{i}")
