@@ -72,6 +72,9 @@ class ReaderSnapshot:
         items_delayed: aborted items waiting out a retry delay.
         items_not_due: items put with a not-before still ahead (held back; None from an owner
             too old to count them).
+        items_behind_keys / oldest_key_wait: items held back by key order and the longest such
+            wait in seconds (None without a live owner, or from one too old to count them;
+            ``oldest_key_wait`` None too when nothing waits).
         dead_lettered / expired: items removed by those policies (as ``stats()`` counts them:
             kept in the checkpoint, so known without a live owner too).
     """
@@ -88,6 +91,8 @@ class ReaderSnapshot:
     open_reads: int | None = None
     items_delayed: int | None = None
     items_not_due: int | None = None
+    items_behind_keys: int | None = None
+    oldest_key_wait: float | None = None
     dead_lettered: int | None = None
     expired: int | None = None
 
@@ -189,6 +194,8 @@ def _reader(name: str, disk: DiskReader | None, live: dict[str, Any] | None) -> 
         open_reads=live["open_reads"],
         items_delayed=live["items_delayed"],
         items_not_due=live.get("items_not_due"),
+        items_behind_keys=live.get("items_behind_keys"),
+        oldest_key_wait=live.get("oldest_key_wait"),
         dead_lettered=live["dead_lettered"],
         expired=live["expired"],
     )

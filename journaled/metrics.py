@@ -76,6 +76,11 @@ READER_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("open_bytes", "Payload bytes of the open reads.", "bytes_open"),
     ("delayed_items", "Aborted items waiting out a retry delay.", "items_delayed"),
     ("not_due_items", "Items held back until their not_before.", "items_not_due"),
+    (
+        "behind_key_items",
+        "Waiting items held back by key order: an earlier item of their key is open or held back.",
+        "items_behind_keys",
+    ),
     ("waiters", "Calls blocked in get on this reader.", "waiters"),
 )
 READER_COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -280,6 +285,7 @@ def _reader_samples(families: Mapping[str, Adds], queue: str, r: ReaderStats) ->
         families["reader_" + metric].add_metric(labels, getattr(r, field))
     families["reader_oldest_waiting_age"].add_metric(labels, r.oldest_age or 0.0)
     families["reader_oldest_uncommitted_age"].add_metric(labels, r.oldest_uncommitted_age or 0.0)
+    families["reader_oldest_key_wait"].add_metric(labels, r.oldest_key_wait or 0.0)
     families["reader_full"].add_metric(labels, int(r.full))
     families["reader_poisoned"].add_metric(labels, int(r.poison is not None))
     families["reader_sinks_missing"].add_metric(labels, len(r.sinks_missing))
@@ -369,6 +375,11 @@ READER_DERIVED: tuple[tuple[str, str, str], ...] = (
         "oldest_uncommitted_age",
         "journaled_reader_oldest_uncommitted_age_seconds",
         "Age of the oldest item not yet committed: waiting, delayed or open (0 if none).",
+    ),
+    (
+        "oldest_key_wait",
+        "journaled_reader_oldest_key_wait_seconds",
+        "Seconds the longest-waiting item behind a busy key has waited (0 if none; key order).",
     ),
     ("full", "journaled_reader_full", "1 if a put of one more item would be refused or discard."),
     ("poisoned", "journaled_reader_poisoned", "1 if the head item has failed more than POISON_ERRORS times."),

@@ -108,7 +108,8 @@ class ReaderStats:
             back until then (in memory, like delayed ones; not in ``items_delayed``).  Counted
             once the reader has met them: at their put, or, put while it reads behind or before
             a reopen, once read back from disk (until then they are among ``items_on_disk``).
-        items_in_memory / bytes_in_memory: the waiting items held in memory (exact).
+        items_in_memory / bytes_in_memory: the waiting items held in memory (exact), those
+            behind a busy key included.
         items_on_disk / bytes_on_disk: the waiting items only on disk, read back later
             (items exact; bytes exact within a session, an over-estimate after reopen).
         bytes_waiting: ``bytes_in_memory + bytes_on_disk``.
@@ -126,6 +127,11 @@ class ReaderStats:
             or open (a read handed out and not settled), or None if there is none.  An item held
             open by a stuck consumer shows here and not in ``oldest_age``.
         waiters: calls blocked in ``get`` on this reader right now (threads, coroutines, and the
+        items_behind_keys: of the waiting items, those held back by key order
+            (``ReaderConfig.key_order``): an earlier item of their key is open, delayed or not
+            due yet.  In memory (counted in ``items_in_memory``).  0 with key order off.
+        oldest_key_wait: seconds the longest-waiting of those has waited behind its key, or
+            None when none waits.
             owner's threads serving other processes' blocking reads).
         full: a put of one more item would be refused (or would discard) right now.
         put: items put since this reader was created (from the journal's ids: exact).
@@ -183,6 +189,8 @@ class ReaderStats:
     waiters: int = 0
     items_not_due: int = 0
     stopped: str | None = None
+    items_behind_keys: int = 0
+    oldest_key_wait: float | None = None
 
 
 @attrs.frozen
@@ -380,9 +388,11 @@ def reader_stats(
         parked_bytes += len(it.data)
         if type(it) is not Item and (nb := it.not_before) is not None and nb > now:
             not_due += 1  # an aborted item was delivered, so its not_before has passed
-    mem_bytes = core.mem_bytes + parked_bytes
+    keys = core.keys
+    behind = 0 if keys is None else keys.count  # items behind a busy key: in memory too
+    mem_bytes = core.mem_bytes + parked_bytes + (0 if keys is None else keys.nbytes)
     waiting_bytes = max(mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
-    in_mem = len(core.mem) + len(core.parked)  # parked items are in memory too
+    in_mem = len(core.mem) + len(core.parked) + behind  # parked items are in memory too
     oldest: float | None = None
     if core.mem:
         oldest = max(0.0, now - core.mem[0].add_time)
@@ -392,6 +402,8 @@ def reader_stats(
     times = [it.add_time for it in core.open.values()] + [it.add_time for it in core.parked.values()]
     if core.mem:
         times.append(core.mem[0].add_time)
+    if keys is not None:
+        times += [line[0].add_time for line in keys.behind.values() if line]  # each line's oldest
     uncommitted = max(0.0, now - min(times)) if times else None
     if waiting > in_mem and not core.mem:  # the oldest waiting item is only on disk
         uncommitted = max(uncommitted or 0.0, oldest or 0.0)
@@ -428,6 +440,8 @@ def reader_stats(
         waiters=len(core.waiters),
         items_not_due=not_due,
         stopped=core.stopped,
+        items_behind_keys=behind,
+        oldest_key_wait=keys.oldest_wait(core.clock.monotonic()) if keys is not None and behind else None,
     )
 
 

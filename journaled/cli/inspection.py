@@ -184,6 +184,8 @@ def collect_stat(path: str, name: str | None = None) -> dict[str, Any]:
                 "open_reads": r.open_reads,
                 "items_delayed": r.items_delayed,
                 "items_not_due": r.items_not_due,
+                "items_behind_keys": r.items_behind_keys,
+                "oldest_key_wait_s": r.oldest_key_wait,
                 "dead_lettered": r.dead_lettered,
                 "expired": r.expired,
             }
@@ -231,6 +233,12 @@ def cmd_stat(args: argparse.Namespace) -> int:
                 f"    open reads {r['open_reads']}, delayed {r['items_delayed']}, "
                 f"not yet due {r['items_not_due']}, "
                 f"dead-lettered {r['dead_lettered']}, expired {r['expired']}"
+            )
+        if r["items_behind_keys"]:
+            wait = r["oldest_key_wait_s"]
+            _say(
+                f"    behind a busy key (key order) {r['items_behind_keys']}"
+                + ("" if wait is None else f", the oldest waiting {wait:.1f} s")
             )
     for r in st["external_readers"]:
         age = "" if r["bookmark_age_s"] is None else f", bookmark {r['bookmark_age_s']:.1f} s old"

@@ -43,6 +43,13 @@ def _held(delayed: int | None, not_due: int | None) -> int | None:
     return None if delayed is None else delayed + (not_due or 0)
 
 
+def _behind_keys(count: int | None, wait: float | None) -> tuple[str, ...]:
+    """The flag for items held back by key order: how many, and the oldest one's wait."""
+    if not count:
+        return ()
+    return (f"{count} behind keys" + ("" if wait is None else f" ({_age(wait).strip()})"),)
+
+
 @attrs.frozen
 class ReaderRow:
     """One reader at one moment (None: not known without a live owner); ``oldest_age``: the
@@ -95,7 +102,8 @@ def sample(path: str, name: str | None = None) -> Sample:
                 committed=r["committed"],
                 settled=next_id - r["backlog_items"],
                 flags=(("poison",) if r.get("poison") else ())
-                + (("no sink",) if r.get("sinks_missing") else ()),
+                + (("no sink",) if r.get("sinks_missing") else ())
+                + _behind_keys(r.get("items_behind_keys"), r.get("oldest_key_wait")),
             )
             for r in sorted(owner.readers.values(), key=lambda r: r["name"])
         )
