@@ -17,6 +17,7 @@ import pytest
 import journaled
 from journaled.config import QueueConfig
 from journaled.disk.bookmarks import write_bookmark
+from support.imports import run_and_list_modules
 from support.paths import ROOT as PROJECT_ROOT
 
 ROOT = Path(PROJECT_ROOT)
@@ -422,25 +423,16 @@ def test_lag_reads_true_across_a_restart_of_the_query(spark, tmp_path):
 # ---------------------------------------------------------------- what Spark's Python workers import
 
 WORKER_IMPORTS = """
-import json, sys
+import sys
 from pyspark.sql.types import StructType
 import journaled.spark
 src = journaled.spark.JournaledDataSource(options={"path": sys.argv[1], "startingOffsets": "earliest"})
 getattr(src, sys.argv[2])(StructType().add("value", "binary"), *sys.argv[3:4] and [False])
-print(json.dumps(sorted(sys.modules)))
 """
 
 
 def worker_modules(q, method, *extra):
-    proc = subprocess.run(
-        [sys.executable, "-c", WORKER_IMPORTS, q, method, *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    return set(json.loads(proc.stdout))
+    return run_and_list_modules(WORKER_IMPORTS, q, method, *extra)[1]
 
 
 def test_planning_and_writing_workers_import_only_their_own_half(tmp_path):
@@ -665,22 +657,12 @@ def test_the_worker_answering_schema_imports_no_planning_or_reading_module(tmp_p
     """Spark asks a worker of its own for the schema of every read that names none: it imports
     the light schema module only, not the planner and the journal readers under it."""
     code = (
-        "import json, sys\n"
+        "import sys\n"
         "import journaled.spark\n"
         "src = journaled.spark.JournaledDataSource(options={'path': sys.argv[1]})\n"
         "print(src.schema())\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "q")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    ddl, mods = proc.stdout.splitlines()
+    (ddl,), loaded = run_and_list_modules(code, str(tmp_path / "q"))
     assert ddl == "id bigint NOT NULL, value binary NOT NULL, timestamp timestamp NOT NULL, key binary"
-    loaded = set(json.loads(mods))
     assert "journaled.spark.schema" in loaded
     assert not loaded & {"journaled.spark.offsets", "journaled.offline.segments", "journaled.log"}

@@ -156,29 +156,16 @@ def test_the_worker_building_the_writer_imports_no_journal_or_spool_module(tmp_p
     """Spark builds a write's writer in a Python worker of its own, and commits it in another:
     the writer is built from the light schema module, without the planner, the journal readers
     or the spool modules (a task or the commit imports those when it stages or publishes)."""
-    import json
-    import subprocess
-    import sys
-
-    from support.paths import ROOT
+    from support.imports import run_and_list_modules
 
     code = (
-        "import json, sys\n"
+        "import sys\n"
         "from pyspark.sql.types import StructType, StringType\n"
         "import journaled.spark\n"
         "src = journaled.spark.JournaledDataSource(options={'path': sys.argv[1]})\n"
         "src.writer(StructType().add('value', StringType()), False)\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "q")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    loaded = set(json.loads(proc.stdout))
+    _, loaded = run_and_list_modules(code, str(tmp_path / "q"))
     assert "journaled.spark.sink" in loaded
     heavy = {
         "journaled.spark.offsets",
