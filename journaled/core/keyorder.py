@@ -210,10 +210,11 @@ class KeyOrder:
             del self.spill_since[key]
         return None
 
-    def read_plan(self) -> list[int]:
+    def read_plan(self, room: int) -> list[int]:
         """The ids to read back now, ascending: each ``pending`` one, and the next spilled ids of
-        its key (at most ``PREFETCH``, about what fits within ``limit``)."""
-        room = max(0, self.limit - self.charge()) // ITEM_OVERHEAD
+        its key (at most ``PREFETCH``, about what fits within ``limit`` and ``room``: what is left
+        of ``max_memory``)."""
+        room = max(0, min(room, self.limit - self.charge())) // ITEM_OVERHEAD
         ahead = min(PREFETCH, room // max(1, len(self.pending)))
         ids = list(self.pending.values())
         for key in self.pending:
@@ -223,11 +224,12 @@ class KeyOrder:
         ids.sort()
         return ids
 
-    def brought(self, items: list[Item], now: float) -> tuple[list[Item], list[tuple[int, bytes]]]:
+    def brought(self, items: list[Item], now: float, room: int) -> tuple[list[Item], list[tuple[int, bytes]]]:
         """``items`` were read back for :meth:`read_plan`: the pending ones leave their lines (the
         core puts them among its waiting items: returned first), the next ones of their keys go
-        into their lines in memory while they fit.  Also returns the pending ids not found (gone
-        from the journal) with their keys; every key is no longer pending."""
+        into their lines in memory while they fit (within ``limit``, and ``room`` bytes of
+        ``max_memory``: so only the pending ones may take the reader past it).  Also returns the
+        pending ids not found (gone from the journal) with their keys; no key is pending then."""
         by_id = {it.id: it for it in items}
         back: list[Item] = []
         gone: list[tuple[int, bytes]] = []
@@ -240,7 +242,8 @@ class KeyOrder:
             else:
                 back.append(item)
             sp = self.spill.get(key)
-            while sp and (nxt := by_id.get(sp[0])) is not None and self._fits(nxt):
+            while sp and (nxt := by_id.get(sp[0])) is not None and self._fits(nxt, room):
+                room -= len(nxt.data) + ITEM_OVERHEAD
                 sp.popleft()
                 self.spilled -= 1
                 self.count -= 1  # line_up counts it again, in memory
@@ -251,8 +254,9 @@ class KeyOrder:
         self.pending.clear()
         return back, gone
 
-    def _fits(self, item: Item) -> bool:
-        return self.charge() + len(item.data) + ITEM_OVERHEAD <= self.limit
+    def _fits(self, item: Item, room: int) -> bool:
+        cost = len(item.data) + ITEM_OVERHEAD
+        return cost <= room and self.charge() + cost <= self.limit
 
     def _out(self, line: deque[Item], key: bytes) -> Item:
         item = line.popleft()
@@ -368,6 +372,9 @@ class Holding:
     def _pop_waiting(self) -> Item | None:
         raise NotImplementedError  # the core's
 
+    def charged(self) -> int:
+        raise NotImplementedError  # the core's
+
     def _lost(self, first: int, last: int) -> None:
         raise NotImplementedError  # the core's
 
@@ -384,8 +391,9 @@ class Holding:
         key's next item woken in turn."""
         keys = self.keys
         while keys is not None and keys.pending:
-            found = read_ids(self.journal, keys.read_plan(), self.errors)
-            back, gone = keys.brought(found, self.clock.monotonic())
+            room = self.config.max_memory - self.charged()
+            found = read_ids(self.journal, keys.read_plan(room), self.errors)
+            back, gone = keys.brought(found, self.clock.monotonic(), room)
             for item_id, key in gone:
                 self._lost(item_id, item_id)
                 if (nxt := keys.wake(key)) is not None:

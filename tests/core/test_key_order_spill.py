@@ -217,3 +217,29 @@ def test_lowering_max_memory_live_spills_the_lines_down_to_their_new_share(qdir)
         q.set_reader_settings("r", {"max_memory": SMALL})
         assert r.core.keys.charge() <= SMALL // 4 and r.stats().items_behind_keys == len(hot_ids) - 1
         assert [it.id for it in drain_in_order(r, first)] == hot_ids[1:]
+
+
+def test_reading_spilled_items_back_keeps_the_reader_within_max_memory(qdir):
+    mem = 30_000
+    with JournaledQueue(qdir, FAST) as q:
+        r = q.reader("r", ReaderConfig(key_order=True, max_memory=mem))
+        keys = [b"hot"] * 1500 + [b"k%d" % (i % 97) for i in range(3000)]
+        put = q.put_many([b"x" * 100] * len(keys), keys=keys)
+        opened: list = []
+        seen: list[int] = []
+        most = 0
+        while True:  # eight reads open at a time, the oldest settled first
+            try:
+                it = r.get(block=False)
+            except Empty:
+                if not opened:
+                    break
+                r.commit(opened.pop(0))
+                continue
+            seen.append(it.id)
+            opened.append(it)
+            if len(opened) > 8:
+                r.commit(opened.pop(0))
+            most = max(most, r.core.charged())
+        assert sorted(seen) == put
+        assert most <= mem + 8 * 300, f"charged {most} bytes with max_memory={mem}"
