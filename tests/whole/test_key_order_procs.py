@@ -74,7 +74,7 @@ q.close()
 )
 
 
-@pytest.mark.parametrize("max_memory", [None, 3000], ids=["default_memory", "spilling"])
+@pytest.mark.parametrize("max_memory", [None, 1], ids=["default_memory", "spilling"])
 def test_two_client_processes_and_owner_threads_keep_key_order(tmp_path, max_memory) -> None:
     path, marks = str(tmp_path / "q"), str(tmp_path / "marks")
     os.mkdir(marks)
@@ -98,7 +98,7 @@ def test_two_client_processes_and_owner_threads_keep_key_order(tmp_path, max_mem
         running = threading.Event()
 
         def sample() -> None:  # the most items spilled behind busy keys at once
-            while not running.wait(0.002):
+            while not running.wait(0.0005):
                 with r.core.lock:
                     spilled.append(0 if r.core.keys is None else r.core.keys.spilled)
 
