@@ -243,3 +243,33 @@ def test_reading_spilled_items_back_keeps_the_reader_within_max_memory(qdir):
             most = max(most, r.core.charged())
         assert sorted(seen) == put
         assert most <= mem + 8 * 300, f"charged {most} bytes with max_memory={mem}"
+
+
+def test_a_read_error_while_reading_a_spilled_item_back_strands_nothing(qdir):
+    import errno
+
+    from journaled.disk import fileio
+
+    class FailingPread(fileio.FileOps):
+        armed = False
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            if self.armed:
+                raise OSError(errno.EIO, "injected read error")
+            return super().pread(fd, size, offset)
+
+    ops = FailingPread()
+    with fileio.use(ops), JournaledQueue(qdir, FAST) as q:
+        r = q.reader("r", ReaderConfig(key_order=True, max_memory=1))  # every lined item spills
+        hot_ids = q.put_many([b"%050d" % i for i in range(50)], keys=[b"hot"] * 50)
+        first = r.get(block=False)
+        assert ready(r) == [] and r.core.keys.spilled == len(hot_ids) - 1
+        ops.armed = True
+        r.commit(first)  # the key is free: its next item is to be read back, not yet read
+        with pytest.raises(OSError):
+            r.get(block=False)
+        ops.armed = False
+        assert r.stats().open_reads == 0 and r.stats().items_behind_keys == len(hot_ids) - 1
+        nxt = ready(r)
+        assert [it.id for it in nxt] == [hot_ids[1]]
+        assert [it.id for it in drain_in_order(r, nxt[0])] == hot_ids[2:]
