@@ -292,3 +292,24 @@ def test_retention_drops_the_spilled_items_it_archived_and_keeps_the_rest_in_ord
         rest = ready(r)
         assert [it.id for it in rest] == [keep]
         assert [it.id for it in drain_in_order(r, rest[0])] == list(range(keep + 1, hot_ids[-1] + 1))
+
+
+def test_a_spilled_item_damaged_on_disk_is_lost_as_read_behind_would_find_it(qdir, caplog):
+    with JournaledQueue(qdir, FAST) as q:
+        r = q.reader("r", ReaderConfig(key_order=True, max_memory=1))  # every lined item spills
+        hot_ids = q.put_many([b"%050d" % i for i in range(20)], keys=[b"hot"] * 20)
+        first = r.get(block=False)
+        assert ready(r) == [] and r.core.keys.spilled == len(hot_ids) - 1
+        at = q.journal.locate(hot_ids[1])  # damage the record of the key's next item, spilled
+        path = next(f.path for f in q.journal.files if f.ms == at.ms)
+        with open(path, "r+b") as f:
+            f.seek(at.offset + 30)
+            byte = f.read(1)
+            f.seek(at.offset + 30)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        r.commit(first)
+        nxt = ready(r)
+        assert [it.id for it in nxt] == [hot_ids[2]], "the damaged item was delivered, or the key stuck"
+        assert [it.id for it in drain_in_order(r, nxt[0])] == hot_ids[3:]
+        assert r.stats().backlog_items == 0
+        assert f"items {hot_ids[1]}..{hot_ids[1]} are lost" in caplog.text
