@@ -392,7 +392,8 @@ def reader_stats(
     behind = 0 if keys is None else keys.count  # items behind a busy key: in memory too
     mem_bytes = core.mem_bytes + parked_bytes + (0 if keys is None else keys.nbytes)
     waiting_bytes = max(mem_bytes, backlog_bytes - open_bytes - disposing_bytes)
-    in_mem = len(core.mem) + len(core.parked) + behind  # parked items are in memory too
+    spilled = 0 if keys is None else keys.spilled  # behind a busy key, but on disk only
+    in_mem = len(core.mem) + len(core.parked) + behind - spilled  # parked items are in memory too
     oldest: float | None = None
     if core.mem:
         oldest = max(0.0, now - core.mem[0].add_time)

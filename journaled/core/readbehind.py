@@ -3,9 +3,10 @@
 A reader keeps at most ``max_memory`` of its waiting items in memory; the rest stay on disk
 only and are read back, in id order, a window at a time as memory drains (read-behind).  This
 module holds the journal's side of that: the :class:`LogSource` protocol, how large one window
-may be, reading one, the backlog's size estimated from file sizes, helpers over the items held
-in memory (their payload bytes, taking the expired ones out, merging in items that fell due in
-id order, dropping those retention archived), and the message of a reader that cannot read on.
+may be, reading one, reading items back by id (those spilled behind a busy key), the backlog's
+size estimated from file sizes, helpers over the items held in memory (their payload bytes,
+taking the expired ones out, merging in items that fell due in id order, dropping those
+retention archived), and the message of a reader that cannot read on.
 It never sees a core: :class:`~journaled.core.readercore.ReaderCore` decides which of the items
 read it keeps.
 """
@@ -31,6 +32,9 @@ REFILL_BYTES = 1024 * 1024
 #: What ``max_memory`` charges per item in memory besides its payload: the Item, its id and time
 #: objects, the bytes header and the deque slot (~145-175 bytes on CPython 3.11, rounded up).
 ITEM_OVERHEAD = 200
+#: ``read_ids`` reads through a gap of at most this many ids between two it wants; a wider gap
+#: is crossed by ``locate`` (sparse index, then a scan of at most INDEX_EVERY records).
+READ_THROUGH = 64
 
 _item_id = attrgetter("id")
 
@@ -77,6 +81,32 @@ def read_window(
     if n < len(recs):
         cursor = Cursor(cursor.ms, recs[n].offset, -1)
     return items, total - n * ITEM_OVERHEAD, expiring, cursor
+
+
+def read_ids(journal: LogSource, ids: list[int], errors: dict[int, int]) -> list[Item]:
+    """The items of ``ids`` (ascending, each below ``journal.next_id``) read back from the
+    journal in id order, each with its error count from ``errors``; an id whose record is gone
+    (damage, archived) is left out.  Ids at most READ_THROUGH apart are read in one pass."""
+    out: list[Item] = []
+    want = set(ids)
+    cursor: Cursor | None = None
+    k, n = 0, len(ids)
+    while k < n:
+        target = ids[k]
+        if cursor is None or cursor.next_id > target or target - cursor.next_id > READ_THROUGH:
+            cursor = journal.locate(target)
+        end = k
+        while end + 1 < n and ids[end + 1] - ids[end] <= READ_THROUGH:
+            end += 1
+        span = max(1, ids[end] - cursor.next_id + 1)
+        recs, cursor = journal.read(cursor, max_bytes=REFILL_BYTES, max_items=span)
+        if not recs:
+            break  # the journal ends before them
+        items, _total, _expiring = items_from_puts([r for r in recs if r.id in want], errors, 1 << 62, 0)
+        out += items
+        while k < n and ids[k] < cursor.next_id:
+            k += 1
+    return out
 
 
 def keep_window(

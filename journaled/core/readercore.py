@@ -134,7 +134,7 @@ class ReaderCore(keyorder.Holding):
         head = state.head
         self.head = head
         self.done: set[int] = {i for i in state.done if i >= head}
-        self.errors: dict[int, int] = dict(state.errors)
+        self.errors = dict(state.errors)
         self.open = {}
         self.opened_at: dict[int, float] = {}
         self.mem = deque()
@@ -142,7 +142,7 @@ class ReaderCore(keyorder.Holding):
         self.parked = retry.Parked()
         self.given_back = set()  # ids put back at the head, the first delivered (F-41)
         self.disposing: dict[int, tuple[DeadLetter, Sink]] = {}
-        self.keys = keyorder.KeyOrder() if self.config.key_order else None  # per-key order, when on
+        self.keys = keyorder.KeyOrder(keyorder.line_limit(self.config)) if self.config.key_order else None
         self.load_id: int | None = head if head < self.journal.next_id else None  # the rest: on disk
         # where the head's record is, from the checkpoint: a hint, verified before it is used
         self.load_cursor = Cursor(state.file_ms, state.file_offset, -1) if state.file_ms else None
@@ -174,7 +174,7 @@ class ReaderCore(keyorder.Holding):
 
     def charged(self) -> int:
         """What the items waiting in memory (behind a busy key too) count against ``max_memory``."""
-        behind = 0 if self.keys is None else self.keys.nbytes + self.keys.count * ITEM_OVERHEAD
+        behind = 0 if self.keys is None else self.keys.charge()  # spilled ones are on disk
         return self.mem_bytes + len(self.mem) * ITEM_OVERHEAD + behind
 
     # ------------------------------------------------------------------ read-behind
@@ -272,7 +272,7 @@ class ReaderCore(keyorder.Holding):
             self._unpark(self.clock.monotonic())
         cfg, keys, key = self.config, self.keys, None
         while True:
-            item = self._pop_waiting()
+            item = self._pop_waiting() if keys is None or not keys.pending else self._next_waiting()
             if item is None:
                 return None
             if keys is not None and (key := keyorder.key_of(item)) is not None and not self._admit(item, key):
@@ -495,7 +495,7 @@ class ReaderCore(keyorder.Holding):
         and parked ones are never dropped), counted as ``discarded``.  Returns how many."""
         n = 0
         while n < limit:
-            item = self._pop_waiting() or self._lined_oldest()  # behind a busy key: waiting too
+            item = self._next_waiting() or self._lined_oldest()  # behind a busy key: waiting too
             if item is None:
                 break
             self._settle(item)
@@ -556,7 +556,7 @@ class ReaderCore(keyorder.Holding):
         if self.backlog_items() == 0:
             # also corrects ids skipped as lost (journal damage), whose sizes were never known
             self.backlog_bytes, self.backlog_exact = 0, True
-        elif not self.backlog_exact and self.load_id is None:
+        elif not self.backlog_exact and self.load_id is None and self._in_hand():
             held = (self.open.values(), self.parked.values(), (i for i, _s in self.disposing.values()))
             lined = 0 if self.keys is None else self.keys.nbytes
             self.backlog_bytes, self.backlog_exact = self.mem_bytes + lined + payload_of(*held), True

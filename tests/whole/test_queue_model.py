@@ -389,7 +389,7 @@ class QueueModelMachine(RuleBasedStateMachine):
                 item = r.get(block=False)
             except Empty:
                 self._point1()
-                if m.due_now(self.items, self.clock.ms) and not self._lines_fill_memory(name):
+                if m.due_now(self.items, self.clock.ms):
                     allowed, _ = m.candidates(self.items, self.clock.ms)
                     raise Refused(f"{name}: Empty, but due now: {sorted(allowed)} (lost?)") from None
                 return
@@ -403,25 +403,11 @@ class QueueModelMachine(RuleBasedStateMachine):
             batch = self.q.reader(name).get_many(n, block=False)
         except Empty:
             self._point1()
-            due = m.due_now(self.items, self.clock.ms) and not self._lines_fill_memory(name)
+            due = m.due_now(self.items, self.clock.ms)
             assert not due, f"{name}: get_many Empty while due"
             return
         for item in batch:
             self._deliver(m, item)
-
-    def _lines_fill_memory(self, name: str) -> bool:
-        """Key order's one pause (docs/design.md, "Key order", read-behind and memory): the items
-        behind busy keys hold over half of ``max_memory``, so read-behind waits for them to drain
-        and what is due further on disk waits too.  The model has no memory: the core says."""
-        assert self.q is not None
-        core = self.q.reader(name).core
-        return (
-            core.keys is not None
-            and core.keys.count > 0
-            and not core.mem
-            and core.load_id is not None
-            and core.charged() > core.config.max_memory // 2
-        )
 
     def _open_reader(self, data: st.DataObject) -> tuple[str, ReaderModel, int]:
         name = data.draw(st.sampled_from(sorted(n for n, m in self.readers.items() if m.open)), label="r")
