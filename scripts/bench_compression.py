@@ -2,10 +2,11 @@
 
 Generates realistic JSON log lines (~200 bytes: repeated field names; timestamps, levels, hosts,
 request ids, latencies and messages from a vocabulary), puts them with ``put_many`` in batches into a
-queue with ``QueueConfig(compression="zstd")`` and into one without, then drains each with a reader
-(get_many + commit).  Prints the figures, their ratios and the machine load (``uptime``).
+queue with ``QueueConfig(compression="zstd")`` and into one without, then (``--spark``) reads each
+with a Spark batch query, then drains each with a reader (get_many + commit).  Prints the figures,
+their ratios and the machine load (``uptime``).
 
-    python scripts/bench_compression.py --items 1000000
+    python scripts/bench_compression.py --items 1000000 --spark
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def lines(n: int, seed: int = 1) -> list[bytes]:
     return out
 
 
-def run(path: str, items: list[bytes], batch: int, compression: str | None) -> dict[str, float]:
+def put_all(path: str, items: list[bytes], batch: int, compression: str | None) -> dict[str, float]:
     cfg = QueueConfig(compression=compression, sync="never")
     with JournaledQueue(path, cfg, name="q") as q:
         q.reader("r")
@@ -64,45 +65,96 @@ def run(path: str, items: list[bytes], batch: int, compression: str | None) -> d
             q.put_many(items[k : k + batch])
         put_s = time.perf_counter() - t
     size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "q.[0-9]*")))
+    return {"bytes": size, "put_per_s": len(items) / put_s}
+
+
+def drain(path: str, n: int, batch: int) -> float:
+    """Items per second a reader drains (get_many + commit), the queue opened anew."""
     with JournaledQueue(path, name="q") as q:
         r = q.reader("r")
         t = time.perf_counter()
-        n = 0
+        got = 0
         while True:
             try:
-                got = r.get_many(batch, timeout=0)
+                items = r.get_many(batch, timeout=0)
             except Empty:
                 break
-            for item in got:
+            for item in items:
                 r.commit(item)
-            n += len(got)
+            got += len(items)
         read_s = time.perf_counter() - t
-    assert n == len(items), (n, len(items))
-    return {"bytes": size, "put_per_s": len(items) / put_s, "read_per_s": len(items) / read_s}
+    assert got == n, (got, n)
+    return n / read_s
+
+
+def spark_reads(paths: dict[str, str], n: int, repeat: int) -> dict[str, float]:
+    """Rows per second of a Spark batch read (``sum(length(value))``) of each queue, best of
+    ``repeat`` after a warm-up, the queues read in turn (so both see the same load)."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from journaled.spark import JournaledDataSource
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(JournaledDataSource)
+    best = {name: float("inf") for name in paths}
+    try:
+        for round_ in range(repeat + 1):
+            for name, path in sorted(paths.items(), reverse=round_ % 2 == 1):
+                t = time.perf_counter()
+                rows = (
+                    spark.read.format("journaled").load(path).agg(F.count("value"), F.sum(F.length("value")))
+                )
+                assert rows.collect()[0][0] == n
+                if round_:
+                    best[name] = min(best[name], time.perf_counter() - t)
+    finally:
+        spark.stop()
+    return {name: n / s for name, s in best.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=1_000_000, help="JSON log lines (default 1,000,000)")
     ap.add_argument("--batch", type=int, default=1000, help="items per put_many and get_many (default 1000)")
+    ap.add_argument("--spark", action="store_true", help="also a Spark batch read of each queue (pyspark)")
+    ap.add_argument("--repeat", type=int, default=3, help="Spark reads per queue, best kept (default 3)")
     args = ap.parse_args()
     items = lines(args.items)
     print(f"{len(items)} lines, {sum(map(len, items)) / len(items):.0f} B each on average")
     base = tempfile.mkdtemp(prefix="bench_compression_")
+    paths = {"plain": os.path.join(base, "plain"), "zstd": os.path.join(base, "zstd")}
     try:
-        plain = run(os.path.join(base, "plain"), items, args.batch, None)
-        zstd = run(os.path.join(base, "zstd"), items, args.batch, "zstd")
+        figs = {
+            name: put_all(path, items, args.batch, None if name == "plain" else name)
+            for name, path in paths.items()
+        }
+        if args.spark:
+            for name, rate in spark_reads(paths, len(items), args.repeat).items():
+                figs[name]["spark_per_s"] = rate
+        for name, path in paths.items():
+            figs[name]["read_per_s"] = drain(path, len(items), args.batch)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    for name, fig in (("plain", plain), ("zstd", zstd)):
+    plain, zstd = figs["plain"], figs["zstd"]
+    for name, fig in figs.items():
+        spark = f"  spark {fig['spark_per_s']:>10,.0f} rows/s" if "spark_per_s" in fig else ""
         print(
             f"{name:6} bytes {fig['bytes']:>12,}  put_many {fig['put_per_s']:>10,.0f}/s  "
-            f"read {fig['read_per_s']:>10,.0f}/s"
+            f"read {fig['read_per_s']:>10,.0f}/s{spark}"
         )
     print(
         f"zstd/plain: bytes {zstd['bytes'] / plain['bytes']:.3f} (goal <= 0.25), "
         f"put_many {zstd['put_per_s'] / plain['put_per_s']:.2f}x (goal >= 0.8), "
         f"read {zstd['read_per_s'] / plain['read_per_s']:.2f}x (goal >= 0.8)"
+        + (f", spark {zstd['spark_per_s'] / plain['spark_per_s']:.2f}x (goal >= 0.9)" if args.spark else "")
     )
     print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 

@@ -14,6 +14,8 @@ raise :class:`~journaled.errors.CompressionUnavailable`; nothing else here needs
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import repeat
 from types import ModuleType
 from typing import Final
 
@@ -27,6 +29,7 @@ from journaled.format.record import (
     UNIT_FIELDS_SIZE,
     UNIT_FIELDS_STRUCT,
     Put,
+    PutX,
     Unit,
     encode_record,
 )
@@ -108,7 +111,8 @@ def inflate(unit: Unit) -> bytes | str:
 
 def decode_unit(unit: Unit, salt: int) -> list[Put] | str:
     """The records of ``unit`` (a PUTZ of a file with ``salt``), each with the unit's ``offset``
-    (a cursor stopped inside a unit keeps the unit's position and the id it expects next), or
+    and ``size`` (a cursor stopped inside a unit keeps the unit's position and the id it expects
+    next), or
     why the unit is damaged ([F-45]): its inner bytes must be exactly ``count`` valid PUT/PUTX
     records with ids ``first_id ..`` in order."""
     raw = inflate(unit)
@@ -119,20 +123,22 @@ def decode_unit(unit: Unit, salt: int) -> list[Put] | str:
         return "compressed unit holds a damaged record"
     if len(recs) != unit.count:
         return f"compressed unit holds {len(recs)} records, not {unit.count}"
-    out: list[Put] = []
-    expect = unit.first_id
-    for rec in recs:
-        if not isinstance(rec, Put) or rec.id != expect:
-            return "compressed unit holds records out of order or of another type"
-        expect += 1
-        # the inner record's own offset means nothing outside the unit: what a reader keeps is
-        # where the unit starts (a cursor inside it decodes the unit again)
-        _set_offset(rec, unit.offset)
-        out.append(rec)
-    return out
+    # perf: checked and relabelled with C-level loops (a unit holds thousands of small records)
+    if not set(map(type, recs)) <= _ITEM_TYPES:
+        return "compressed unit holds a record of another type"
+    if [r.id for r in recs] != list(range(unit.first_id, unit.first_id + unit.count)):  # type: ignore[union-attr]
+        return "compressed unit holds records out of order"
+    # the inner record's own offset and size mean nothing outside the unit: an item stands where
+    # the unit stands (a cursor inside it decodes the unit again) and takes the unit's bytes, so
+    # ``offset + size`` of a unit's last item is where the next record starts, as for a plain one
+    deque(map(_set_offset, recs, repeat(unit.offset, len(recs))), maxlen=0)
+    deque(map(_set_size, recs, repeat(unit.size, len(recs))), maxlen=0)
+    return recs  # type: ignore[return-value]
 
 
+_ITEM_TYPES: Final = frozenset((Put, PutX))
 _set_offset = vars(Put)["offset"].__set__
+_set_size = vars(Put)["size"].__set__
 
 #: A unit never holds a record whose payload could not fit with its header.
 MAX_INNER_PAYLOAD: Final = MAX_UNIT_RAW - PUT_OVERHEAD

@@ -34,7 +34,9 @@ whole files already in memory (recovery) and anything else alike.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
 
 import attrs
 
@@ -128,17 +130,24 @@ class FileWalker:
         out: list[Put] = []
         nbytes = 0
         salt = self.salt
+        data, base, reuse = b"", self.pos, False  # data: the bytes read, from file offset base
         while not self.done and len(out) < max_items and nbytes < max_bytes:
             if self.pos >= self.limit:
                 self.done = True
                 break
-            # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
-            want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
-            data = self.pread(want, self.pos)
+            if reuse and self.pos - base < len(data):
+                # perf: after a unit, the walk goes on in the bytes already read (re-reading the
+                # rest of a whole-file window after each unit would copy the file once per unit)
+                rel = self.pos - base
+            else:
+                # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
+                want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
+                data, base, rel = self.pread(want, self.pos), self.pos, 0
+            reuse = False
             try:
                 # never past max_bytes (but at least one record): `full` says the next did not fit
                 recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
-                    data, self.pos, salt, 0, self.expected, max_items - len(out), max_bytes, nbytes,
+                    data, base, salt, rel, self.expected, max_items - len(out), max_bytes, nbytes,
                     at_least_one and not out,
                 )  # fmt: skip
             except UnsupportedVersion as exc:
@@ -148,13 +157,13 @@ class FileWalker:
                     if out:
                         break
                     raise
-                data = data[: exc.offset - self.pos]
+                data = data[: exc.offset - base]
                 recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
-                    data, self.pos, salt, 0, self.expected, max_items - len(out), max_bytes, nbytes,
+                    data, base, salt, rel, self.expected, max_items - len(out), max_bytes, nbytes,
                     at_least_one and not out,
                 )  # fmt: skip
             out += recs
-            self.pos += pos
+            self.pos = base + pos
             if full:
                 break
             if (
@@ -165,7 +174,7 @@ class FileWalker:
                 # walk_puts stops at a compressed unit (or ran out of max_items just before one)
                 if len(out) >= max_items:
                     break
-                got = decode_one(data, pos, self.pos - pos, salt)
+                got = decode_one(data, pos, base, salt)
                 if isinstance(got, Unit):
                     try:
                         nbytes, stop = self._take_unit(got, out, nbytes, max_items, max_bytes, at_least_one)
@@ -175,17 +184,18 @@ class FileWalker:
                         raise
                     if stop:
                         break
+                    reuse = True
                     continue
                 if isinstance(got, Damage) and not got.incomplete:
                     self._damaged(got)
                     continue
                 # a unit longer than the window: read as one big record below
-                damage, end = Damage(self.pos, "truncated record", True), 0
+                damage, end = Damage(self.pos, "truncated record", True), rel
             if not data and self.pos < self.limit:
                 damage = Damage(self.pos, "file shorter than expected", True)
-            if damage is None or (damage.incomplete and end > 0):
+            if damage is None or (damage.incomplete and end > rel):
                 continue  # a window boundary (or max_items): the next read starts at pos
-            if damage.incomplete and self.pos + len(data) < self.limit:
+            if damage.incomplete and base + len(data) < self.limit:
                 try:
                     big = self._one_big_record()
                 except UnsupportedVersion:
@@ -235,27 +245,23 @@ class FileWalker:
         within the budget; return the payload bytes taken and whether the budget stopped the walk
         inside the unit (``pos`` then stays at the unit, ``expected`` at the next id).  A damaged
         unit is handed to the reporter like any damage."""
-        items = _decoded(unit, self.salt)
-        if isinstance(items, str):
-            self._damaged(Damage(unit.offset, items, False))
+        got = _decoded(unit, self.salt)
+        if isinstance(got, str):
+            self._damaged(Damage(unit.offset, got, False))
             return nbytes, False
+        items, sizes = got  # sizes[i]: payload bytes of items[:i]
         k = max(0, self.expected - unit.first_id)  # ids run first_id.. without a gap ([F-45])
         n = len(items)
         room = max_items - len(out)
         stop = n - k > room
         last = min(n, k + room)
-        if nbytes + sum(len(r.payload) for r in items[k:last]) > max_bytes:
-            first_free = at_least_one and not out
-            j = k
-            while j < last:
-                size = len(items[j].payload)
-                if (j > k or not first_free) and nbytes + size > max_bytes:
-                    break
-                nbytes += size
-                j += 1
+        if nbytes + sizes[last] - sizes[k] > max_bytes:
+            # the most items from k whose payloads fit (at least one when the walk has none yet)
+            j = max(k, bisect_right(sizes, max_bytes - nbytes + sizes[k], k, last + 1) - 1)
+            if j == k and at_least_one and not out and k < last:
+                j = k + 1
             stop, last = stop or j < last, j
-        else:
-            nbytes += sum(len(r.payload) for r in items[k:last])
+        nbytes += sizes[last] - sizes[k]
         if last > k:
             out += items[k:last]
             self.expected = unit.first_id + last
@@ -293,20 +299,23 @@ class FileWalker:
 
 
 #: The last units decoded, by (file salt, offset, frame): a reader stopped inside a unit decodes it
-#: again on its next read; a few recent ones are kept decoded (their records are immutable).
-_UNITS: dict[tuple[int, int, bytes], list[Put] | str] = {}
+#: again on its next read; a few recent ones are kept decoded (their records are immutable), with
+#: the running sums of their payload sizes.
+_UNITS: dict[tuple[int, int, bytes], tuple[list[Put], list[int]] | str] = {}
 _UNITS_KEPT = 8
 _units_lock = threading.Lock()
 
 
-def _decoded(unit: Unit, salt: int) -> list[Put] | str:
-    """:func:`compressed.decode_unit`, through the cache of recent units."""
+def _decoded(unit: Unit, salt: int) -> tuple[list[Put], list[int]] | str:
+    """:func:`compressed.decode_unit` and the running payload sizes (``sizes[i]``: bytes of the
+    first ``i`` items), through the cache of recent units."""
     key = (salt, unit.offset, unit.frame)
     with _units_lock:
         got = _UNITS.get(key)
     if got is not None:
         return got
-    got = compressed.decode_unit(unit, salt)
+    items = compressed.decode_unit(unit, salt)
+    got = items if isinstance(items, str) else (items, [0, *accumulate(len(r.payload) for r in items)])
     with _units_lock:
         if len(_UNITS) >= _UNITS_KEPT:
             del _UNITS[next(iter(_UNITS))]

@@ -4,7 +4,8 @@ Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, o
 pure-Python reference) into the byte buffers of ``columns.new_columns(meta=True)`` per batch -- ids,
 add and expire times, payload offsets and bytes, and each row's key, not-before and headers -- which
 become Arrow arrays with ``pyarrow.Array.from_buffers``: no Python object per record, whether it is
-a PUT or a PUTX with a key, headers or a not-before.  The rare PUTX the columnar walk leaves (more
+a PUT or a PUTX with a key, headers or a not-before.  A compressed unit (docs/format.md 4.5) is
+decompressed here and its inner records go through the same columnar walk.  The rare PUTX the columnar walk leaves (more
 headers than a put writes, ``metadata.MAX_HEADERS``) is decoded here, in Python, its row appended to
 the same buffers, and the walk goes on after it.  Anything else it does not decode inline (a
 skippable record type, damage, a record longer than a read) hands over, from that point, to
@@ -16,19 +17,25 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from collections.abc import Iterator
 
 import attrs
 import pyarrow as pa
 
-from journaled.format.columns import DONE, FULL, Columns, new_columns
+from journaled.errors import UnsupportedVersion
+from journaled.format import compressed
+from journaled.format.columns import DONE, FULL, MAX_BATCH_BYTES, Columns, new_columns
 from journaled.format.record import (
     MAX_BODY,
     PUTX_FIELDS_SIZE,
     RECORD_HEADER_SIZE,
     TYPE_PUTX,
+    TYPE_PUTZ,
     Put,
     PutX,
+    Unit,
     decode_one,
 )
 from journaled.format.speedups import decode_columns
@@ -165,6 +172,28 @@ def read_segment_arrays(
                     continue
                 if status == DONE:
                     break
+                unit = _unit_at(buf, k, pos, salt)
+                if unit is not None:
+                    if unit[0].first_id >= hi or unit[0].offset >= seg_end:
+                        status = DONE
+                        break
+                    # the unit's inner records, decoded by the same columnar walk ([F-43])
+                    inner, raw, ik = unit[0], unit[1], 0
+                    inner_salt = compressed.unit_salt(salt, inner.offset)
+                    while True:
+                        ik, last, status = decode_columns(
+                            raw, 0, inner_salt, ik, lo, hi, len(raw) + 1, rows, max_bytes, cols
+                        )
+                        if last is not None:
+                            last_id = last
+                        if status != FULL:
+                            break
+                        yield to_arrow(cols)
+                        cols = new_columns(meta=True)
+                    if status == DONE:
+                        break
+                    k += inner.size
+                    continue
                 rec = _putx_at(buf, k, pos, salt)
                 if rec is None:
                     break
@@ -195,6 +224,40 @@ def read_segment_arrays(
             yield to_arrow(cols)
     finally:
         os.close(fd)
+
+
+def _unit_at(buf: bytes, k: int, base: int, salt: int) -> tuple[Unit, bytes] | None:
+    """The valid compressed unit wholly inside ``buf`` at ``k`` and its inner bytes, when the
+    columnar walk decodes all of them as the record walker would (count, ids in order, every
+    record one it decodes inline); None for anything else, which the record walker then takes
+    (damage, a codec or binding missing: it reports or raises)."""
+    if k + RECORD_HEADER_SIZE > len(buf) or buf[k + RECORD_HEADER_SIZE - 1] != TYPE_PUTZ:
+        return None
+    length = int.from_bytes(buf[k + 4 : k + 8], "little")
+    if length > MAX_BODY or k + RECORD_HEADER_SIZE + length > len(buf) or not compressed.available():
+        return None
+    try:
+        unit = decode_one(buf, k, base, salt)
+    except UnsupportedVersion:
+        return None
+    if not isinstance(unit, Unit):
+        return None
+    raw = compressed.inflate(unit)
+    if isinstance(raw, str):
+        return None
+    # perf: checked by one columnar walk into scratch buffers (C speed, no object per record):
+    # every inner record decoded, exactly count of them, with the ids first_id.. in order
+    scratch = new_columns(meta=True)
+    end, _, status = decode_columns(
+        raw, 0, compressed.unit_salt(salt, unit.offset), 0, 0, 1 << 63, len(raw) + 1,
+        unit.count + 1, MAX_BATCH_BYTES, scratch,
+    )  # fmt: skip
+    ids = array("Q", range(unit.first_id, unit.first_id + unit.count))
+    if sys.byteorder != "little":  # pragma: no cover - little-endian machines only here
+        ids.byteswap()
+    if status == FULL or end != len(raw) or bytes(scratch[0]) != ids.tobytes():
+        return None
+    return unit, raw
 
 
 def _putx_at(buf: bytes, k: int, base: int, salt: int) -> PutX | None:
