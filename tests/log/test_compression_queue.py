@@ -159,3 +159,29 @@ def test_a_torn_unit_at_the_tail_is_cut_and_its_ids_reused_never(tmp_path) -> No
     got, _ = drain(path)
     assert [g[0] for g in got] == list(range(1, 51))
     assert FileHeader and TYPE_PUTZ == 3
+
+
+def test_a_reader_with_little_memory_reads_through_units_item_by_item(tmp_path) -> None:
+    """Read-behind refills stop inside units (max_memory of a few items): every item once, in order,
+    whether the queue was reopened in between or not."""
+    from journaled import ReaderConfig
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(compression="zstd"), name="q") as q:
+        r = q.reader("r", ReaderConfig(max_memory=1000))
+        for k in range(5):
+            q.put_many([line(k * 300 + i) for i in range(1, 301)])
+        got = []
+        for _ in range(700):
+            item = r.get(timeout=1)
+            got.append((item.id, item.data))
+            r.commit(item)
+    with JournaledQueue(path, name="q") as q:
+        r = q.reader("r", ReaderConfig(max_memory=1000))
+        while len(got) < 1500:
+            item = r.get(timeout=1)
+            got.append((item.id, item.data))
+            r.commit(item)
+        with pytest.raises(Empty):
+            r.get(timeout=0)
+    assert got == [(k * 300 + i, line(k * 300 + i)) for k in range(5) for i in range(1, 301)]
