@@ -7,7 +7,8 @@ whether or not a process owns the queue.  Changed through the queue: at its owne
 change and closing it.  Only the settings named on the command line change
 (``JournaledQueue.set_reader_settings``): a change never drops a setting it did not name.
 The queue's retention and compression (``queue --compression zstd|none``) are changed by opening
-the queue as its owner with the new values, so that is refused while another process owns the queue (docs/design.md, "Durable settings").
+the queue as its owner with the new values, so that is refused while another process owns the
+queue (docs/design.md, "Durable settings").
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
+from operator import attrgetter
 
 import attrs
 
@@ -303,6 +304,7 @@ class FileWalker:
 #: the running sums of their payload sizes.
 _UNITS: dict[tuple[int, int, bytes], tuple[list[Put], list[int]] | str] = {}
 _UNITS_KEPT = 8
+_payload = attrgetter("payload")
 _units_lock = threading.Lock()
 
 
@@ -315,7 +317,7 @@ def _decoded(unit: Unit, salt: int) -> tuple[list[Put], list[int]] | str:
     if got is not None:
         return got
     items = compressed.decode_unit(unit, salt)
-    got = items if isinstance(items, str) else (items, [0, *accumulate(len(r.payload) for r in items)])
+    got = items if isinstance(items, str) else (items, [0, *accumulate(map(len, map(_payload, items)))])
     with _units_lock:
         if len(_UNITS) >= _UNITS_KEPT:
             del _UNITS[next(iter(_UNITS))]

@@ -186,7 +186,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
                     "header rebuilt from the records; nothing lost",
                 )
             )
-        scan = scan_file(data, header)
+        scan = scan_file(data, header, path)
         records += len(scan.records)
         if prev_end is not None and header.first_id > prev_end:
             gap = (prev_end, header.first_id - 1)
@@ -322,7 +322,7 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
                 continue
             with open(path, "rb") as f:
                 data = f.read()
-            scan = scan_file(data, header)
+            scan = scan_file(data, header, path)
             p = plan(scan, mode, path, k == len(files) - 1)
             keep = [r for r in scan.records if r[1] < p.end]
             rebuilt = _rebuild(path, data, header, keep)

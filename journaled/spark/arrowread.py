@@ -5,12 +5,12 @@ pure-Python reference) into the byte buffers of ``columns.new_columns(meta=True)
 add and expire times, payload offsets and bytes, and each row's key, not-before and headers -- which
 become Arrow arrays with ``pyarrow.Array.from_buffers``: no Python object per record, whether it is
 a PUT or a PUTX with a key, headers or a not-before.  A compressed unit (docs/format.md 4.5) is
-decompressed here and its inner records go through the same columnar walk.  The rare PUTX the columnar walk leaves (more
-headers than a put writes, ``metadata.MAX_HEADERS``) is decoded here, in Python, its row appended to
-the same buffers, and the walk goes on after it.  Anything else it does not decode inline (a
-skippable record type, damage, a record longer than a read) hands over, from that point, to
-:func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips
-damage and notes it in ``gaps``, exactly as before.
+decompressed here and its inner records go through the same columnar walk.  The rare PUTX the
+columnar walk leaves (more headers than a put writes, ``metadata.MAX_HEADERS``) is decoded here, in
+Python, its row appended to the same buffers, and the walk goes on after it.  Anything else it does
+not decode inline (a skippable record type, damage, a record longer than a read) hands over, from
+that point, to :func:`journaled.offline.segments.read_segment` and the record walker
+(log/walker.py), which skips damage and notes it in ``gaps``, exactly as before.
 """
 
 from __future__ import annotations

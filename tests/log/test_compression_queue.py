@@ -185,3 +185,34 @@ def test_a_reader_with_little_memory_reads_through_units_item_by_item(tmp_path) 
         with pytest.raises(Empty):
             r.get(timeout=0)
     assert got == [(k * 300 + i, line(k * 300 + i)) for k in range(5) for i in range(1, 301)]
+
+
+def test_a_journal_holding_units_read_without_the_binding_stops_at_the_unit_by_name(
+    tmp_path, monkeypatch
+) -> None:
+    """Never a silent skip, never damage: the open, the scanner and check name the file, the
+    unit's offset and the extra; the scanner yields every item before the unit first."""
+    from journaled.log import walker
+    from journaled.offline.repair import check_dir
+
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(compression="zstd"), name="q") as q:
+        q.reader("r")
+        q.put(b"first")
+        q.put_many([line(i) for i in range(2, 40)])
+    with JournaledQueue(path, QueueConfig(compression="none"), name="q"):
+        pass  # the queue no longer asks for compression: only its journal holds a unit
+    (unit,) = units(path)
+    (f,) = glob.glob(os.path.join(path, "q.[0-9]*"))
+    monkeypatch.setattr(compressed, "zstd", None)
+    monkeypatch.setattr(walker, "_UNITS", {})
+    with pytest.raises(CompressionUnavailable, match=r"journaled\[zstd\]") as exc:
+        JournaledQueue(path, name="q")
+    assert (exc.value.path, exc.value.offset) == (f, unit.offset)
+    scanned = JournalScanner(path, "q").records()
+    assert next(scanned).payload == b"first"
+    with pytest.raises(CompressionUnavailable) as exc:
+        next(scanned)
+    assert (exc.value.path, exc.value.offset) == (f, unit.offset)
+    with pytest.raises(CompressionUnavailable):
+        check_dir(path, "q")
