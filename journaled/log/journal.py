@@ -186,4 +186,4 @@ class Journal:
             codec = None
         if codec is not None:
             compressed.require(self.directory, codec)
-        self._writer.compress = codec is not None
+        self._writer.set_compression(codec is not None)

@@ -5,8 +5,49 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from journaled.format import compressed
 from journaled.format.metadata import Meta
+from journaled.format.record import MAX_UNIT_RAW
 from journaled.format.speedups import encode_puts, encode_putx
+
+
+def append_run(
+    out: bytearray,
+    salt: int,
+    pos: int,
+    first_id: int,
+    payloads: Sequence[bytes],
+    metas: Sequence[Meta | None] | None,
+    encoded: Sequence[bytes] | None,
+    i: int,
+    j: int,
+    raw: int,
+    add_ms: int,
+    expire_ms: int,
+) -> None:
+    """Append to ``out`` (a file's bytes, ``pos`` being where they end) items ``i .. j-1``, whose
+    plain records take ``raw`` bytes: as one PUTZ record when that is smaller (two items or more,
+    at most ``MAX_UNIT_RAW`` of them), else as the plain records (:func:`encode_run`)."""
+    if j - i > 1 and raw <= MAX_UNIT_RAW:
+        inner = bytearray()
+        encode_run(
+            inner,
+            compressed.unit_salt(salt, pos),
+            0,
+            first_id,
+            payloads,
+            metas,
+            encoded,
+            i,
+            j,
+            add_ms,
+            expire_ms,
+        )
+        unit = compressed.encode_unit(salt, pos, first_id, j - i, inner)
+        if unit is not None:
+            out += unit
+            return
+    encode_run(out, salt, pos, first_id, payloads, metas, encoded, i, j, add_ms, expire_ms)
 
 
 def encode_run(

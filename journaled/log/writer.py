@@ -40,12 +40,11 @@ from journaled.disk import fileio
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import journal_path
 from journaled.errors import JournalIOError, QueueDirectoryGone
-from journaled.format import compressed
 from journaled.format.metadata import Meta
 from journaled.format.metadata import encode as encode_meta
 from journaled.format.record import MAX_UNIT_RAW, PUT_OVERHEAD, FileHeader, encode_header, header_size
 from journaled.format.speedups import encode_puts, encode_putx
-from journaled.log.runs import encode_run
+from journaled.log.runs import append_run
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.
@@ -86,7 +85,7 @@ class Writer:
         self.limit = state.config.journal_size
         self.write_through = state.config.sync == "never"  # no buffering: every append is written out
         # batches of two or more items go into compressed units (the queue's stored compression,
-        # set by the owner after opening; docs/design.md "Compressed journals")
+        # set_compression by the owner after opening; docs/design.md "Compressed journals")
         self.compress = False
         home = os.stat(state.directory)
         self.home = (home.st_dev, home.st_ino)  # the directory's identity (see "Home" above)
@@ -374,6 +373,10 @@ class Writer:
                 self.write_out_locked()
             return first_id, add_ms, self.appended
 
+    def set_compression(self, on: bool) -> None:
+        """Write batches of two or more items as compressed units from now on (or not)."""
+        self.compress = on
+
     def _append_units(
         self,
         payloads: Sequence[bytes],
@@ -416,44 +419,18 @@ class Writer:
                 if j == i:
                     self.rotate_locked()
                     continue
-                self._append_run(jf, pos, payloads, metas, encoded, i, j, raw, add_ms, expire_ms)
+                item_id, before = st.next_id, len(self.buf)
+                append_run(
+                    self.buf, jf.salt, pos, item_id, payloads, metas, encoded, i, j, raw, add_ms, expire_ms
+                )
+                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                    jf.note(item_id, pos)  # a unit's items stand where the unit stands
+                self.appended += len(self.buf) - before
+                st.appended(item_id + j - i, add_ms)
                 i = j
             if self.write_through or len(self.buf) >= WRITE_OUT_AT:
                 self.write_out_locked()
             return first_id, add_ms, self.appended
-
-    def _append_run(
-        self,
-        jf: JournalFile,
-        pos: int,
-        payloads: Sequence[bytes],
-        metas: Sequence[Meta | None] | None,
-        encoded: Sequence[bytes] | None,
-        i: int,
-        j: int,
-        raw: int,
-        add_ms: int,
-        expire_ms: int,
-    ) -> None:
-        """Append items ``i .. j-1`` at ``pos`` of ``jf``: one PUTZ when it is smaller, else the
-        plain records (``salt`` decides which: the unit's inner salt or the file's)."""
-        st = self.state
-        item_id = st.next_id
-        unit = None
-        if j - i > 1 and raw <= MAX_UNIT_RAW:
-            inner = bytearray()
-            unit_salt = compressed.unit_salt(jf.salt, pos)
-            encode_run(inner, unit_salt, 0, item_id, payloads, metas, encoded, i, j, add_ms, expire_ms)
-            unit = compressed.encode_unit(jf.salt, pos, item_id, j - i, inner)
-        before = len(self.buf)
-        if unit is not None:
-            self.buf += unit
-        else:
-            encode_run(self.buf, jf.salt, pos, item_id, payloads, metas, encoded, i, j, add_ms, expire_ms)
-        if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
-            jf.note(item_id, pos)  # a unit's items stand where the unit stands
-        self.appended += len(self.buf) - before
-        st.appended(item_id + j - i, add_ms)
 
     def write_out_locked(self) -> None:
         """Hand the buffer to the OS."""
