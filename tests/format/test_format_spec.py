@@ -1383,3 +1383,39 @@ def test_a_writer_never_writes_a_putz_over_2_20_inner_bytes() -> None:
 
     with pytest.raises(ValueError, match="inner bytes"):
         compressed.encode_unit(1, 44, 1, 1, b"x" * ((1 << 20) + 1))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_reader_agrees_under_random_damage_of_a_compressed_queue(tmp_path, seed: int) -> None:
+    """[F-43] [F-45] [F-19]: a journal of compressed units and plain records, damaged anywhere
+    after the headers: the owner, the scanner, check, Spark and the spec reader deliver the same
+    ids and name the same lost ids (a damaged unit: exactly its own)."""
+    rnd = random.Random(seed)
+    path = str(tmp_path / "q")
+    with JournaledQueue(
+        path, QueueConfig(sync="never", journal_size=1200, compression="zstd"), name="q"
+    ) as q:
+        q.reader("r")
+        i = 1
+        while i <= 150:
+            k = rnd.choice([1, 1, 4, 9, 20])
+            q.put_many([payload(i + j) for j in range(k)])
+            i += k
+    files = journal_files(path)
+    for _ in range(rnd.randint(1, 5)):
+        f = rnd.choice(files)
+        off = rnd.randrange(HL, os.path.getsize(f))
+        if rnd.random() < 0.7:
+            flip(f, off, rnd.randint(1, 3))
+        else:
+            patch(f, off, bytes(min(rnd.randint(1, 200), os.path.getsize(f) - off)))
+    read = spec.read_queue(path, "q")
+    mine = [p[0] for p in read.puts]
+    assert [r.id for r in JournalScanner(path, "q").records()] == mine
+    assert spark_ids(path) == mine
+    report = check_dir(path)
+    assert report.records == len(mine)
+    assert sorted(f.ids_lost for f in report.findings if f.ids_lost) == sorted(read.lost)
+    ids, events = drain(path)
+    assert ids == mine
+    assert lost(events) == sorted(read.lost)
