@@ -77,7 +77,9 @@ def _optional_positive_int(inst: object, attribute: attrs.Attribute[Any], value:
 #: setting (Kafka's ``-1``).
 NO_LIMIT = -1
 #: The queue-level settings stored with the queue (docs/format.md [F-36]).
-QUEUE_SETTINGS = ("retention_age", "retention_bytes", "dedup_window")
+QUEUE_SETTINGS = ("retention_age", "retention_bytes", "dedup_window", "compression")
+#: ``QueueConfig.compression`` values: a codec stores it, ``"none"`` removes a stored one.
+COMPRESSIONS = ("zstd", "none")
 
 
 def _check_retention(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -93,12 +95,13 @@ def _check_retention(_inst: object, attribute: attrs.Attribute[Any], value: Any)
 
 def retention_settings(config: QueueConfig, stored: dict[str, Any]) -> dict[str, Any]:
     """The queue-level settings line (docs/format.md, section 15) after opening with ``config``
-    over ``stored``: ``None`` keeps the stored limit, ``-1`` removes it, a value replaces it.
-    Keys without a limit are absent (an empty dict: no line)."""
+    over ``stored``: ``None`` keeps the stored limit, ``-1`` removes it, a value replaces it
+    (``compression``: ``"none"`` removes it).  Keys without a limit are absent (an empty dict:
+    no line)."""
     out = dict(stored)
     for key in QUEUE_SETTINGS:
         value = getattr(config, key)
-        if value == NO_LIMIT:
+        if value == NO_LIMIT or value == "none":
             out.pop(key, None)
         elif value is not None:
             out[key] = value
@@ -119,6 +122,12 @@ def stored_dedup_window(stored: dict[str, Any]) -> float | None:
     return _stored_config(stored).dedup_window
 
 
+def stored_compression(stored: dict[str, Any]) -> str | None:
+    """The codec new writes use per a stored queue-level line (``None``: none), validated as
+    :func:`retention_limits` is."""
+    return _stored_config(stored).compression
+
+
 def _stored_config(stored: dict[str, Any]) -> QueueConfig:
     unknown = set(stored) - set(QUEUE_SETTINGS)
     if unknown:
@@ -127,9 +136,10 @@ def _stored_config(stored: dict[str, Any]) -> QueueConfig:
         retention_age=stored.get("retention_age"),
         retention_bytes=stored.get("retention_bytes"),
         dedup_window=stored.get("dedup_window"),
+        compression=stored.get("compression"),
     )
-    if NO_LIMIT in (cfg.retention_age, cfg.retention_bytes, cfg.dedup_window):
-        raise ValueError("a stored limit is never -1")
+    if NO_LIMIT in (cfg.retention_age, cfg.retention_bytes, cfg.dedup_window) or cfg.compression == "none":
+        raise ValueError("a stored limit is never -1, a stored compression never 'none'")
     return cfg
 
 
@@ -218,6 +228,13 @@ class QueueConfig:
             journal's keyed records of the last ``dedup_window`` seconds.  Costs: memory
             for each key put within the window (about 140 bytes per 16-byte key, keys older than
             the window are dropped), and opening reads that part of the journal back.
+        compression: ``"zstd"``: new ``put_many`` batches are written as compressed units
+            (docs/format.md section 4.5; single puts stay plain, docs/design.md "Compressed
+            journals"), which every reader decodes, records old and new side by side.  Stored with
+            the queue like the retention limits: ``None`` (default) keeps what is stored (none if
+            nothing is), ``"zstd"`` stores it, ``"none"`` removes it; either applies to new writes
+            only.  Needs a zstd binding (``pip install 'journaled[zstd]'``; built into Python 3.14):
+            without one, opening such a queue raises ``CompressionUnavailable``.
     """
 
     sync: SyncPolicy = attrs.field(default=0.05, validator=_check_sync)
@@ -241,6 +258,9 @@ class QueueConfig:
     retention_age: float | None = attrs.field(default=None, validator=_check_retention)
     retention_bytes: int | None = attrs.field(default=None, validator=_check_retention)
     dedup_window: float | None = attrs.field(default=None, validator=_check_retention)
+    compression: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(COMPRESSIONS))
+    )
 
     @property
     def sync_interval(self) -> float | None:

@@ -79,6 +79,21 @@ class UnsupportedVersion(CorruptJournal):
         self.reason = reason
 
 
+class CompressionUnavailable(UnsupportedVersion):
+    """A queue configured for, or a journal holding records compressed with, a codec whose Python
+    binding is not installed (``pip install 'journaled[zstd]'``; Python 3.14 has it built in).
+    Raised at the first such record, after every item before it was delivered: never skipped,
+    never reported as damage."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        JournaledError.__init__(
+            self, f"{path}: byte {offset}: {reason}: install the binding with pip install 'journaled[zstd]'"
+        )
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
 class ForeignFile(JournaledError):
     """A file in the queue directory is named like one of the queue's journal files but was not
     written by journaled (it does not start with the journal magic).  It is never renamed,

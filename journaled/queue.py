@@ -114,6 +114,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 lifecycle.weakly(self, lambda q: q._save_dedup_index(), None),
             )
             window = self._files.dedup_window  # the stored one, after this open's config applied
+            self._journal.compress_as_stored(self._files.settings.queue)
             self._put = PutPath(self.path, self._lock, self._journal, self.config, window)
             self._append_locked = self._put.append_locked
             weak = lifecycle.weakly  # the threads must not keep an abandoned queue alive

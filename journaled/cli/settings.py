@@ -6,8 +6,9 @@ whether or not a process owns the queue.  Changed through the queue: at its owne
 (the change is stored, logged and applied there at once), else by opening the queue for the
 change and closing it.  Only the settings named on the command line change
 (``JournaledQueue.set_reader_settings``): a change never drops a setting it did not name.
-The queue's retention is changed by opening the queue as its owner with the new limits, so it is
-refused while another process owns the queue (docs/design.md, "Durable settings").
+The queue's retention and compression (``queue --compression zstd|none``) are changed by opening
+the queue as its owner with the new values, so that is refused while another process owns the
+queue (docs/design.md, "Durable settings").
 """
 
 from __future__ import annotations
@@ -103,12 +104,13 @@ def _show(path: str, name: str, as_json: bool) -> int:
         print(f"journaled config: {exc}")
         return 1
     stored, limits = data.readers, dict(data.queue)
+    codec = limits.pop("compression", None)  # not a limit: shown on a line of its own
     registry = checkpointfiles.read_registry(checkpointfiles.registry_path(path, name)) or []
     defaults = reader_settings(ReaderConfig(), path)
     shown = {r: SPARSE_DEFAULTS | (stored.get(r) or defaults) for r in sorted(set(registry) | set(stored))}
     defaults = SPARSE_DEFAULTS | defaults
     if as_json:
-        out = {"queue": name, "path": path, "retention": limits, "readers": shown}
+        out = {"queue": name, "path": path, "retention": limits, "compression": codec, "readers": shown}
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     print(f"queue {name} at {path}")
@@ -117,6 +119,7 @@ def _show(path: str, name: str, as_json: bool) -> int:
         or "none: until every reader is past"
     )
     print(f"  retention: {kept}")
+    print(f"  compression: {codec or 'none'} (of new put_many batches)")
     if not shown:
         print("  no readers")
     for reader, settings in shown.items():
@@ -161,9 +164,14 @@ def _change_queue(path: str, name: str, args: argparse.Namespace, as_json: bool)
     from journaled.queue import JournaledQueue
 
     given = {k: getattr(args, k) for k in ("retention_age", "retention_bytes") if hasattr(args, k)}
-    if not given:
-        raise UsageError("name --retention-age and/or --retention-bytes (a number, or none)")
+    codec = getattr(args, "compression", None)
+    if not given and codec is None:
+        raise UsageError(
+            "name --retention-age and/or --retention-bytes (a number, or none), or --compression zstd|none"
+        )
     wanted: dict[str, Any] = {k: NO_LIMIT if v is None else v for k, v in given.items()}
+    if codec is not None:
+        wanted["compression"] = codec  # "none" removes it, as -1 removes a limit
     if "retention_bytes" in wanted and wanted["retention_bytes"] != NO_LIMIT:
         if wanted["retention_bytes"] != int(wanted["retention_bytes"]):
             raise UsageError("--retention-bytes must be a whole number of bytes")
@@ -181,11 +189,13 @@ def _change_queue(path: str, name: str, args: argparse.Namespace, as_json: bool)
             )
             return 1
     limits = dict(load_settings(settings_path(path, name)).queue)
+    stored_codec = limits.pop("compression", None)
     if as_json:
-        print(json.dumps({"queue": name, "retention": limits}, indent=2, sort_keys=True))
+        out = {"queue": name, "retention": limits, "compression": stored_codec}
+        print(json.dumps(out, indent=2, sort_keys=True))
     else:
         kept = ", ".join(f"{k} {json.dumps(v)}" for k, v in sorted(limits.items())) or "no limit"
-        print(f"queue {name}: retention stored: {kept}")
+        print(f"queue {name}: retention stored: {kept}; compression of new batches: {stored_codec or 'none'}")
     return 0
 
 
@@ -201,7 +211,7 @@ def cmd_config(args: argparse.Namespace) -> int:
         if args.reader is not None:
             raise UsageError("journaled config PATH queue --retention-age S --retention-bytes N")
         return _change_queue(path, name, args, args.json)
-    if any(hasattr(args, k) for k in ("retention_age", "retention_bytes")):
+    if any(hasattr(args, k) for k in ("retention_age", "retention_bytes", "compression")):
         raise UsageError("retention is a queue's setting: journaled config PATH queue --retention-age ...")
     if args.target != "reader" or args.reader is None:
         raise UsageError("to change settings: journaled config PATH reader NAME --option value ...")
@@ -260,4 +270,10 @@ def add_config_command(sub: Any) -> None:
             metavar=f"{what.upper()}|none",
             help=f"with 'queue': archive journal files past this many {what} (none: no limit)",
         )
+    p.add_argument(
+        "--compression",
+        choices=("zstd", "none"),
+        default=argparse.SUPPRESS,
+        help="with 'queue': compress new put_many batches with zstd (none: write them plain)",
+    )
     p.set_defaults(func=cmd_config)

@@ -53,6 +53,7 @@ from journaled.format.record import (
     Decoded,
     Put,
     PutX,
+    Unit,
     decode_one,
     encode_record,
 )
@@ -165,7 +166,8 @@ def decode_many(
 
     Returns ``(records, end, damage)``: ``end`` is the buffer position after the last good
     record, and ``damage`` says why decoding stopped early (``None`` if the buffer ended exactly
-    on a record boundary or ``limit`` records were decoded).
+    on a record boundary, ``limit`` records were decoded, or the last record is a compressed
+    :class:`Unit`: decoding stops after one, still compressed).
     """
     out: list[Decoded] = []
     n = len(buf)
@@ -205,6 +207,8 @@ def decode_many(
             append(rec)
             pos += rec.size
             count += 1
+            if isinstance(rec, Unit):
+                break  # the walker decompresses it (format/compressed.py); nothing past it is decoded
     finally:
         view.release()
     return out, pos, None
@@ -235,12 +239,17 @@ def walk_puts(
     Returns ``(puts, pos, expected, nbytes, full, end, damage)``: the PUTs kept, the buffer
     position after the last record walked, the id expected next, the payload bytes taken, and
     whether the walk stopped at a PUT that did not fit (``pos`` is then at it, ``end == pos`` and
-    ``damage`` is ``None``); else ``end`` and ``damage`` are :func:`decode_many`'s.
+    ``damage`` is ``None``); else ``end`` and ``damage`` are :func:`decode_many`'s.  At a
+    compressed unit (a PUTZ) it stops with ``pos`` and ``end`` at it and no damage: the walker
+    decodes units (format/compressed.py).
     """
     recs, end, damage = decode_many(buf, base_offset, salt, pos, MAX_BODY, limit=max_items)
     out: list[Put] = []
     append = out.append
     for rec in recs:
+        if isinstance(rec, Unit):
+            # the walker decompresses a unit itself: stop at it (``pos`` there, no damage)
+            return out, pos, expected, nbytes, False, pos, None
         if isinstance(rec, Put) and rec.id >= expected:
             n = len(rec.payload)
             if (out or not first_free) and nbytes + n > max_bytes:

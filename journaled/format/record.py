@@ -147,8 +147,9 @@ def salvage_header(buf: bytes, name: str, created_ms: int) -> FileHeader | None:
             return None  # one record alone cannot tell a wrong salt from a damaged record
         salt, pos = solved, size
     rec = decode_one(buf, pos, 0, salt)
-    assert isinstance(rec, Put)
-    return FileHeader(salt=salt, first_id=rec.id, created_ms=created_ms, name=name)
+    assert isinstance(rec, (Put, Unit))
+    first_id = rec.id if isinstance(rec, Put) else rec.first_id
+    return FileHeader(salt=salt, first_id=first_id, created_ms=created_ms, name=name)
 
 
 def _solve_salt(buf: bytes, offset: int) -> int | None:
@@ -224,6 +225,17 @@ PUTX_HEADERS_LEN_AT: Final = PUTX_HEADER_COUNT_AT + 2  # 61, u32
 PUTX_OVERHEAD: Final = RECORD_HEADER_SIZE + PUTX_FIELDS_SIZE
 if (PUTX_HEADERS_LEN_AT + 4, metadata.META_FIXED.format) != (PUTX_OVERHEAD, "<QQQHHI"):  # pragma: no cover
     raise TypeError("journaled.format.record: the PUTX offsets disagree with metadata.META_FIXED")
+#: A compressed unit of PUT/PUTX records (section 4.5 of docs/format.md): ``first_id u64, count u32,
+#: codec u8, raw_len u32`` then the codec's frame of the inner records.  Below 0x80: a reader that
+#: does not know it must refuse it (it could not deliver the items inside).
+TYPE_PUTZ: Final = 3
+UNIT_FIELDS_STRUCT = struct.Struct("<QIBI")
+#: A PUTZ's fixed fields: the least body a PUTZ has.
+UNIT_FIELDS_SIZE: Final = UNIT_FIELDS_STRUCT.size  # 17
+#: The codecs a PUTZ may name; another value is a newer writer's, refused ([F-44]).
+CODEC_ZSTD: Final = 1
+#: The most inner bytes one unit may hold ([F-45]): bounds what a reader decompresses.
+MAX_UNIT_RAW: Final = 1 << 20
 #: Types with this bit set may be skipped by a reader that does not know them; unknown types
 #: without it mean "a newer writer wrote something you must understand" and are refused.
 TYPE_SKIPPABLE: Final = 0x80
@@ -317,7 +329,26 @@ class Damage:
     incomplete: bool
 
 
-Decoded = Put | Skipped
+@attrs.frozen
+class Unit:
+    """A decoded PUTZ record whose CRC verified: ``frame`` (the codec's bytes) is not yet
+    decompressed (journaled.format.compressed does that and checks the inner records)."""
+
+    offset: int
+    size: int  # bytes the whole record occupies on disk
+    first_id: int
+    count: int
+    codec: int
+    raw_len: int
+    frame: bytes
+
+    @property
+    def last_id(self) -> int:
+        """The id of the unit's last item."""
+        return self.first_id + self.count - 1
+
+
+Decoded = Put | Skipped | Unit
 
 
 def decode_one(
@@ -343,6 +374,7 @@ def decode_one(
         length > max_body
         or (rtype == TYPE_PUT and length < PUT_FIELDS_SIZE)
         or (rtype == TYPE_PUTX and length < PUTX_FIELDS_SIZE)
+        or (rtype == TYPE_PUTZ and length < UNIT_FIELDS_SIZE)
     ):
         return Damage(offset, f"implausible record length {length}", False)
     end = pos + RECORD_HEADER_SIZE + length
@@ -364,6 +396,17 @@ def decode_one(
                 return Damage(offset, got, False)
             meta, start = got
             return PutX(offset, size, item_id, add_ms, expire_ms, bytes(view[start:end]), meta)
+        if rtype == TYPE_PUTZ:
+            first_id, count, codec, raw_len = UNIT_FIELDS_STRUCT.unpack_from(buf, pos + RECORD_HEADER_SIZE)
+            if codec != CODEC_ZSTD:  # [F-44]: a codec of a newer writer
+                raise UnsupportedVersion("<journal>", offset, f"compression codec {codec} is not supported")
+            # [F-45]: fields that cannot describe the frame after them are damage, like a PUTX's
+            if count == 0 or raw_len > MAX_UNIT_RAW or raw_len < count * PUT_OVERHEAD:
+                return Damage(
+                    offset, f"inconsistent compressed unit (count {count}, raw_len {raw_len})", False
+                )
+            frame = bytes(view[pos + RECORD_HEADER_SIZE + UNIT_FIELDS_SIZE : end])
+            return Unit(offset, size, first_id, count, codec, raw_len, frame)
     finally:
         view.release()
     if rtype & TYPE_SKIPPABLE:
@@ -380,7 +423,8 @@ def find_next_record(
     max_body: int = MAX_BODY,
 ) -> int | None:
     """Scan forward from ``buf[pos]`` for the next position where a PUT with id >= ``min_id``
-    validates; used to resume after mid-file damage.  Returns the buffer position or ``None``.
+    validates (or a compressed unit whose last id is >= ``min_id``, [F-16]); used to resume after
+    mid-file damage.  Returns the buffer position or ``None``.
 
     Position-seeded CRCs make a false match a 2**-32 event per candidate offset, and the id
     check rejects stale records left over from an earlier life of the same offsets.
@@ -388,7 +432,7 @@ def find_next_record(
     data = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
     n = len(data)
     while pos + PUT_OVERHEAD <= n:
-        # Only a PUT or PUTX can be accepted, so only offsets whose type byte is one of theirs are
+        # Only a PUT, PUTX or PUTZ can be accepted, so only offsets whose type byte is one of theirs are
         # candidates: jumping between them keeps a scan over megabytes of zeros or garbage fast.
         found = _PUT_TYPES.search(data, pos + RECORD_HEADER_SIZE - 1)
         if found is None:
@@ -401,10 +445,10 @@ def find_next_record(
             rec = decode_one(data, pos, base_offset, salt, max_body)
         except UnsupportedVersion:
             rec = Damage(pos, "unknown type", False)
-        if isinstance(rec, Put) and rec.id >= min_id:
+        if (isinstance(rec, Put) and rec.id >= min_id) or (isinstance(rec, Unit) and rec.last_id >= min_id):
             return pos
         pos += 1
     return None
 
 
-_PUT_TYPES = re.compile(re.escape(bytes([TYPE_PUT])) + b"|" + re.escape(bytes([TYPE_PUTX])))
+_PUT_TYPES = re.compile(b"[" + re.escape(bytes([TYPE_PUT, TYPE_PUTX, TYPE_PUTZ])) + b"]")

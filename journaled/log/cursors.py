@@ -98,7 +98,7 @@ class CursorReader:
                 except UnsupportedVersion as exc:
                     if out:
                         break  # what came before it first; the next read stops there again
-                    raise UnsupportedVersion(jf.path, exc.offset, exc.reason) from None
+                    raise type(exc)(jf.path, exc.offset, exc.reason) from None  # of its kind
             finally:
                 with st.lock:
                     shared.release()

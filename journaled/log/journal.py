@@ -19,18 +19,23 @@ never runs under it on the hot path (see log/writer.py).  The facade adds no loc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import Any
 
-from journaled.config import QueueConfig
+from journaled.config import QueueConfig, stored_compression
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import detect_queue_name, list_journal_files
 from journaled.errors import JournalIOError
+from journaled.format import compressed
 from journaled.log.cursors import CursorReader
 from journaled.log.opening import open_journal
 from journaled.log.positions import Positions
 from journaled.log.retention import archivable, archive, past_retention
 from journaled.log.state import Cursor, JournalFile, LogState, RecoveryEvent, now_ms
 from journaled.log.writer import Writer
+
+log = logging.getLogger("journaled")
 
 __all__ = [
     "Cursor",
@@ -168,3 +173,17 @@ class Journal:
         Takes no lock: a thread of the parent may have held it at the fork."""
         self._state.close()
         self._writer.close_locked(discard_spares=False)
+
+    def compress_as_stored(self, stored: dict[str, Any]) -> None:
+        """Write new batches with the codec of the stored queue settings ``stored`` (after this
+        open's config applied; docs/format.md 4.5).  A stored value this version cannot apply is
+        logged and gives plain records (always readable); a codec without its binding raises
+        :class:`~journaled.errors.CompressionUnavailable`, naming the extra."""
+        try:
+            codec = stored_compression(stored)
+        except (TypeError, ValueError) as exc:
+            log.warning("queue %s: stored compression not applied: %s", self.directory, exc)
+            codec = None
+        if codec is not None:
+            compressed.require(self.directory, codec)
+        self._writer.set_compression(codec is not None)

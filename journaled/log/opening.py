@@ -114,7 +114,7 @@ def _ids_between(files: list[JournalFile], at: int) -> tuple[int, int] | None:
     if at == 0 or at >= len(files):
         return None
     before, after = files[at - 1], files[at]
-    scan = recoveryplan.scan_file(fileio.ops.read_file(before.path), before.header)
+    scan = recoveryplan.scan_file(fileio.ops.read_file(before.path), before.header, before.path)
     last = scan.max_id()
     first = before.first_id if last is None else last + 1
     return (first, after.first_id - 1) if first < after.first_id else None
@@ -124,7 +124,7 @@ def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, 
     """Scan one file completely, apply the recovery mode and index it.  Returns ``(next id
     after its last kept record, smallest id never used, latest add time kept (0 if none))``."""
     data = fileio.ops.read_file(jf.path)
-    scan = recoveryplan.scan_file(data, jf.header)
+    scan = recoveryplan.scan_file(data, jf.header, jf.path)
     plan = recoveryplan.plan(scan, state.config.recovery, jf.path, newest)
     expected = jf.first_id
     last_add_ms = 0

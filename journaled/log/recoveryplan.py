@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from journaled.errors import CorruptJournal
+from journaled.errors import CorruptJournal, UnsupportedVersion
 from journaled.format.record import FileHeader
 from journaled.log.walker import FileWalker, Span
 
@@ -44,8 +44,10 @@ class Plan:
     cut: Span | None  # the span at ``end`` that made us cut (None: nothing cut)
 
 
-def scan_file(data: bytes, header: FileHeader) -> FileScan:
-    """Decode every record of a journal file, locating damage and the valid records after it."""
+def scan_file(data: bytes, header: FileHeader, path: str = "<journal>") -> FileScan:
+    """Decode every record of a journal file, locating damage and the valid records after it.
+    A record this version must not skip raises :class:`UnsupportedVersion` (of its kind, named by
+    ``path``) at it ([F-11], [F-44])."""
     records: list[tuple[int, int, int]] = []
     spans: list[Span] = []
 
@@ -63,7 +65,10 @@ def scan_file(data: bytes, header: FileHeader) -> FileScan:
         chunk=max(1, len(data)),
     )
     while True:
-        batch = walker.read_batch(max_bytes=1 << 62)
+        try:
+            batch = walker.read_batch(max_bytes=1 << 62)
+        except UnsupportedVersion as exc:
+            raise type(exc)(path, exc.offset, exc.reason) from None
         if not batch:
             break
         records.extend((r.id, r.offset, r.add_ms) for r in batch)

@@ -10,6 +10,13 @@ damage*.  The answers:
   then is it returned.  A valid PUT whose id is below the id expected next is skipped (it cannot
   belong to this stretch of the file); a valid PUT whose id is above it is accepted (the ids in
   between were lost to damage, which the caller sees as a jump).
+* A compressed unit (a PUTZ, docs/format.md section 4.5) is decompressed here and its items
+  returned as if they stood where the unit stands (their ``offset`` is the unit's).  A walk that
+  stops between two of a unit's items keeps ``pos`` at the unit and ``expected`` at the next id:
+  the next walk decodes the unit again (a few recent units are kept decoded) and skips the ids
+  below.  A unit whose CRC is right but whose content is not is damage like any other: its items
+  are lost, and only they.  Without a zstd binding a unit stops the walk as a type that must be
+  understood does (:class:`~journaled.errors.CompressionUnavailable`).
 * A valid record of a type that must be understood and is not (a newer writer's, [F-11]) stops
   the walk: the records before it are returned, then :class:`UnsupportedVersion` is raised at it
   (its ``offset`` is the record's), every time the walk is asked to go on.
@@ -26,16 +33,25 @@ whole files already in memory (recovery) and anything else alike.
 
 from __future__ import annotations
 
+import threading
+from bisect import bisect_right
 from collections.abc import Callable
+from itertools import accumulate
+from operator import attrgetter
 
 import attrs
 
 from journaled.errors import UnsupportedVersion
+from journaled.format import compressed
 from journaled.format.record import (
     MAX_BODY,
     RECORD_HEADER_SIZE,
+    RECORD_TYPE_AT,
+    TYPE_PUTZ,
     Damage,
     Put,
+    Unit,
+    decode_one,
     find_next_record,
 )
 from journaled.format.speedups import decode_many, walk_puts
@@ -115,17 +131,24 @@ class FileWalker:
         out: list[Put] = []
         nbytes = 0
         salt = self.salt
+        data, base, reuse = b"", self.pos, False  # data: the bytes read, from file offset base
         while not self.done and len(out) < max_items and nbytes < max_bytes:
             if self.pos >= self.limit:
                 self.done = True
                 break
-            # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
-            want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
-            data = self.pread(want, self.pos)
+            if reuse and self.pos - base < len(data):
+                # perf: after a unit, the walk goes on in the bytes already read (re-reading the
+                # rest of a whole-file window after each unit would copy the file once per unit)
+                rel = self.pos - base
+            else:
+                # perf: a small budget reads (and CRC-checks) a small window, not a whole chunk
+                want = min(self.limit - self.pos, min(self.chunk, max_bytes - nbytes) + 4096)
+                data, base, rel = self.pread(want, self.pos), self.pos, 0
+            reuse = False
             try:
                 # never past max_bytes (but at least one record): `full` says the next did not fit
                 recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
-                    data, self.pos, salt, 0, self.expected, max_items - len(out), max_bytes, nbytes,
+                    data, base, salt, rel, self.expected, max_items - len(out), max_bytes, nbytes,
                     at_least_one and not out,
                 )  # fmt: skip
             except UnsupportedVersion as exc:
@@ -135,26 +158,61 @@ class FileWalker:
                     if out:
                         break
                     raise
-                data = data[: exc.offset - self.pos]
+                data = data[: exc.offset - base]
                 recs, pos, self.expected, nbytes, full, end, damage = walk_puts(
-                    data, self.pos, salt, 0, self.expected, max_items - len(out), max_bytes, nbytes,
+                    data, base, salt, rel, self.expected, max_items - len(out), max_bytes, nbytes,
                     at_least_one and not out,
                 )  # fmt: skip
             out += recs
-            self.pos += pos
+            self.pos = base + pos
             if full:
                 break
+            if (
+                damage is None
+                and pos + RECORD_TYPE_AT < len(data)
+                and data[pos + RECORD_TYPE_AT] == TYPE_PUTZ
+            ):
+                # walk_puts stops at a compressed unit (or ran out of max_items just before one)
+                if len(out) >= max_items:
+                    break
+                got = decode_one(data, pos, base, salt)
+                if isinstance(got, Unit):
+                    try:
+                        nbytes, stop = self._take_unit(got, out, nbytes, max_items, max_bytes, at_least_one)
+                    except UnsupportedVersion:
+                        if out:
+                            break  # deliver what came before it first
+                        raise
+                    if stop:
+                        break
+                    reuse = True
+                    continue
+                if isinstance(got, Damage) and not got.incomplete:
+                    self._damaged(got)
+                    continue
+                # a unit longer than the window: read as one big record below
+                damage, end = Damage(self.pos, "truncated record", True), rel
             if not data and self.pos < self.limit:
                 damage = Damage(self.pos, "file shorter than expected", True)
-            if damage is None or (damage.incomplete and end > 0):
+            if damage is None or (damage.incomplete and end > rel):
                 continue  # a window boundary (or max_items): the next read starts at pos
-            if damage.incomplete and self.pos + len(data) < self.limit:
+            if damage.incomplete and base + len(data) < self.limit:
                 try:
                     big = self._one_big_record()
                 except UnsupportedVersion:
                     if out:
                         break  # deliver what came before it first
                     raise
+                if isinstance(big, Unit):
+                    try:
+                        nbytes, stop = self._take_unit(big, out, nbytes, max_items, max_bytes, at_least_one)
+                    except UnsupportedVersion:
+                        if out:
+                            break
+                        raise
+                    if stop:
+                        break
+                    continue
                 if big is not None:
                     if big.id >= self.expected:
                         out.append(big)
@@ -164,8 +222,9 @@ class FileWalker:
             self._damaged(damage)
         return out
 
-    def _one_big_record(self) -> Put | None:
-        """The record at ``pos`` when it is longer than a read window (read exactly it)."""
+    def _one_big_record(self) -> Put | Unit | None:
+        """The record at ``pos`` when it is longer than a read window (read exactly it).  A
+        compressed unit is returned with ``pos`` still at it (:meth:`_take_unit` moves on)."""
         hdr = self.pread(RECORD_HEADER_SIZE, self.pos)
         length = int.from_bytes(hdr[4:8], "little")
         if length > MAX_BODY:
@@ -174,9 +233,43 @@ class FileWalker:
         recs, end, _ = decode_many(data, self.pos, self.salt, 0, MAX_BODY, limit=1)
         if not recs:
             return None
-        self.pos += end
         rec = recs[0]
+        if isinstance(rec, Unit):
+            return rec
+        self.pos += end
         return rec if isinstance(rec, Put) else None
+
+    def _take_unit(
+        self, unit: Unit, out: list[Put], nbytes: int, max_items: int, max_bytes: int, at_least_one: bool
+    ) -> tuple[int, bool]:
+        """Append the items of ``unit`` (at ``pos``) with ids at or above ``expected`` to ``out``
+        within the budget; return the payload bytes taken and whether the budget stopped the walk
+        inside the unit (``pos`` then stays at the unit, ``expected`` at the next id).  A damaged
+        unit is handed to the reporter like any damage."""
+        got = _decoded(unit, self.salt)
+        if isinstance(got, str):
+            self._damaged(Damage(unit.offset, got, False))
+            return nbytes, False
+        items, sizes = got  # sizes[i]: payload bytes of items[:i]
+        k = max(0, self.expected - unit.first_id)  # ids run first_id.. without a gap ([F-45])
+        n = len(items)
+        room = max_items - len(out)
+        stop = n - k > room
+        last = min(n, k + room)
+        if nbytes + sizes[last] - sizes[k] > max_bytes:
+            # the most items from k whose payloads fit (at least one when the walk has none yet)
+            j = max(k, bisect_right(sizes, max_bytes - nbytes + sizes[k], k, last + 1) - 1)
+            if j == k and at_least_one and not out and k < last:
+                j = k + 1
+            stop, last = stop or j < last, j
+        nbytes += sizes[last] - sizes[k]
+        if last > k:
+            out += items[k:last]
+            self.expected = unit.first_id + last
+        if last >= n:
+            self.pos = unit.offset + unit.size
+            return nbytes, stop
+        return nbytes, True
 
     def _damaged(self, damage: Damage) -> None:
         rest = self.pread(self.limit - self.pos, self.pos)
@@ -184,8 +277,9 @@ class FileWalker:
         resume = resume_id = None
         if nxt is not None:
             rec = decode_many(rest, self.pos, self.salt, nxt, MAX_BODY, limit=1)[0][0]
-            assert isinstance(rec, Put)
-            resume, resume_id = self.pos + nxt, rec.id
+            assert isinstance(rec, (Put, Unit))
+            resume = self.pos + nxt
+            resume_id = rec.id if isinstance(rec, Put) else max(rec.first_id, self.expected)
         torn = nxt is None and (damage.incomplete or not any(rest))
         span = Span(self.pos, self.expected, resume, resume_id, damage.reason, damage.incomplete, torn)
         if not self.report(span, rest):
@@ -203,3 +297,29 @@ class FileWalker:
         if not batch:
             raise StopIteration
         return batch
+
+
+#: The last units decoded, by (file salt, offset, frame): a reader stopped inside a unit decodes it
+#: again on its next read; a few recent ones are kept decoded (their records are immutable), with
+#: the running sums of their payload sizes.
+_UNITS: dict[tuple[int, int, bytes], tuple[list[Put], list[int]] | str] = {}
+_UNITS_KEPT = 8
+_payload = attrgetter("payload")
+_units_lock = threading.Lock()
+
+
+def _decoded(unit: Unit, salt: int) -> tuple[list[Put], list[int]] | str:
+    """:func:`compressed.decode_unit` and the running payload sizes (``sizes[i]``: bytes of the
+    first ``i`` items), through the cache of recent units."""
+    key = (salt, unit.offset, unit.frame)
+    with _units_lock:
+        got = _UNITS.get(key)
+    if got is not None:
+        return got
+    items = compressed.decode_unit(unit, salt)
+    got = items if isinstance(items, str) else (items, [0, *accumulate(map(len, map(_payload, items)))])
+    with _units_lock:
+        if len(_UNITS) >= _UNITS_KEPT:
+            del _UNITS[next(iter(_UNITS))]
+        _UNITS[key] = got
+    return got

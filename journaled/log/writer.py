@@ -42,8 +42,9 @@ from journaled.disk.layout import journal_path
 from journaled.errors import JournalIOError, QueueDirectoryGone
 from journaled.format.metadata import Meta
 from journaled.format.metadata import encode as encode_meta
-from journaled.format.record import PUT_OVERHEAD, FileHeader, encode_header, header_size
+from journaled.format.record import MAX_UNIT_RAW, PUT_OVERHEAD, FileHeader, encode_header, header_size
 from journaled.format.speedups import encode_puts, encode_putx
+from journaled.log.runs import append_run
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.
@@ -83,6 +84,9 @@ class Writer:
         # perf: the frozen config's two answers every append needs, one attribute away
         self.limit = state.config.journal_size
         self.write_through = state.config.sync == "never"  # no buffering: every append is written out
+        # batches of two or more items go into compressed units (the queue's stored compression,
+        # set_compression by the owner after opening; docs/design.md "Compressed journals")
+        self.compress = False
         home = os.stat(state.directory)
         self.home = (home.st_dev, home.st_ino)  # the directory's identity (see "Home" above)
 
@@ -248,6 +252,8 @@ class Writer:
         ``seq`` is the byte sequence number to pass to ``wait_durable``.  Items are never split
         across files: a record that would pass ``journal_size`` goes to a fresh file.
         """
+        if self.compress and len(payloads) > 1:
+            return self._append_units(payloads, None, None, add_ms, expire_ms)
         st = self.state
         with st.lock:
             st.check_writable()
@@ -333,6 +339,8 @@ class Writer:
                     return item_id, add_ms, self.appended
         if encoded is None:
             encoded = [b"" if m is None else encode_meta(m) for m in metas]
+        if self.compress and len(payloads) > 1:
+            return self._append_units(payloads, metas, encoded, add_ms, expire_ms)
         with st.lock:
             st.check_writable()
             add_ms = max(add_ms, st.last_add_ms)
@@ -361,6 +369,65 @@ class Writer:
                     jf.note(item_id, pos)
                 self.appended += PUT_OVERHEAD + size
                 st.appended(item_id + 1, add_ms)
+            if self.write_through or len(self.buf) >= WRITE_OUT_AT:
+                self.write_out_locked()
+            return first_id, add_ms, self.appended
+
+    def set_compression(self, on: bool) -> None:
+        """Write batches of two or more items as compressed units from now on (or not)."""
+        self.compress = on
+
+    def _append_units(
+        self,
+        payloads: Sequence[bytes],
+        metas: Sequence[Meta | None] | None,
+        encoded: Sequence[bytes] | None,
+        add_ms: int,
+        expire_ms: int,
+    ) -> tuple[int, int, int]:
+        """:meth:`append` / :meth:`append_meta` in a compressed queue: the items go in runs of at
+        most ``MAX_UNIT_RAW`` inner bytes, each written as one PUTZ record, or as the plain records
+        when compressing does not make it smaller (a run of one, an item over the cap, or bytes
+        that do not compress).  Runs never cross a file: a run takes the room of its plain
+        records, which its unit never exceeds."""
+        st = self.state
+        sizes = [len(p) for p in payloads]
+        if encoded is not None:
+            sizes = [n + len(e) for n, e in zip(sizes, encoded, strict=True)]
+        n = len(payloads)
+        with st.lock:
+            st.check_writable()
+            add_ms = max(add_ms, st.last_add_ms)
+            first_id = st.next_id
+            jf = st.files[-1]
+            if jf.size + len(self.buf) + n * PUT_OVERHEAD + sum(sizes) > self.limit:
+                self.reserve_locked(sizes)  # may raise: nothing encoded yet
+            i = 0
+            while i < n:
+                jf = st.files[-1]
+                pos = jf.size + len(self.buf)
+                j, end, raw = i, pos, 0
+                while j < n:
+                    rec = PUT_OVERHEAD + sizes[j]
+                    if j > i and (raw + rec > MAX_UNIT_RAW or end + rec > self.limit):
+                        break
+                    if j == i and end + rec > self.limit and end > jf.header.size:
+                        break
+                    end += rec
+                    raw += rec
+                    j += 1
+                if j == i:
+                    self.rotate_locked()
+                    continue
+                item_id, before = st.next_id, len(self.buf)
+                append_run(
+                    self.buf, jf.salt, pos, item_id, payloads, metas, encoded, i, j, raw, add_ms, expire_ms
+                )
+                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                    jf.note(item_id, pos)  # a unit's items stand where the unit stands
+                self.appended += len(self.buf) - before
+                st.appended(item_id + j - i, add_ms)
+                i = j
             if self.write_through or len(self.buf) >= WRITE_OUT_AT:
                 self.write_out_locked()
             return first_id, add_ms, self.appended

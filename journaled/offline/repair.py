@@ -18,10 +18,12 @@ from journaled.disk import fileio, lease
 from journaled.disk.dirlock import DirLock, owner_pid
 from journaled.disk.layout import HeaderCheck, detect_queue_name, inspect_journal, is_ours, list_journal_files
 from journaled.errors import CorruptJournal, UnsupportedVersion
+from journaled.format import compressed
 from journaled.format.record import (
     FileHeader,
     Put,
     PutX,
+    Unit,
     decode_one,
     encode_header,
     encode_put,
@@ -184,7 +186,7 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
                     "header rebuilt from the records; nothing lost",
                 )
             )
-        scan = scan_file(data, header)
+        scan = scan_file(data, header, path)
         records += len(scan.records)
         if prev_end is not None and header.first_id > prev_end:
             gap = (prev_end, header.first_id - 1)
@@ -237,18 +239,40 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
 
 def _rebuild(path: str, data: bytes, header: FileHeader, keep: list[tuple[int, int, int]]) -> bytes:
     """The file re-encoded with only the records at ``keep`` offsets (CRCs are seeded by
-    position, so every moved record is encoded afresh)."""
+    position, so every moved record is encoded afresh; a compressed unit, whose items share its
+    offset, stays one unit, its inner records re-encoded for its new offset)."""
     out = bytearray(encode_header(header))
+    done: set[int] = set()
     for _id, offset, _ms in keep:
+        if offset in done:
+            continue  # another item of the same unit
+        done.add(offset)
         rec = decode_one(data, offset, 0, header.salt)
+        if isinstance(rec, Unit):
+            items = compressed.decode_unit(rec, header.salt)
+            assert not isinstance(items, str)  # the scan kept it: it decoded
+            at = len(out)
+            inner = _encode_items(compressed.unit_salt(header.salt, at), bytearray(), items)
+            unit = compressed.encode_unit(header.salt, at, rec.first_id, rec.count, inner)
+            if unit is not None:
+                out += unit
+            else:  # not smaller compressed at its new offset (a frame differs by its salts)
+                _encode_items(header.salt, out, items)
+            continue
         assert isinstance(rec, Put)
-        if isinstance(rec, PutX):  # its key, headers and not-before are the item's as much as its bytes
-            out += encode_putx(
-                header.salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.meta, rec.payload
-            )
-        else:
-            out += encode_put(header.salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.payload)
+        _encode_items(header.salt, out, [rec])
     return bytes(out)
+
+
+def _encode_items(salt: int, out: bytearray, items: list[Put]) -> bytearray:
+    """``items`` appended to ``out`` as records at their offsets in it (``out`` is a file's bytes
+    from offset 0, or a unit's inner bytes)."""
+    for rec in items:
+        if isinstance(rec, PutX):  # its key, headers and not-before are the item's as much as its bytes
+            out += encode_putx(salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.meta, rec.payload)
+        else:
+            out += encode_put(salt, len(out), rec.id, rec.add_ms, rec.expire_ms, rec.payload)
+    return out
 
 
 def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -> tuple[str, list[str]]:
@@ -298,7 +322,7 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
                 continue
             with open(path, "rb") as f:
                 data = f.read()
-            scan = scan_file(data, header)
+            scan = scan_file(data, header, path)
             p = plan(scan, mode, path, k == len(files) - 1)
             keep = [r for r in scan.records if r[1] < p.end]
             rebuilt = _rebuild(path, data, header, keep)

@@ -132,6 +132,7 @@ class JournalScanner:
                         if rec.id >= start_id:
                             yield rec
             except UnsupportedVersion as exc:  # [F-11]: every record before it was yielded
-                raise UnsupportedVersion(sf.path, exc.offset, exc.reason) from None
+                # named by its file; of its kind (CompressionUnavailable names the extra)
+                raise type(exc)(sf.path, exc.offset, exc.reason) from None
         finally:
             os.close(fd)

@@ -22,14 +22,18 @@ from collections.abc import Iterator
 import attrs
 
 from journaled.disk.layout import detect_queue_name, inspect_journal, list_journal_files
+from journaled.format import compressed
 from journaled.format.record import (
     MAX_BODY,
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
     TYPE_PUT,
     TYPE_PUTX,
+    TYPE_PUTZ,
+    UNIT_FIELDS_SIZE,
     FileHeader,
     Put,
+    Unit,
     decode_one,
 )
 from journaled.log.walker import FileWalker, Span
@@ -37,9 +41,10 @@ from journaled.log.walker import FileWalker, Span
 #: Bytes read per probe when looking for a record boundary.
 PROBE = 64 * 1024
 CHUNK = 1 << 20
-#: The type bytes of the records a reader delivers (PUT, and PUTX: a PUT with metadata).
-_ITEM_TYPES = re.compile(b"[" + re.escape(bytes([TYPE_PUT, TYPE_PUTX])) + b"]")
-_ITEM_TYPE_SET = frozenset((TYPE_PUT, TYPE_PUTX))
+#: The type bytes of the records a reader delivers (PUT, PUTX: a PUT with metadata, and PUTZ: a
+#: compressed unit of them).
+_ITEM_TYPES = re.compile(b"[" + re.escape(bytes([TYPE_PUT, TYPE_PUTX, TYPE_PUTZ])) + b"]")
+_ITEM_TYPE_SET = frozenset((TYPE_PUT, TYPE_PUTX, TYPE_PUTZ))
 
 
 @attrs.frozen
@@ -110,7 +115,7 @@ def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
     if k + RECORD_HEADER_SIZE > len(buf) or buf[k + 8] not in _ITEM_TYPE_SET:
         return None
     length = int.from_bytes(buf[k + 4 : k + 8], "little")
-    if length < 24 or length > MAX_BODY:
+    if length < UNIT_FIELDS_SIZE or length > MAX_BODY:
         return None
     if k + RECORD_HEADER_SIZE + length <= len(buf):
         rec = decode_one(buf, k, base, salt)
@@ -119,6 +124,9 @@ def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
         if len(full) < RECORD_HEADER_SIZE + length:
             return None
         rec = decode_one(full, 0, base + k, salt)
+    if isinstance(rec, Unit):  # a unit starts with its first item (a damaged one is no candidate)
+        items = compressed.decode_unit(rec, salt)
+        return None if isinstance(items, str) else items[0]
     return rec if isinstance(rec, Put) else None
 
 

@@ -4,31 +4,38 @@ Records are decoded by ``journaled.format.speedups.decode_columns`` (compiled, o
 pure-Python reference) into the byte buffers of ``columns.new_columns(meta=True)`` per batch -- ids,
 add and expire times, payload offsets and bytes, and each row's key, not-before and headers -- which
 become Arrow arrays with ``pyarrow.Array.from_buffers``: no Python object per record, whether it is
-a PUT or a PUTX with a key, headers or a not-before.  The rare PUTX the columnar walk leaves (more
-headers than a put writes, ``metadata.MAX_HEADERS``) is decoded here, in Python, its row appended to
-the same buffers, and the walk goes on after it.  Anything else it does not decode inline (a
-skippable record type, damage, a record longer than a read) hands over, from that point, to
-:func:`journaled.offline.segments.read_segment` and the record walker (log/walker.py), which skips
-damage and notes it in ``gaps``, exactly as before.
+a PUT or a PUTX with a key, headers or a not-before.  A compressed unit (docs/format.md 4.5) is
+decompressed here and its inner records go through the same columnar walk.  The rare PUTX the
+columnar walk leaves (more headers than a put writes, ``metadata.MAX_HEADERS``) is decoded here, in
+Python, its row appended to the same buffers, and the walk goes on after it.  Anything else it does
+not decode inline (a skippable record type, damage, a record longer than a read) hands over, from
+that point, to :func:`journaled.offline.segments.read_segment` and the record walker
+(log/walker.py), which skips damage and notes it in ``gaps``, exactly as before.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from collections.abc import Iterator
 
 import attrs
 import pyarrow as pa
 
-from journaled.format.columns import DONE, FULL, Columns, new_columns
+from journaled.errors import UnsupportedVersion
+from journaled.format import compressed
+from journaled.format.columns import DONE, FULL, MAX_BATCH_BYTES, Columns, new_columns
 from journaled.format.record import (
     MAX_BODY,
     PUTX_FIELDS_SIZE,
     RECORD_HEADER_SIZE,
     TYPE_PUTX,
+    TYPE_PUTZ,
     Put,
     PutX,
+    Unit,
     decode_one,
 )
 from journaled.format.speedups import decode_columns
@@ -165,6 +172,38 @@ def read_segment_arrays(
                     continue
                 if status == DONE:
                     break
+                unit = _unit_at(buf, k, pos, salt)
+                if unit is not None:
+                    inner, raw = unit
+                    if inner.first_id >= hi or inner.offset >= seg_end:
+                        status = DONE
+                        break
+                    # the unit's inner records, decoded by the same columnar walk ([F-43]):
+                    # straight into this batch when the whole unit fits it, else after a check
+                    direct = _unit_direct(inner, raw, salt, lo, hi, rows, max_bytes, cols)
+                    if direct is not None:
+                        last_id = direct
+                        if len(cols[0]) // 8 >= rows or len(cols[4]) >= max_bytes:
+                            yield to_arrow(cols)
+                            cols = new_columns(meta=True)
+                        k += inner.size
+                        continue
+                    if _unit_checked(inner, raw, salt):
+                        ik, inner_salt = 0, compressed.unit_salt(salt, inner.offset)
+                        while True:
+                            ik, last, status = decode_columns(
+                                raw, 0, inner_salt, ik, lo, hi, len(raw) + 1, rows, max_bytes, cols
+                            )
+                            if last is not None:
+                                last_id = last
+                            if status != FULL:
+                                break
+                            yield to_arrow(cols)
+                            cols = new_columns(meta=True)
+                        if status == DONE:
+                            break
+                        k += inner.size
+                        continue
                 rec = _putx_at(buf, k, pos, salt)
                 if rec is None:
                     break
@@ -195,6 +234,70 @@ def read_segment_arrays(
             yield to_arrow(cols)
     finally:
         os.close(fd)
+
+
+def _unit_at(buf: bytes, k: int, base: int, salt: int) -> tuple[Unit, bytes] | None:
+    """The valid compressed unit wholly inside ``buf`` at ``k`` and its inner bytes (not checked
+    yet: :func:`_unit_direct`, :func:`_unit_checked`); None for anything else, which the record
+    walker then takes (damage, a codec or binding missing: it reports or raises)."""
+    if k + RECORD_HEADER_SIZE > len(buf) or buf[k + RECORD_HEADER_SIZE - 1] != TYPE_PUTZ:
+        return None
+    length = int.from_bytes(buf[k + 4 : k + 8], "little")
+    if length > MAX_BODY or k + RECORD_HEADER_SIZE + length > len(buf) or not compressed.available():
+        return None
+    try:
+        unit = decode_one(buf, k, base, salt)
+    except UnsupportedVersion:
+        return None
+    if not isinstance(unit, Unit):
+        return None
+    raw = compressed.inflate(unit)
+    return None if isinstance(raw, str) else (unit, raw)
+
+
+def _ids(first: int, count: int) -> bytes:
+    """The ids column of ``count`` rows with ids ``first ..``."""
+    ids = array("Q", range(first, first + count))
+    if sys.byteorder != "little":  # pragma: no cover - little-endian machines only here
+        ids.byteswap()
+    return ids.tobytes()
+
+
+def _unit_direct(
+    unit: Unit, raw: bytes, salt: int, lo: int, hi: int, rows: int, max_bytes: int, cols: Columns
+) -> int | None:
+    """Append every item of ``unit`` to ``cols`` when all of them belong to ``[lo, hi)`` and fit
+    the batch, and the inner bytes are what the record walker accepts (exactly ``count`` records,
+    ids in order, each decoded); return the last id.  Otherwise ``cols`` is left as it was and
+    None returned."""
+    n = len(cols[0]) // 8
+    if unit.first_id < lo or unit.last_id >= hi or n + unit.count > rows:
+        return None
+    if (
+        len(cols[4]) + len(raw) > max_bytes
+        or len(cols[6]) + len(cols[10]) + len(cols[12]) + len(raw) > max_bytes
+    ):
+        return None
+    marks = [len(b) for b in cols]
+    end, last, _ = decode_columns(
+        raw, 0, compressed.unit_salt(salt, unit.offset), 0, lo, hi, len(raw) + 1, rows, max_bytes, cols
+    )
+    if end == len(raw) and last == unit.last_id and cols[0][marks[0] :] == _ids(unit.first_id, unit.count):
+        return last
+    for b, m in zip(cols, marks, strict=True):
+        del b[m:]
+    return None
+
+
+def _unit_checked(unit: Unit, raw: bytes, salt: int) -> bool:
+    """The inner bytes are what the record walker accepts, checked by one columnar walk into
+    scratch buffers (C speed, no object per record)."""
+    scratch = new_columns(meta=True)
+    end, _, status = decode_columns(
+        raw, 0, compressed.unit_salt(salt, unit.offset), 0, 0, 1 << 62, len(raw) + 1,
+        unit.count + 1, MAX_BATCH_BYTES, scratch,
+    )  # fmt: skip
+    return status != FULL and end == len(raw) and bytes(scratch[0]) == _ids(unit.first_id, unit.count)
 
 
 def _putx_at(buf: bytes, k: int, base: int, salt: int) -> PutX | None:

@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+try:  # section 4.5: zstd from the standard library (3.14) or its backport
+    from compression import zstd  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - below 3.14
+    from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
+
 JOURNAL_MAGIC = b"\x89JRNL\r\n\x1a"
 CHECKPOINT_MAGIC = b"\x89JCKP\r\n\x1a"
 BATCH_MAGIC = b"\x89JSPL\r\n\x1a"
@@ -245,9 +250,45 @@ def decode(buf: bytes, pos: int, salt: int) -> tuple[str, int, Rec | None]:
         if got is None:
             return "damage", 0, None
         return "put", 9 + length, (item_id, pos, add_ms, expire_ms, got[1], got[0])
+    if rtype == 3:
+        return decode_unit(buf, pos, salt, length)
     if rtype & 0x80:
         return "skip", 9 + length, None  # [F-11]
     raise Unsupported(f"record type {rtype}")
+
+
+def decode_unit(buf: bytes, pos: int, salt: int, length: int) -> tuple[str, int, Rec | None]:
+    """A PUTZ whose CRC verified (section 4.5): ``("unit", size, None)`` with its items in
+    ``UNITS[pos]``, or damage ([F-45])."""
+    if length < 17:
+        return "damage", 0, None
+    first_id, count, codec, raw_len = struct.unpack_from("<QIBI", buf, pos + 9)
+    if codec != 1:
+        raise Unsupported(f"codec {codec}")  # [F-44]
+    if count == 0 or raw_len > 1 << 20 or raw_len < 33 * count:
+        return "damage", 0, None
+    d = zstd.ZstdDecompressor()
+    try:
+        raw = d.decompress(bytes(buf[pos + 26 : pos + 9 + length]), max_length=raw_len + 1)
+    except zstd.ZstdError:
+        return "damage", 0, None
+    if len(raw) != raw_len or not d.eof or d.unused_data:
+        return "damage", 0, None
+    inner_salt, at, items = (salt ^ pos) & 0xFFFFFFFF, 0, []  # [F-43]
+    while at < raw_len:
+        kind, size, put = decode(raw, at, inner_salt)
+        if kind != "put" or put is None or put[0] != first_id + len(items):
+            return "damage", 0, None
+        items.append((put[0], pos) + put[2:])  # an item of a unit stands where the unit stands
+        at += size
+    if len(items) != count:
+        return "damage", 0, None
+    UNITS[pos] = items
+    return "unit", 9 + length, None
+
+
+#: The items of the last units decoded, by offset (walk reads them right after decode).
+UNITS: dict[int, list[Rec]] = {}
 
 
 @dataclass
@@ -275,20 +316,30 @@ def walk(
                 expected = put[0] + 1
             pos += size
             continue
+        if kind == "unit":
+            for put in UNITS.pop(pos):
+                if put[0] >= expected:  # [F-43], [F-13]
+                    puts.append(put)
+                    expected = put[0] + 1
+            pos += size
+            continue
         if kind == "skip":
             pos += size
             continue
         if stop_at_damage:
             break
         nxt = None
-        for cand in range(pos + 1, end - 32):  # [F-16]: every offset, a PUT or PUTX with id >= expected
-            if buf[cand + 8] not in (1, 2):
+        for cand in range(pos + 1, end - 25):  # [F-16]: every offset, a PUT or PUTX with id >= expected
+            if buf[cand + 8] not in (1, 2, 3):
                 continue
             try:
                 k, _, p = decode(buf, cand, salt)
             except Unsupported:
                 continue
             if k == "put" and p is not None and p[0] >= expected:
+                nxt = cand
+                break
+            if k == "unit" and UNITS.pop(cand)[-1][0] >= expected:  # [F-45]: its last id
                 nxt = cand
                 break
         spans.append(Span(pos, nxt, kind, expected))

@@ -307,7 +307,7 @@ def test_skippable_types_are_skipped_and_must_understand_types_refused(tmp_path)
     assert [p[0] for p in spec.read_queue(path, "q").puts] == [1, 2, 3]
     assert [r.id for r in JournalScanner(path, "q").records()] == [1, 2, 3]
     assert drain(path)[0] == [1, 2, 3]
-    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 0x03, b"new meaning"))
+    append_raw(path, lambda salt, off: spec.encode_record(salt, off, 0x04, b"new meaning"))
     with pytest.raises(spec.Unsupported):
         spec.read_queue(path, "q")
     with pytest.raises(UnsupportedVersion):
@@ -1269,3 +1269,153 @@ def test_put_origin_is_taken_before_the_spool_is_adopted_at_open(tmp_path) -> No
     with JournaledQueue(path, QueueConfig(sync="never"), name="q") as q:
         [rs] = q.stats().readers
         assert (rs.name, q.stats().next_id, rs.put) == ("r", 5, 3)
+
+
+# ------------------------------------------------------------------------------ 4.5 PUTZ, 11.3 vector
+def putz_vector() -> bytes:
+    with open(SPEC, encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("the complete 154-byte\nfile:", 1)[1].split("```")[1]
+    return bytes.fromhex("".join(block.split()))
+
+
+def test_the_third_test_vector_is_a_putz_every_reader_decodes(tmp_path) -> None:
+    """[F-43] [F-10]: the PUTZ of section 11.3: its inner bytes are what the library and the spec
+    reader encode (the frame itself is not canonical); the library, the spec reader, the scanner,
+    ``check`` and the owner read its three items, at the unit's offset."""
+    from journaled.format import compressed
+    from journaled.format.record import Unit
+
+    printed = putz_vector()
+    assert len(printed) == 154
+    lib = encode_header(FileHeader(salt=0x01020304, first_id=1, created_ms=1700000000000, name="events"))
+    assert printed[:44] == lib
+    unit = decode_one(printed, 44, 0, 0x01020304)
+    assert isinstance(unit, Unit) and (unit.first_id, unit.count, unit.raw_len, unit.size) == (1, 3, 189, 110)
+    line = b'{"level":"info","msg":"hello"}'
+    inner, mine = b"", b""
+    for i in range(3):
+        inner += encode_put(0x01020328, len(inner), 1 + i, 1700000000000, 0, line)
+        mine += spec.encode_put(0x01020328, len(mine), 1 + i, 1700000000000, 0, line)
+    assert compressed.inflate(unit) == inner == mine
+    items = [(i, 44, 1700000000000, 0, line, None) for i in (1, 2, 3)]
+    header, verdict = spec.parse_header(printed, "events", 1700000000000)
+    assert verdict == "ok" and header is not None
+    assert spec.walk(printed, header.salt, 44, 154, 1) == (items, [])
+    path = str(tmp_path / "events")
+    os.mkdir(path)
+    with open(os.path.join(path, "events.1700000000000"), "wb") as f:
+        f.write(printed)
+    assert [(r.id, r.offset, r.payload) for r in JournalScanner(path, "events").records()] == [
+        (i, 44, line) for i in (1, 2, 3)
+    ]
+    report = check_dir(path, "events")
+    assert report.records == 3 and report.clean
+    got, lost_ids = owner_items(path, "events")
+    assert [g[:2] for g in got] == [(i, line) for i in (1, 2, 3)] and lost_ids == []
+
+
+def test_a_putz_of_an_unknown_codec_is_refused_by_every_reader(tmp_path) -> None:
+    """[F-44]: a valid PUTZ naming codec 2 stops the library and the spec reader by name, after
+    the items before it."""
+    printed = bytearray(putz_vector())
+    printed[0x41] = 2  # the codec
+    printed[0x2C:0x30] = struct.pack("<I", crc32c(bytes(printed[0x30:154]), 0x01020304 ^ 44))
+    lib = encode_header(FileHeader(salt=0x01020304, first_id=1, created_ms=1700000000000, name="events"))
+    first = encode_put(0x01020304, 44, 1, 1700000000000, 0, b"before")
+    moved = bytes(lib + first)
+    # the same PUTZ after one PUT: re-seed its CRC at its new offset
+    body = bytes(printed[0x35:154])
+    from journaled.format.record import TYPE_PUTZ, encode_record
+
+    body = struct.pack("<Q", 2) + body[8:]
+    data = moved + encode_record(0x01020304, len(moved), TYPE_PUTZ, body)
+    with pytest.raises(UnsupportedVersion):
+        decode_one(data, len(moved), 0, 0x01020304)
+    with pytest.raises(spec.Unsupported):
+        spec.walk(data, 0x01020304, 44, len(data), 1)
+    path = str(tmp_path / "events")
+    os.mkdir(path)
+    with open(os.path.join(path, "events.1700000000000"), "wb") as f:
+        f.write(data)
+    scanner = JournalScanner(path, "events")
+    with pytest.raises(UnsupportedVersion):
+        list(scanner.records())
+
+
+@pytest.mark.parametrize("damage", ["frame", "raw_len", "count"])
+def test_a_putz_with_a_right_crc_and_wrong_content_loses_only_its_items(tmp_path, damage: str) -> None:
+    """[F-45]: a PUTZ whose CRC is right but whose frame or fields disagree is damage: the owner
+    and the spec reader skip exactly it and deliver the records around it; its ids are lost."""
+    from journaled.format import compressed
+    from journaled.format.record import TYPE_PUTZ, encode_record
+
+    salt = 0x01020304
+    data = encode_header(FileHeader(salt=salt, first_id=1, created_ms=1700000000000, name="events"))
+    data += encode_put(salt, len(data), 1, 1700000000000, 0, b"one")
+    at = len(data)
+    inner = b""
+    for i in range(20):
+        inner += encode_put(compressed.unit_salt(salt, at), len(inner), 2 + i, 1700000000000, 0, b"x" * 50)
+    frame = compressed.zstd.compress(inner)  # type: ignore[union-attr]
+    fields = {
+        "frame": (2, 20, len(inner), frame[:-1] + bytes([frame[-1] ^ 1])),
+        "raw_len": (2, 20, len(inner) - 3, frame),
+        "count": (2, 19, len(inner), frame),
+    }[damage]
+    body = struct.pack("<QIBI", fields[0], fields[1], 1, fields[2]) + fields[3]
+    data += encode_record(salt, at, TYPE_PUTZ, body)
+    data += encode_put(salt, len(data), 22, 1700000000000, 0, b"after")
+    puts, spans = spec.walk(data, salt, 44, len(data), 1)
+    assert [p[0] for p in puts] == [1, 22] and [s.offset for s in spans] == [at]
+    path = str(tmp_path / "events")
+    os.mkdir(path)
+    with open(os.path.join(path, "events.1700000000000"), "wb") as f:
+        f.write(data)
+    got, lost_ids = owner_items(path, "events")
+    assert [g[0] for g in got] == [1, 22] and lost_ids == [(2, 21)]
+    assert spec.read_queue(path, "events").lost == [(2, 21)]
+
+
+def test_a_writer_never_writes_a_putz_over_2_20_inner_bytes() -> None:
+    """[F-46]: the library refuses to encode a unit over 2^20 inner bytes."""
+    from journaled.format import compressed
+
+    with pytest.raises(ValueError, match="inner bytes"):
+        compressed.encode_unit(1, 44, 1, 1, b"x" * ((1 << 20) + 1))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_reader_agrees_under_random_damage_of_a_compressed_queue(tmp_path, seed: int) -> None:
+    """[F-43] [F-45] [F-19]: a journal of compressed units and plain records, damaged anywhere
+    after the headers: the owner, the scanner, check, Spark and the spec reader deliver the same
+    ids and name the same lost ids (a damaged unit: exactly its own)."""
+    rnd = random.Random(seed)
+    path = str(tmp_path / "q")
+    with JournaledQueue(
+        path, QueueConfig(sync="never", journal_size=1200, compression="zstd"), name="q"
+    ) as q:
+        q.reader("r")
+        i = 1
+        while i <= 150:
+            k = rnd.choice([1, 1, 4, 9, 20])
+            q.put_many([payload(i + j) for j in range(k)])
+            i += k
+    files = journal_files(path)
+    for _ in range(rnd.randint(1, 5)):
+        f = rnd.choice(files)
+        off = rnd.randrange(HL, os.path.getsize(f))
+        if rnd.random() < 0.7:
+            flip(f, off, rnd.randint(1, 3))
+        else:
+            patch(f, off, bytes(min(rnd.randint(1, 200), os.path.getsize(f) - off)))
+    read = spec.read_queue(path, "q")
+    mine = [p[0] for p in read.puts]
+    assert [r.id for r in JournalScanner(path, "q").records()] == mine
+    assert spark_ids(path) == mine
+    report = check_dir(path)
+    assert report.records == len(mine)
+    assert sorted(f.ids_lost for f in report.findings if f.ids_lost) == sorted(read.lost)
+    ids, events = drain(path)
+    assert ids == mine
+    assert lost(events) == sorted(read.lost)

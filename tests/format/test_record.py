@@ -236,7 +236,7 @@ def test_skippable_unknown_type_is_skipped_and_reading_continues():
     assert [r.payload for r in recs if isinstance(r, Put)] == [b"a", b"b"]
 
 
-@pytest.mark.parametrize("rtype", [3, 0x33, 0x7F])
+@pytest.mark.parametrize("rtype", [4, 0x33, 0x7F])
 def test_valid_record_of_unknown_required_type_raises_unsupported_version(rtype):
     rec = encode_record(7, 100, rtype, b"must understand me")
     with pytest.raises(UnsupportedVersion):

@@ -179,6 +179,7 @@ class QueueModelMachine(RuleBasedStateMachine):
         self.dedup: DedupModel | None = None
         self.archived_keys: set[bytes] = set()
         self.zero_crc_puts = 0
+        self.compression: str | None = None  # QueueConfig.compression at the next open (None: as stored)
 
     # ------------------------------------------------------------------ setup / teardown
     def _qconfig(self) -> QueueConfig:
@@ -189,6 +190,7 @@ class QueueModelMachine(RuleBasedStateMachine):
             dedup_window=self.window_s,
             retention_age=self.retention.get("retention_age", -1),
             retention_bytes=self.retention.get("retention_bytes", -1),
+            compression=self.compression,
         )
 
     @initialize(
@@ -197,6 +199,7 @@ class QueueModelMachine(RuleBasedStateMachine):
         window_s=st.sampled_from([2.0, 3600.0, None]),
         salt_seed=st.integers(0, 2**32 - 1),
         key_orders=st.lists(st.booleans(), min_size=2, max_size=2),
+        compression=st.sampled_from([None, "zstd"]),
     )
     def start(
         self,
@@ -205,7 +208,11 @@ class QueueModelMachine(RuleBasedStateMachine):
         window_s: float | None,
         salt_seed: int,
         key_orders: list[bool] | None = None,
+        compression: str | None = None,
     ) -> None:
+        # compression is a configuration under every rule: put_many batches become compressed
+        # units (docs/format.md 4.5) that every read, crash and reopen below goes through
+        self.compression = compression
         self.salts.rng.seed(salt_seed)
         self.journal_size, self.window_s = journal_size, window_s
         self.dedup = DedupModel(None if window_s is None else int(window_s * 1000))
@@ -567,9 +574,15 @@ class QueueModelMachine(RuleBasedStateMachine):
         return any(self.q.reader(n).done or m.errors for n, m in self.readers.items())
 
     # ------------------------------------------------------------------ close, reopen, crash
-    @rule(retention=st.sampled_from([{}, {}, {"retention_bytes": 1500}, {"retention_age": 2.0}]))
-    def reopen(self, retention: dict[str, Any]) -> None:
+    @rule(
+        retention=st.sampled_from([{}, {}, {"retention_bytes": 1500}, {"retention_age": 2.0}]),
+        compression=st.sampled_from([None, None, "zstd", "none"]),
+    )
+    def reopen(self, retention: dict[str, Any], compression: str | None) -> None:
+        """Closed and opened again, maybe switching compression for new writes (None keeps it):
+        the journal then holds compressed and plain records side by side."""
         assert self.q is not None
+        self.compression = compression
         self._flush_policies()
         self.q.close()
         for m in self.readers.values():

@@ -1,0 +1,180 @@
+"""Compressed journals against plain ones, in one run: bytes on disk, put_many rate, read-back rate.
+
+Generates realistic JSON log lines (~200 bytes: repeated field names; timestamps, levels, hosts,
+request ids, latencies and messages from a vocabulary), puts them with ``put_many`` in batches into a
+queue with ``QueueConfig(compression="zstd")`` and into one without, then (``--spark``) reads each
+with a Spark batch query, then drains each with a reader (get_many + commit).  Prints the figures,
+their ratios and the machine load (``uptime``).
+
+    python scripts/bench_compression.py --items 1000000 --spark
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from journaled import JournaledQueue, QueueConfig
+from journaled.errors import Empty
+
+WORDS = (
+    "request served cache miss upstream timeout retry scheduled user login failed session expired "
+    "payment accepted order shipped inventory low disk usage high connection reset checksum ok"
+).split()
+
+
+def lines(n: int, seed: int = 1) -> list[bytes]:
+    rnd = random.Random(seed)
+    t0 = 1_764_000_000_000
+    out = []
+    for i in range(n):
+        ms = t0 + i * 3 + rnd.randrange(3)
+        msg = " ".join(rnd.choice(WORDS) for _ in range(rnd.randrange(3, 8)))
+        out.append(
+            (
+                '{"ts":"%s.%03dZ","level":"%s","host":"web-%02d","service":"%s","request_id":"%016x",'
+                '"latency_ms":%d,"status":%d,"msg":"%s"}'
+                % (
+                    time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)),
+                    ms % 1000,
+                    rnd.choice(("info", "info", "info", "warn", "error", "debug")),
+                    rnd.randrange(40),
+                    rnd.choice(("api", "auth", "billing", "search")),
+                    rnd.getrandbits(64),
+                    int(rnd.expovariate(1 / 40)),
+                    rnd.choice((200, 200, 200, 201, 204, 404, 500)),
+                    msg,
+                )
+            ).encode()
+        )
+    return out
+
+
+def put_all(path: str, items: list[bytes], batch: int, compression: str | None) -> dict[str, float]:
+    cfg = QueueConfig(compression=compression, sync="never")
+    with JournaledQueue(path, cfg, name="q") as q:
+        q.reader("r")
+        t = time.perf_counter()
+        for k in range(0, len(items), batch):
+            q.put_many(items[k : k + batch])
+        put_s = time.perf_counter() - t
+    size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "q.[0-9]*")))
+    return {"bytes": size, "put_per_s": len(items) / put_s}
+
+
+def drain(path: str, n: int, batch: int) -> float:
+    """Items per second a reader drains (get_many + commit), the queue opened anew."""
+    with JournaledQueue(path, name="q") as q:
+        r = q.reader("r")
+        t = time.perf_counter()
+        got = 0
+        while True:
+            try:
+                items = r.get_many(batch, timeout=0)
+            except Empty:
+                break
+            for item in items:
+                r.commit(item)
+            got += len(items)
+        read_s = time.perf_counter() - t
+    assert got == n, (got, n)
+    return n / read_s
+
+
+def spark_reads(paths: dict[str, str], n: int, repeat: int, splits: dict[str, int]) -> dict[str, float]:
+    """Rows per second of a Spark batch read (``count``, ``sum(length(value))``) of each queue,
+    best of ``repeat`` after a warm-up, the queues read in turn (so all see the same load);
+    ``splits[name]``, when given, is that read's ``maxPartitionBytes``."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers import journaled too
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from journaled.spark import JournaledDataSource
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(JournaledDataSource)
+    best = {name: float("inf") for name in paths}
+    try:
+        for round_ in range(repeat + 1):
+            for name, path in sorted(paths.items(), reverse=round_ % 2 == 1):
+                t = time.perf_counter()
+                reader = spark.read.format("journaled")
+                if name in splits:
+                    reader = reader.option("maxPartitionBytes", str(splits[name]))
+                rows = reader.load(path).agg(F.count("value"), F.sum(F.length("value")))
+                assert rows.collect()[0][0] == n
+                if round_:
+                    best[name] = min(best[name], time.perf_counter() - t)
+    finally:
+        spark.stop()
+    return {name: n / s for name, s in best.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=1_000_000, help="JSON log lines (default 1,000,000)")
+    ap.add_argument("--batch", type=int, default=1000, help="items per put_many and get_many (default 1000)")
+    ap.add_argument("--spark", action="store_true", help="also a Spark batch read of each queue (pyspark)")
+    ap.add_argument("--repeat", type=int, default=3, help="Spark reads per queue, best kept (default 3)")
+    args = ap.parse_args()
+    items = lines(args.items)
+    print(f"{len(items)} lines, {sum(map(len, items)) / len(items):.0f} B each on average")
+    base = tempfile.mkdtemp(prefix="bench_compression_")
+    paths = {"plain": os.path.join(base, "plain"), "zstd": os.path.join(base, "zstd")}
+    try:
+        figs = {
+            name: put_all(path, items, args.batch, None if name == "plain" else name)
+            for name, path in paths.items()
+        }
+        if args.spark:
+            # Spark's partitions are cut by bytes on disk (64 MiB): a compressed queue gets fewer,
+            # so its read is also measured with the cut scaled by the compression ratio
+            ratio = figs["zstd"]["bytes"] / figs["plain"]["bytes"]
+            reads = paths | {"zstd, split scaled": paths["zstd"]}
+            split = {"zstd, split scaled": max(1 << 20, int((64 << 20) * ratio))}
+            for name, rate in spark_reads(reads, len(items), args.repeat, split).items():
+                figs.setdefault(name, {})["spark_per_s"] = rate
+        for name, path in paths.items():
+            figs[name]["read_per_s"] = drain(path, len(items), args.batch)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    plain, zstd = figs["plain"], figs["zstd"]
+    for name in ("plain", "zstd"):
+        fig = figs[name]
+        spark = f"  spark {fig['spark_per_s']:>10,.0f} rows/s" if "spark_per_s" in fig else ""
+        print(
+            f"{name:6} bytes {fig['bytes']:>12,}  put_many {fig['put_per_s']:>10,.0f}/s  "
+            f"read {fig['read_per_s']:>10,.0f}/s{spark}"
+        )
+    print(
+        f"zstd/plain: bytes {zstd['bytes'] / plain['bytes']:.3f} (goal <= 0.25), "
+        f"put_many {zstd['put_per_s'] / plain['put_per_s']:.2f}x (goal >= 0.8), "
+        f"read {zstd['read_per_s'] / plain['read_per_s']:.2f}x (goal >= 0.8)"
+        + (f", spark {zstd['spark_per_s'] / plain['spark_per_s']:.2f}x (goal >= 0.9)" if args.spark else "")
+    )
+    if args.spark:
+        scaled = figs["zstd, split scaled"]["spark_per_s"]
+        print(
+            f"zstd, maxPartitionBytes scaled by the ratio: spark {scaled:,.0f} rows/s, "
+            f"{scaled / plain['spark_per_s']:.2f}x"
+        )
+    print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+if __name__ == "__main__":
+    main()
