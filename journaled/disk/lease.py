@@ -165,14 +165,21 @@ class Lease:
 
 
 class OwnedElsewhere(QueueLocked):
-    """Another host holds a live lease on the directory (a :class:`QueueLocked`)."""
+    """Another host holds a live lease on the directory (a :class:`QueueLocked`), or a running
+    process of this host does through another mount of it (``other_mount``: its lock is not
+    visible through this path)."""
 
-    def __init__(self, path: str, lease: Lease) -> None:
+    def __init__(self, path: str, lease: Lease, other_mount: bool = False) -> None:
         super().__init__(path, lease.pid or None)
         self.host = lease.host
         self.lease = lease
+        who = (
+            "a running process of this host owns it through another mount of the directory"
+            if other_mount
+            else "a process on another host owns it"
+        )
         self.args = (
-            f"queue directory {path!r} is {lease.describe()}: a process on another host owns it; "
+            f"queue directory {path!r} is {lease.describe()}: {who}; "
             f"it can be taken over once the lease is {lease.valid_for():g}s old",
         )
 
@@ -241,13 +248,20 @@ def _encode(me: Identity, token: str, released: bool) -> bytes:
 
 
 def _alive(pid: int) -> bool:
+    """``pid`` runs: a zombie (killed, not yet reaped by its parent) does not, though ``kill(pid,
+    0)`` still finds it; it holds no lock and writes nothing (Linux says so in /proc)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
-        return True  # another user's process: alive
-    return True
+        pass  # another user's process: alive unless /proc says it is a zombie
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # "pid (comm) state ...": comm may hold spaces and parentheses, so split at the last ")"
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux), or the process just went: kill said it was there
 
 
 def refuse_if_foreign(directory: str, me: Identity, lease: Lease | None, locked: bool = False) -> None:
@@ -260,7 +274,7 @@ def refuse_if_foreign(directory: str, me: Identity, lease: Lease | None, locked:
         return
     if me.same_machine(lease.host, lease.boot):
         if locked and lease.pid != me.pid and lease.live() and _alive(lease.pid):
-            raise OwnedElsewhere(directory, lease)
+            raise OwnedElsewhere(directory, lease, other_mount=True)
         return
     if lease.host == me.host and not lease.damaged:
         return  # this host, an earlier boot: its processes are gone

@@ -68,3 +68,47 @@ def test_a_link_planted_at_the_lease_name_is_replaced_never_followed(tmp_path) -
     with JournaledQueue(path, QueueConfig(sync="never")):
         assert not os.path.islink(os.path.join(path, ".journaled.lease"))
     assert victim.read_bytes() == b"keep me"
+
+
+def test_an_owner_killed_and_not_yet_reaped_by_its_parent_is_taken_over_at_once(tmp_path) -> None:
+    """A process killed with SIGKILL stays a zombie until its parent waits for it (a supervisor
+    slow to reap, a container whose init never does).  Its pid still answers ``kill(pid, 0)``, but
+    a zombie holds no lock and writes nothing: with its ``flock`` free, the next process on this
+    host takes the directory over at once, instead of refusing it as owned through another mount
+    until the lease expires."""
+    import signal
+    import subprocess
+    import sys
+
+    from support.paths import ROOT
+
+    path = str(tmp_path / "q")
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import journaled, sys; q = journaled.JournaledQueue({path!r}); "
+            "print('open', flush=True); sys.stdin.read()",
+        ],  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline() == b"open\n"
+        os.kill(owner.pid, signal.SIGKILL)
+        # not reaped: wait until the kernel made it a zombie (state Z), without waiting for it
+        deadline = time.monotonic() + 10
+        while _state(owner.pid) != "Z":
+            assert time.monotonic() < deadline, _state(owner.pid)
+            time.sleep(0.01)
+        with JournaledQueue(path) as q:
+            assert q.put(b"after") == 1
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0].decode()

@@ -101,6 +101,8 @@ def test_a_second_owner_through_sshfs_is_refused_and_changes_nothing(owner, host
     result = json.loads(out.stdout)
     assert "refused" in result, f"opened through the mount while the owner lives: {result}"
     assert result["pid"] == info["pid"] and f"pid {info['pid']}" in result["refused"], result
+    # the message says which: another host, or this host through another mount
+    assert ("another mount" in result["refused"]) == (host is None), result
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     assert changed == [], f"the second owner changed {changed}"  # socket, lock, checkpoints: untouched
     proc.stdin.write("put\n")  # type: ignore[union-attr]
