@@ -43,7 +43,7 @@ def _binding() -> ModuleType | None:
         from compression import zstd  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         try:
-            from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
+            from backports import zstd  # type: ignore[import-not-found,import-untyped,no-redef,unused-ignore]
         except ImportError:
             return None
     return zstd  # type: ignore[no-any-return,unused-ignore]

@@ -578,7 +578,7 @@ class QueueModelMachine(RuleBasedStateMachine):
         retention=st.sampled_from([{}, {}, {"retention_bytes": 1500}, {"retention_age": 2.0}]),
         compression=st.sampled_from([None, None, "zstd", "none"]),
     )
-    def reopen(self, retention: dict[str, Any], compression: str | None) -> None:
+    def reopen(self, retention: dict[str, Any], compression: str | None = None) -> None:
         """Closed and opened again, maybe switching compression for new writes (None keeps it):
         the journal then holds compressed and plain records side by side."""
         assert self.q is not None
