@@ -45,6 +45,13 @@ CHUNK = 1 << 20
 #: compressed unit of them).
 _ITEM_TYPES = re.compile(b"[" + re.escape(bytes([TYPE_PUT, TYPE_PUTX, TYPE_PUTZ])) + b"]")
 _ITEM_TYPE_SET = frozenset((TYPE_PUT, TYPE_PUTX, TYPE_PUTZ))
+#: Ids a probe accepts from a file whose first id is ``f``: ``f .. f + _ID_SPAN - 1``, more than a
+#: file of at most ``MAX_JOURNAL_SIZE`` bytes can hold (ids are checked by the CRC anyway: this only
+#: keeps a false start from reading the long record its bytes would describe).
+_ID_SPAN = 1 << 48
+#: A compressed file counts at most this many times its bytes on disk (what a unit's raw_len can
+#: claim over its record's size is only an estimate of the work of reading it: never trusted far).
+MAX_EXPANSION = 64.0
 
 
 @attrs.frozen
@@ -96,6 +103,7 @@ class Gap:
 
 def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
     """The first valid PUT or PUTX (id >= ``min_id``) starting at a byte in ``[pos, limit)``."""
+    file_size = os.fstat(fd).st_size
     while pos < limit:
         n = min(PROBE, limit - pos) + PUT_OVERHEAD
         buf = os.pread(fd, n, pos)
@@ -103,7 +111,7 @@ def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
         # only offsets whose type byte says PUT or PUTX can start a record we use
         found = _ITEM_TYPES.search(buf, RECORD_HEADER_SIZE - 1)
         while found is not None and found.start() - (RECORD_HEADER_SIZE - 1) < stop:
-            rec = _candidate(fd, buf, found.start() - (RECORD_HEADER_SIZE - 1), pos, salt)
+            rec = _candidate(fd, buf, found.start() - (RECORD_HEADER_SIZE - 1), pos, salt, min_id, file_size)
             if rec is not None and rec.id >= min_id:
                 return rec
             found = _ITEM_TYPES.search(buf, found.start() + 1)
@@ -111,11 +119,17 @@ def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
     return None
 
 
-def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
+def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int, min_id: int, file_size: int) -> Put | None:
     if k + RECORD_HEADER_SIZE > len(buf) or buf[k + 8] not in _ITEM_TYPE_SET:
         return None
     length = int.from_bytes(buf[k + 4 : k + 8], "little")
-    if length < UNIT_FIELDS_SIZE or length > MAX_BODY:
+    if length < UNIT_FIELDS_SIZE or length > MAX_BODY or base + k + RECORD_HEADER_SIZE + length > file_size:
+        return None
+    # Every item record's body starts with its (first) id, which lies in the file's range: checked
+    # before anything past the window is read (perf: in compressed frames a type byte and a length
+    # below MAX_BODY are common, and each such false start cost a read of up to 16 MiB).
+    body = k + RECORD_HEADER_SIZE
+    if body + 8 <= len(buf) and not 0 <= int.from_bytes(buf[body : body + 8], "little") - min_id < _ID_SPAN:
         return None
     if k + RECORD_HEADER_SIZE + length <= len(buf):
         rec = decode_one(buf, k, base, salt)
