@@ -79,6 +79,9 @@ class Segment:
     lo: int
     hi: int
     exact: bool
+    #: Estimated bytes of records a reader decodes here: ``end - start``, or for compressed units
+    #: their inner bytes (:meth:`QueueView.expansion`): what packing into partitions weighs.
+    work: int = 0
 
 
 @attrs.frozen
@@ -179,6 +182,7 @@ class QueueView:
             raise FileNotFoundError(f"no queue directory at {self.directory!r}")
         self.name = name or detect_queue_name(self.directory)
         self.files: list[SegFile] = []
+        self._expansion: dict[str, float] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -192,6 +196,8 @@ class QueueView:
                 continue  # unreadable (the owner sets it aside) or not a journal file at all
             files.append(SegFile(path, ms, check.header, check.size))
         self.files = files
+        paths = {f.path for f in files}
+        self._expansion = {p: e for p, e in self._expansion.items() if p in paths}
 
     # ------------------------------------------------------------------ ends
     def first_id(self) -> int:
@@ -298,8 +304,33 @@ class QueueView:
         return Position(k, f.header.size, f.header.first_id)
 
     # ------------------------------------------------------------------ planning
+    def expansion(self, k: int) -> float:
+        """About how many bytes of records file ``k`` holds per byte on disk: for a file that
+        starts with a compressed unit, that unit's ``raw_len`` over its record's size (at most
+        :data:`MAX_EXPANSION`), else 1.  One small read per file, kept (a file's first record never
+        changes); an estimate for spreading work, never trusted for reading."""
+        f = self.files[k]
+        path = f.path
+        e = self._expansion.get(path)
+        if e is None:
+            with _open(path) as fd:
+                head = os.pread(fd, RECORD_HEADER_SIZE + UNIT_FIELDS_SIZE, f.header.size)
+            e = 1.0
+            if (
+                len(head) == RECORD_HEADER_SIZE + UNIT_FIELDS_SIZE
+                and head[RECORD_HEADER_SIZE - 1] == TYPE_PUTZ
+            ):
+                length = int.from_bytes(head[4:8], "little")
+                raw_len = int.from_bytes(head[RECORD_HEADER_SIZE + 13 :], "little")
+                e = min(MAX_EXPANSION, max(1.0, raw_len / (RECORD_HEADER_SIZE + length)))
+            if k < len(self.files) - 1 or e > 1.0:  # the newest file may not have its first record yet
+                self._expansion[path] = e
+        return e
+
     def plan(self, lo: Position, hi: Position, split_bytes: int) -> list[Segment]:
-        """Segments covering ids ``[lo.id, hi.id)``, each at most about ``split_bytes`` long."""
+        """Segments covering ids ``[lo.id, hi.id)``, each about ``split_bytes`` of records long at
+        most: bytes on disk, or for a compressed file the estimated inner bytes (:meth:`expansion`),
+        cut into equal pieces."""
         out: list[Segment] = []
         if lo.id >= hi.id or lo.file < 0:
             return out
@@ -307,10 +338,27 @@ class QueueView:
             f = self.files[k]
             start = lo.offset if k == lo.file else f.header.size
             end = hi.offset if k == hi.file else f.size
+            e = self.expansion(k)
+            step = split_bytes
+            if e > 1.0 and end > start:  # a compressed file: pieces of equal work
+                pieces = -(-int((end - start) * e) // split_bytes)
+                step = max(1, -(-(end - start) // pieces))
             pos, exact = start, True
             while pos < end:
-                nxt = min(end, pos + split_bytes)
-                out.append(Segment(f.path, f.header.salt, f.header.first_id, pos, nxt, lo.id, hi.id, exact))
+                nxt = min(end, pos + step)
+                out.append(
+                    Segment(
+                        f.path,
+                        f.header.salt,
+                        f.header.first_id,
+                        pos,
+                        nxt,
+                        lo.id,
+                        hi.id,
+                        exact,
+                        int((nxt - pos) * e),
+                    )  # fmt: skip
+                )
                 pos, exact = nxt, False
         return out
 
