@@ -79,9 +79,9 @@ class Segment:
     lo: int
     hi: int
     exact: bool
-    #: Estimated bytes of records a reader decodes here: ``end - start``, or for compressed units
-    #: their inner bytes (:meth:`QueueView.expansion`): what packing into partitions weighs.
-    work: int = 0
+    #: Estimated bytes of records a reader decodes here: ``end - start`` (the default), or for
+    #: compressed units their inner bytes (:meth:`QueueView.expansion`): what packing weighs.
+    work: int = attrs.field(default=attrs.Factory(lambda seg: seg.end - seg.start, takes_self=True))
 
 
 @attrs.frozen

@@ -81,3 +81,8 @@ def test_a_plain_queue_is_still_packed_by_its_bytes(tmp_path) -> None:
     # whole files, grouped: no file is cut below maxPartitionBytes
     assert all(seg.exact for part in parts for seg in part.segments)  # type: ignore[attr-defined]
     assert sum(len(part.segments) for part in parts) == len(view.files)  # type: ignore[attr-defined]
+
+
+def test_a_segment_made_without_an_estimate_weighs_its_bytes() -> None:
+    seg = segments.Segment("q.1", 0, 1, 100, 4196, 1, 50, True)
+    assert seg.work == 4096
