@@ -45,6 +45,13 @@ CHUNK = 1 << 20
 #: compressed unit of them).
 _ITEM_TYPES = re.compile(b"[" + re.escape(bytes([TYPE_PUT, TYPE_PUTX, TYPE_PUTZ])) + b"]")
 _ITEM_TYPE_SET = frozenset((TYPE_PUT, TYPE_PUTX, TYPE_PUTZ))
+#: Ids a probe accepts from a file whose first id is ``f``: ``f .. f + _ID_SPAN - 1``, more than a
+#: file of at most ``MAX_JOURNAL_SIZE`` bytes can hold (ids are checked by the CRC anyway: this only
+#: keeps a false start from reading the long record its bytes would describe).
+_ID_SPAN = 1 << 48
+#: A compressed file counts at most this many times its bytes on disk (what a unit's raw_len can
+#: claim over its record's size is only an estimate of the work of reading it: never trusted far).
+MAX_EXPANSION = 64.0
 
 
 @attrs.frozen
@@ -72,6 +79,9 @@ class Segment:
     lo: int
     hi: int
     exact: bool
+    #: Estimated bytes of records a reader decodes here: ``end - start`` (the default), or for
+    #: compressed units their inner bytes (:meth:`QueueView.expansion`): what packing weighs.
+    work: int = attrs.field(default=attrs.Factory(lambda seg: seg.end - seg.start, takes_self=True))
 
 
 @attrs.frozen
@@ -96,6 +106,7 @@ class Gap:
 
 def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
     """The first valid PUT or PUTX (id >= ``min_id``) starting at a byte in ``[pos, limit)``."""
+    file_size = os.fstat(fd).st_size
     while pos < limit:
         n = min(PROBE, limit - pos) + PUT_OVERHEAD
         buf = os.pread(fd, n, pos)
@@ -103,7 +114,7 @@ def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
         # only offsets whose type byte says PUT or PUTX can start a record we use
         found = _ITEM_TYPES.search(buf, RECORD_HEADER_SIZE - 1)
         while found is not None and found.start() - (RECORD_HEADER_SIZE - 1) < stop:
-            rec = _candidate(fd, buf, found.start() - (RECORD_HEADER_SIZE - 1), pos, salt)
+            rec = _candidate(fd, buf, found.start() - (RECORD_HEADER_SIZE - 1), pos, salt, min_id, file_size)
             if rec is not None and rec.id >= min_id:
                 return rec
             found = _ITEM_TYPES.search(buf, found.start() + 1)
@@ -111,11 +122,17 @@ def probe(fd: int, salt: int, pos: int, limit: int, min_id: int) -> Put | None:
     return None
 
 
-def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int) -> Put | None:
+def _candidate(fd: int, buf: bytes, k: int, base: int, salt: int, min_id: int, file_size: int) -> Put | None:
     if k + RECORD_HEADER_SIZE > len(buf) or buf[k + 8] not in _ITEM_TYPE_SET:
         return None
     length = int.from_bytes(buf[k + 4 : k + 8], "little")
-    if length < UNIT_FIELDS_SIZE or length > MAX_BODY:
+    if length < UNIT_FIELDS_SIZE or length > MAX_BODY or base + k + RECORD_HEADER_SIZE + length > file_size:
+        return None
+    # Every item record's body starts with its (first) id, which lies in the file's range: checked
+    # before anything past the window is read (perf: in compressed frames a type byte and a length
+    # below MAX_BODY are common, and each such false start cost a read of up to 16 MiB).
+    body = k + RECORD_HEADER_SIZE
+    if body + 8 <= len(buf) and not 0 <= int.from_bytes(buf[body : body + 8], "little") - min_id < _ID_SPAN:
         return None
     if k + RECORD_HEADER_SIZE + length <= len(buf):
         rec = decode_one(buf, k, base, salt)
@@ -165,6 +182,7 @@ class QueueView:
             raise FileNotFoundError(f"no queue directory at {self.directory!r}")
         self.name = name or detect_queue_name(self.directory)
         self.files: list[SegFile] = []
+        self._expansion: dict[str, float] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -178,6 +196,8 @@ class QueueView:
                 continue  # unreadable (the owner sets it aside) or not a journal file at all
             files.append(SegFile(path, ms, check.header, check.size))
         self.files = files
+        paths = {f.path for f in files}
+        self._expansion = {p: e for p, e in self._expansion.items() if p in paths}
 
     # ------------------------------------------------------------------ ends
     def first_id(self) -> int:
@@ -284,8 +304,33 @@ class QueueView:
         return Position(k, f.header.size, f.header.first_id)
 
     # ------------------------------------------------------------------ planning
+    def expansion(self, k: int) -> float:
+        """About how many bytes of records file ``k`` holds per byte on disk: for a file that
+        starts with a compressed unit, that unit's ``raw_len`` over its record's size (at most
+        :data:`MAX_EXPANSION`), else 1.  One small read per file, kept (a file's first record never
+        changes); an estimate for spreading work, never trusted for reading."""
+        f = self.files[k]
+        path = f.path
+        e = self._expansion.get(path)
+        if e is None:
+            with _open(path) as fd:
+                head = os.pread(fd, RECORD_HEADER_SIZE + UNIT_FIELDS_SIZE, f.header.size)
+            e = 1.0
+            if (
+                len(head) == RECORD_HEADER_SIZE + UNIT_FIELDS_SIZE
+                and head[RECORD_HEADER_SIZE - 1] == TYPE_PUTZ
+            ):
+                length = int.from_bytes(head[4:8], "little")
+                raw_len = int.from_bytes(head[RECORD_HEADER_SIZE + 13 :], "little")
+                e = min(MAX_EXPANSION, max(1.0, raw_len / (RECORD_HEADER_SIZE + length)))
+            if k < len(self.files) - 1 or e > 1.0:  # the newest file may not have its first record yet
+                self._expansion[path] = e
+        return e
+
     def plan(self, lo: Position, hi: Position, split_bytes: int) -> list[Segment]:
-        """Segments covering ids ``[lo.id, hi.id)``, each at most about ``split_bytes`` long."""
+        """Segments covering ids ``[lo.id, hi.id)``, each about ``split_bytes`` of records long at
+        most: bytes on disk, or for a compressed file the estimated inner bytes (:meth:`expansion`),
+        cut into equal pieces."""
         out: list[Segment] = []
         if lo.id >= hi.id or lo.file < 0:
             return out
@@ -293,10 +338,27 @@ class QueueView:
             f = self.files[k]
             start = lo.offset if k == lo.file else f.header.size
             end = hi.offset if k == hi.file else f.size
+            e = self.expansion(k)
+            step = split_bytes
+            if e > 1.0 and end > start:  # a compressed file: pieces of equal work
+                pieces = -(-int((end - start) * e) // split_bytes)
+                step = max(1, -(-(end - start) // pieces))
             pos, exact = start, True
             while pos < end:
-                nxt = min(end, pos + split_bytes)
-                out.append(Segment(f.path, f.header.salt, f.header.first_id, pos, nxt, lo.id, hi.id, exact))
+                nxt = min(end, pos + step)
+                out.append(
+                    Segment(
+                        f.path,
+                        f.header.salt,
+                        f.header.first_id,
+                        pos,
+                        nxt,
+                        lo.id,
+                        hi.id,
+                        exact,
+                        int((nxt - pos) * e),
+                    )  # fmt: skip
+                )
                 pos, exact = nxt, False
         return out
 

@@ -106,16 +106,76 @@ def _partitions(planner: Planner, start: dict[str, int], end: dict[str, int]) ->
     planned = planner.plan(start, end)
     # Packing only: segments are still cut where they were (file ends, maxPartitionBytes), so
     # spreading a read over more tasks never adds a start to probe for inside a file.
-    total = sum(seg.end - seg.start for _, seg in planned)
+    # Weighed by the records a task decodes (seg.work), not bytes on disk: a compressed stretch
+    # holds several times its size, and packing it by size left one core with most of the work.
+    total = sum(seg.work for _, seg in planned)
     target = min(planner.split_bytes, max(MIN_PACK_BYTES, -(-total // planner.min_partitions)))
+    # A compressed stretch may be cut anywhere (it is probed anyway), so it is cut to a share that
+    # makes the partitions' count a multiple of minPartitions: no core left with a last big task.
+    rounds = -(-total // (planner.min_partitions * planner.split_bytes))
+    share = min(
+        planner.split_bytes, max(MIN_PACK_BYTES, -(-total // (planner.min_partitions * max(1, rounds))))
+    )
+    planned = _shares(_whole_files(planned), share)
     for k, seg in planned:
-        if group and (k != key or size >= target or size + seg.end - seg.start > planner.split_bytes):
+        if group and (k != key or size >= target or size + seg.work > planner.split_bytes):
             out.append(JournaledPartition(key, group, planner.fail_on_data_loss))
             group, size = [], 0
         group.append(seg)
-        key, size = k, size + seg.end - seg.start
+        key, size = k, size + seg.work
     if group:
         out.append(JournaledPartition(key, group, planner.fail_on_data_loss))
+    return out
+
+
+def _whole_files(planned: list[tuple[str, Segment]]) -> list[tuple[str, Segment]]:
+    """``planned`` with the consecutive pieces of one compressed file joined (:func:`_shares`
+    cuts them again, to the share of the whole read)."""
+    out: list[tuple[str, Segment]] = []
+    for k, seg in planned:
+        if out and seg.work > seg.end - seg.start:
+            pk, prev = out[-1]
+            if (
+                pk == k
+                and prev.path == seg.path
+                and prev.end == seg.start
+                and prev.work > prev.end - prev.start
+            ):
+                out[-1] = (k, attrs.evolve(prev, end=seg.end, work=prev.work + seg.work))
+                continue
+        out.append((k, seg))
+    return out
+
+
+def _shares(planned: list[tuple[str, Segment]], share: int) -> list[tuple[str, Segment]]:
+    """``planned`` with each compressed stretch (its work more than its bytes) cut where the
+    running total of work passes a multiple of ``share`` (a cut within a twentieth of a share of
+    either end is left out): packing then makes partitions of about ``share`` each."""
+    out: list[tuple[str, Segment]] = []
+    acc, slack = 0, share // 20
+    for k, seg in planned:
+        size = seg.end - seg.start
+        if seg.work <= size:
+            out.append((k, seg))
+            acc += seg.work
+            continue
+        cuts = [seg.start]
+        c = (acc // share + 1) * share
+        while c < acc + seg.work - slack:
+            if c - acc > slack:
+                cuts.append(seg.start + size * (c - acc) // seg.work)
+            c += share
+        cuts.append(seg.end)
+        for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            out.append(
+                (
+                    k,
+                    attrs.evolve(
+                        seg, start=a, end=b, exact=seg.exact and i == 0, work=seg.work * (b - a) // size
+                    ),
+                )
+            )
+        acc += seg.work
     return out
 
 

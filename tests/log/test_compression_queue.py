@@ -216,3 +216,37 @@ def test_a_journal_holding_units_read_without_the_binding_stops_at_the_unit_by_n
     assert (exc.value.path, exc.value.offset) == (f, unit.offset)
     with pytest.raises(CompressionUnavailable):
         check_dir(path, "q")
+
+
+@pytest.mark.parametrize("take", [1, 7, 1000])
+def test_a_reader_draining_a_compressed_queue_decompresses_each_unit_once(
+    tmp_path, monkeypatch, take
+) -> None:
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(compression="zstd", sync="never"), name="q") as q:
+        q.reader("r")
+        for k in range(40):
+            q.put_many([line(k * 50 + i) for i in range(50)])
+    inflated: list[int] = []
+    real = compressed.inflate
+
+    def counting(unit: Unit) -> bytes | str:
+        inflated.append(unit.offset)
+        return real(unit)
+
+    with JournaledQueue(path, name="q") as q:
+        monkeypatch.setattr(compressed, "inflate", counting)  # after recovery, which reads the file
+        r = q.reader("r")
+        got = []
+        while True:
+            try:
+                items = r.get_many(take, timeout=0)
+            except Empty:
+                break
+            for it in items:
+                r.commit(it)
+            got += [it.id for it in items]
+    assert got == list(range(1, 2001))
+    assert len(inflated) == len(set(inflated)) == 40, (
+        f"{len(inflated)} decompressions of {len(set(inflated))} units"
+    )

@@ -167,3 +167,24 @@ def test_a_unit_with_right_crcs_and_ids_out_of_order_is_a_gap_to_both_readers(tm
     want = [(r.id, r.payload) for r in read_segment(seg, gaps_b)]
     assert got == want == [(1, b"before"), (6, b"after")]
     assert gaps_a == gaps_b and [(g.lo, g.hi) for g in gaps_a] == [(2, 6)]
+
+
+def test_the_columnar_walk_decompresses_each_unit_once(tmp_path, monkeypatch) -> None:
+    q = str(tmp_path / "q")
+    with journaled.JournaledQueue(q, QueueConfig(sync="never", compression="zstd")) as jq:
+        for k in range(30):
+            jq.put_many([b'{"n":%d,"msg":"hello"}' % (k * 100 + i) for i in range(100)])
+    inflated = []
+    real = arrowread.compressed.inflate
+
+    def counting(unit: Unit) -> bytes | str:
+        inflated.append(unit.offset)
+        return real(unit)
+
+    view = QueueView(q)
+    (seg,) = view.plan(view.locate(1), view.tail(), 1 << 30)
+    monkeypatch.setattr(arrowread.compressed, "inflate", counting)
+    # batches of 250 rows: most units are cut by a batch's end, and still inflated once
+    ids = [i for c in read_segment_arrays(seg, None, 250) for i in c.ids.to_pylist()]
+    assert ids == list(range(1, 3001))
+    assert sorted(inflated) == sorted(set(inflated)) and len(inflated) == len(units_in(q)) == 30
