@@ -7,6 +7,7 @@ is checked.
 """
 
 import contextlib
+import fnmatch
 import logging
 import os
 import shutil
@@ -15,10 +16,110 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from journaled import Empty, Item, JournaledQueue, QueueConfig
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The test files whose subject is the same in the compiled and the pure-Python build: what they
+# assert is decided by code that exists once (the packaging, the docs, the source read as text,
+# mypy, the lease files, --help texts), not by the hot path (journaled/hotpath.py
+# COMPILED_MODULES, format/_speedups.c).  The queue operations some of them make on the way are
+# covered in both builds by the hot path's own tests.  They get the ``build_independent`` mark
+# here, in one place, and CI's pure-Python pass leaves them out (``-m "not build_independent"``;
+# pytest's summary counts them as deselected).  Paths are relative to tests/, fnmatch patterns.
+# A test that exercises the reader core, the put path, the writer, the format codec or Spark's
+# column decode does not belong here, whatever else it checks.
+BUILD_INDEPENDENT = (
+    "test_packaging.py",  # pyproject's extras, the editable install mypy sees, reference.md
+    "test_release_build.py",  # builds its own sdist and wheel (and skips on the pure pass anyway)
+    "test_docs_build.py",  # mkdocs --strict
+    "test_typing.py",  # mypy --strict over the source
+    "test_structure.py",  # the source read as text (ast)
+    "test_config_docstrings.py",  # what ReaderConfig's docstring says
+    "spark/test_spark_guide.py",  # docs/spark.md's blocks (skip on the pure pass anyway)
+    "cli/test_help_for_users.py",  # --help texts
+    "cli/test_stat_json_documented.py",  # docs/cli.md's table against stat --json's keys
+    "cli/qtest/test_args.py",  # qtest's argument parsing
+    "disk/test_lease_file.py",  # the owner's lease file (disk/, never compiled)
+    "owner/test_lease_held_by_repair.py",  # repair renews its lease
+    "owner/test_sshfs_one_owner.py",  # one owner through an sshfs mount: the lease, not the items
+)
+# Not here, though slow and about leases: owner/test_one_owner_host.py (the old owner's put must
+# refuse: the put path) and owner/test_sshfs_takeover.py (every acknowledged item survives kill -9:
+# the writer).
+
+# Tests that must share one pytest process under pytest-xdist (``--dist loadgroup``): the Spark
+# tests reuse one SparkSession (a JVM: two workers would start two, a minute of CPU for nothing).
+XDIST_GROUPS = {
+    "spark/test_spark.py": "spark",
+    "spark/test_offsets.py": "spark",
+    "owner/test_sshfs_spark_stream.py": "spark",
+}
+
+# Under pytest-xdist the workers take tests in collection order, so a minute-long test collected
+# last makes one worker finish a minute after the other.  These files (the longest tests, from
+# the ``--durations`` report) are handed out first; a serial run keeps the collection order.
+SLOW_FIRST = (
+    "spark/test_spark.py",
+    "spark/test_offsets.py",
+    "owner/test_sshfs_spark_stream.py",
+    "test_packaging.py",
+    "spark/test_spark_guide.py",
+    "test_release_build.py",
+    "test_readme.py",
+    "whole/test_queue_model.py",
+    "whole/test_queue_model_procs.py",
+    "owner/test_one_owner_host.py",
+    "whole/test_powerloss.py",
+    "cli/test_port_flood.py",
+    "whole/test_crash_kill.py",
+    "owner/test_lease_held_by_repair.py",
+    "owner/test_sshfs_takeover.py",
+    "test_typing.py",
+)
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _first_match(path: str, patterns) -> int | None:
+    """Index of the first of ``patterns`` that ``path`` (relative to tests/) matches, else None."""
+    for i, pattern in enumerate(patterns):
+        if fnmatch.fnmatch(path, pattern):
+            return i
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the build-independent tests and the xdist groups (by path, from the tables above),
+    and under pytest-xdist hands the slowest files out first."""
+    paths = {}
+    for item in items:
+        path = os.path.relpath(str(item.path), TESTS).replace(os.sep, "/")
+        paths[item.nodeid] = path
+        if _first_match(path, BUILD_INDEPENDENT) is not None:
+            item.add_marker(pytest.mark.build_independent)
+        for pattern, group in XDIST_GROUPS.items():
+            if fnmatch.fnmatch(path, pattern):
+                item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects; the order must be the same
+        slow = len(SLOW_FIRST)
+
+        def rank(item) -> int:
+            i = _first_match(paths[item.nodeid], SLOW_FIRST)
+            return slow if i is None else i
+
+        items.sort(key=rank)  # stable: collection order within a rank
+
+
+# No per-example deadline (hypothesis' default is 200 ms of wall time): the suite runs beside
+# other work (two xdist workers on two cores, other test runs), where a process may wait a third
+# of a second for a core; a pure-codec example once took 320 ms, then 0.08 ms when rerun, and
+# hypothesis failed the test as flaky.  Tests about time measure it themselves.  A test's own
+# @settings still wins; so does --hypothesis-profile.
+settings.register_profile("journaled", deadline=None)
+settings.load_profile("journaled")
 
 # tmpfs when there is one, else None (the system's temporary directory).
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

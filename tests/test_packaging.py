@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# What the checkout has that an install from a copy of it must not see (as tests/test_release_build.py).
+IGNORE = shutil.ignore_patterns(
+    ".git", ".venv*", "build", "dist", "site", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "*.so"
+)
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
 
@@ -78,8 +83,14 @@ def test_user_code_type_checks_against_the_readmes_editable_install(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
     py = venv / "bin" / "python"
+    # Installed from a copy: an editable install builds the compiled modules in place, and in the
+    # checkout it would replace the .so files that the rest of the suite (another pytest-xdist
+    # worker, the processes it starts) is importing at that moment.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=IGNORE)
+    compiled = {p: p.stat().st_mtime_ns for p in (ROOT / "journaled").rglob("*.so")}
     pip = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "-e", str(ROOT)],
+        [str(py), "-m", "pip", "install", "-q", "-e", str(src)],
         capture_output=True,
         text=True,
         env=env,
@@ -87,6 +98,8 @@ def test_user_code_type_checks_against_the_readmes_editable_install(tmp_path):
         cwd=tmp_path,
     )
     assert pip.returncode == 0, pip.stdout + pip.stderr
+    rewritten = sorted(str(p.relative_to(ROOT)) for p, t in compiled.items() if p.stat().st_mtime_ns != t)
+    assert not rewritten, f"the install rewrote the checkout's compiled modules under the suite: {rewritten}"
     user = tmp_path / "user"
     user.mkdir()
     (user / "good.py").write_text(USER_PROGRAM)
