@@ -11,21 +11,12 @@ import os
 import shutil
 
 import pytest
+from test_key_order import ready
 
 from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig, UnknownRead
 
 FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
 SMALL = 8_000  # max_memory: room for ~30 items of 50 bytes in memory
-
-
-def ready(r) -> list:
-    """Every item deliverable now, left open (get with block=False until Empty)."""
-    out = []
-    while True:
-        try:
-            out.append(r.get(block=False))
-        except Empty:
-            return out
 
 
 def hot_key_then_others(q, hot: int = 2000, others: int = 20) -> tuple[list[int], list[int]]:
