@@ -14,6 +14,7 @@ raise :class:`~journaled.errors.CompressionUnavailable`; nothing else here needs
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import deque
 from itertools import repeat
@@ -21,9 +22,12 @@ from operator import attrgetter
 from types import ModuleType
 from typing import Final
 
+from crc32c import crc32c
+
 from journaled.errors import CompressionUnavailable
 from journaled.format.record import (
     CODEC_ZSTD,
+    CRC_STRUCT,
     MAX_UNIT_RAW,
     PUT_OVERHEAD,
     RECORD_HEADER_SIZE,
@@ -33,7 +37,6 @@ from journaled.format.record import (
     Put,
     PutX,
     Unit,
-    encode_record,
 )
 from journaled.format.speedups import decode_many
 
@@ -87,13 +90,34 @@ def encode_unit(salt: int, offset: int, first_id: int, count: int, inner: bytes 
     with ids ``first_id ..``, encoded with :func:`unit_salt`), or ``None`` when compressing does
     not make it smaller than the plain records (the caller writes those instead).  ``inner`` must
     not exceed :data:`MAX_UNIT_RAW`."""
+    out = bytearray()
+    return bytes(out) if append_unit(out, salt, offset, first_id, count, inner) else None
+
+
+def append_unit(
+    out: bytearray, salt: int, offset: int, first_id: int, count: int, inner: bytes | bytearray
+) -> bool:
+    """Append to ``out`` the record :func:`encode_unit` makes and return True, or append nothing
+    and return False when the unit would not be smaller than ``inner``.  (perf: the writer's
+    path; the frame is copied once, into ``out``, and its CRC is chained over the header
+    instead of a copy of the whole record.)"""
     if not 0 < len(inner) <= MAX_UNIT_RAW:
         raise ValueError(f"a unit holds 1..{MAX_UNIT_RAW} inner bytes, not {len(inner)}")
     frame = _compress(require("<journal>"), inner)
     if UNIT_OVERHEAD + len(frame) >= len(inner):
-        return None
-    body = UNIT_FIELDS_STRUCT.pack(first_id, count, CODEC_ZSTD, len(inner)) + frame
-    return encode_record(salt, offset, TYPE_PUTZ, body)
+        return False
+    head = _UNIT_HEAD.pack(UNIT_FIELDS_SIZE + len(frame), TYPE_PUTZ, first_id, count, CODEC_ZSTD, len(inner))
+    out += CRC_STRUCT.pack(crc32c(frame, crc32c(head, (salt ^ offset) & 0xFFFFFFFF)))
+    out += head
+    out += frame
+    return True
+
+
+#: What a PUTZ record's CRC covers before its frame: the record's length and type, then the
+#: unit's fields (``UNIT_FIELDS_STRUCT``), in one pack.
+_UNIT_HEAD: Final = struct.Struct("<IB" + UNIT_FIELDS_STRUCT.format.lstrip("<"))
+if CRC_STRUCT.size + _UNIT_HEAD.size != UNIT_OVERHEAD:  # pragma: no cover
+    raise ImportError("the PUTZ header layout disagrees with UNIT_OVERHEAD")
 
 
 _local = threading.local()

@@ -3,12 +3,34 @@ unit's inner bytes (docs/format.md section 4.5), or in the file when the unit wo
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 from journaled.format import compressed
 from journaled.format.metadata import Meta
-from journaled.format.record import MAX_UNIT_RAW
+from journaled.format.record import MAX_UNIT_RAW, PUT_OVERHEAD
 from journaled.format.speedups import encode_puts, encode_putx
+
+
+def run_ends(sizes: Sequence[int]) -> list[int]:
+    """``ends[k]``: the bytes the plain records of items ``0 .. k`` take (payload ``sizes[k]``
+    each, metadata included), the running sums :func:`cut_run` cuts by."""
+    return list(accumulate(size + PUT_OVERHEAD for size in sizes))
+
+
+def cut_run(ends: Sequence[int], i: int, room: int, empty: bool) -> int:
+    """Where the run of a compressed queue's batch starting at item ``i`` ends (exclusive): as
+    many items as fit both ``room`` (the bytes left in the current file) and ``MAX_UNIT_RAW``
+    ([F-46]), at least one when the file is ``empty`` or it fits the file alone (an item over
+    the cap is written plainly, by itself).  ``i`` itself means: no room, rotate first.  ``ends``
+    is :func:`run_ends` of the batch (perf: one C-level search per run, not a Python loop per
+    item)."""
+    base = ends[i - 1] if i else 0
+    j = bisect_right(ends, base + min(room, MAX_UNIT_RAW), i)
+    if j == i and (empty or ends[i] - base <= room):
+        j = i + 1
+    return j
 
 
 def append_run(
@@ -43,9 +65,7 @@ def append_run(
             add_ms,
             expire_ms,
         )
-        unit = compressed.encode_unit(salt, pos, first_id, j - i, inner)
-        if unit is not None:
-            out += unit
+        if compressed.append_unit(out, salt, pos, first_id, j - i, inner):
             return
     encode_run(out, salt, pos, first_id, payloads, metas, encoded, i, j, add_ms, expire_ms)
 

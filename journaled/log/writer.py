@@ -44,7 +44,7 @@ from journaled.format.metadata import Meta
 from journaled.format.metadata import encode as encode_meta
 from journaled.format.record import MAX_UNIT_RAW, PUT_OVERHEAD, FileHeader, encode_header, header_size
 from journaled.format.speedups import encode_puts, encode_putx
-from journaled.log.runs import append_run
+from journaled.log.runs import append_run, cut_run, run_ends
 from journaled.log.state import INDEX_EVERY, JournalFile, LogState, SharedFd, now_ms
 
 #: Under a periodic policy the buffer is handed to the OS once it grows past this.
@@ -391,46 +391,67 @@ class Writer:
         that do not compress).  Runs never cross a file: a run takes the room of its plain
         records, which its unit never exceeds."""
         st = self.state
-        sizes = [len(p) for p in payloads]
-        if encoded is not None:
-            sizes = [n + len(e) for n, e in zip(sizes, encoded, strict=True)]
+        if encoded is None:
+            sizes: Sequence[int] | None = None
+            total = sum(map(len, payloads))
+        else:
+            sizes = [len(p) + len(e) for p, e in zip(payloads, encoded, strict=True)]
+            total = sum(sizes)
         n = len(payloads)
+        total += n * PUT_OVERHEAD
         with st.lock:
             st.check_writable()
             add_ms = max(add_ms, st.last_add_ms)
             first_id = st.next_id
             jf = st.files[-1]
-            if jf.size + len(self.buf) + n * PUT_OVERHEAD + sum(sizes) > self.limit:
-                self.reserve_locked(sizes)  # may raise: nothing encoded yet
-            i = 0
-            while i < n:
-                jf = st.files[-1]
-                pos = jf.size + len(self.buf)
-                j, end, raw = i, pos, 0
-                while j < n:
-                    rec = PUT_OVERHEAD + sizes[j]
-                    if j > i and (raw + rec > MAX_UNIT_RAW or end + rec > self.limit):
-                        break
-                    if j == i and end + rec > self.limit and end > jf.header.size:
-                        break
-                    end += rec
-                    raw += rec
-                    j += 1
-                if j == i:
-                    self.rotate_locked()
-                    continue
-                item_id, before = st.next_id, len(self.buf)
-                append_run(
-                    self.buf, jf.salt, pos, item_id, payloads, metas, encoded, i, j, raw, add_ms, expire_ms
-                )
-                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
-                    jf.note(item_id, pos)  # a unit's items stand where the unit stands
-                self.appended += len(self.buf) - before
-                st.appended(item_id + j - i, add_ms)
-                i = j
+            pos = jf.size + len(self.buf)
+            if total <= MAX_UNIT_RAW and pos + total <= self.limit:
+                # perf: the common case, the whole batch is one run in the current file: no
+                # cutting at all
+                self._append_run_locked(jf, pos, payloads, metas, encoded, 0, n, total, add_ms, expire_ms)
+            else:
+                if sizes is None:
+                    sizes = list(map(len, payloads))
+                if pos + total > self.limit:
+                    self.reserve_locked(sizes)  # may raise: nothing encoded yet
+                ends = run_ends(sizes)
+                i = 0
+                while i < n:
+                    jf = st.files[-1]
+                    pos = jf.size + len(self.buf)
+                    j = cut_run(ends, i, self.limit - pos, pos <= jf.header.size)
+                    if j == i:
+                        self.rotate_locked()
+                        continue
+                    raw = ends[j - 1] - (ends[i - 1] if i else 0)
+                    self._append_run_locked(jf, pos, payloads, metas, encoded, i, j, raw, add_ms, expire_ms)
+                    i = j
             if self.write_through or len(self.buf) >= WRITE_OUT_AT:
                 self.write_out_locked()
             return first_id, add_ms, self.appended
+
+    def _append_run_locked(
+        self,
+        jf: JournalFile,
+        pos: int,
+        payloads: Sequence[bytes],
+        metas: Sequence[Meta | None] | None,
+        encoded: Sequence[bytes] | None,
+        i: int,
+        j: int,
+        raw: int,
+        add_ms: int,
+        expire_ms: int,
+    ) -> None:
+        """Append items ``i .. j-1`` (``raw`` bytes as plain records) at ``pos`` of ``jf``, the
+        current file, as :func:`~journaled.log.runs.append_run` writes them."""
+        st = self.state
+        item_id, before = st.next_id, len(self.buf)
+        append_run(self.buf, jf.salt, pos, item_id, payloads, metas, encoded, i, j, raw, add_ms, expire_ms)
+        if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+            jf.note(item_id, pos)  # a unit's items stand where the unit stands
+        self.appended += len(self.buf) - before
+        st.appended(item_id + j - i, add_ms)
 
     def write_out_locked(self) -> None:
         """Hand the buffer to the OS."""
