@@ -107,9 +107,14 @@ def append_unit(
     if UNIT_OVERHEAD + len(frame) >= len(inner):
         return False
     head = _UNIT_HEAD.pack(UNIT_FIELDS_SIZE + len(frame), TYPE_PUTZ, first_id, count, CODEC_ZSTD, len(inner))
-    out += CRC_STRUCT.pack(crc32c(frame, crc32c(head, (salt ^ offset) & 0xFFFFFFFF)))
-    out += head
-    out += frame
+    start = len(out)
+    try:
+        out += CRC_STRUCT.pack(crc32c(frame, crc32c(head, (salt ^ offset) & 0xFFFFFFFF)))
+        out += head
+        out += frame
+    except BaseException:
+        del out[start:]  # never a part of a record in the writer's buffer (MemoryError)
+        raise
     return True
 
 

@@ -132,3 +132,33 @@ def test_a_unit_that_would_not_be_smaller_appends_nothing() -> None:
     encode_puts(compressed.unit_salt(1, 40), 0, 1, 0, 0, [os.urandom(4000) for _ in range(2)], inner)
     out = bytearray(b"x")
     assert not compressed.append_unit(out, 1, 40, 1, 2, inner) and out == b"x"
+
+
+class FailingBuffer(bytearray):
+    """A buffer whose ``k``-th append fails as a full memory would (after ``+=`` took nothing)."""
+
+    def __init__(self, data: bytes, fail_at: int) -> None:
+        super().__init__(data)
+        self.appends, self.fail_at = 0, fail_at
+
+    def __iadd__(self, other):  # type: ignore[no-untyped-def]
+        self.appends += 1
+        if self.appends == self.fail_at:
+            raise MemoryError
+        return super().__iadd__(other)
+
+
+def test_a_unit_append_that_fails_midway_leaves_the_buffer_as_it_was() -> None:
+    inner = bytearray()
+    encode_puts(compressed.unit_salt(1, 40), 0, 1, 0, 0, [line(i) for i in range(50)], inner)
+    for fail_at in (1, 2, 3):
+        out = FailingBuffer(b"records before", fail_at)
+        try:
+            compressed.append_unit(out, 1, 40, 1, 50, inner)
+        except MemoryError:
+            pass
+        # a part of a record left in the writer's buffer would be written out as damage
+        assert bytes(out) in (
+            b"records before",
+            b"records before" + compressed.encode_unit(1, 40, 1, 50, inner),
+        )
