@@ -95,23 +95,17 @@ class SameHeaders:
     """The headers of a recent single put, checked (``metadata.checked_headers``), for the next
     ones that give the same names and values (perf: usually the same few headers on every put):
     ``pairs`` (exact ``str`` names and ``bytes`` values, in order), the read-only ``headers`` and
-    their encoded ``block`` as stored, and the ``meta`` and ``encoded`` metadata of a put carrying
-    these headers and nothing else.  Never changed once made; shared by the items it is used for,
-    as put_many shares its headers among its items."""
+    their encoded ``block`` as stored; ``meta`` and ``encoded``, the metadata of a put carrying
+    these headers and nothing else, once such a put has made them (None and ``b""`` before: puts
+    whose headers change every time never pay for them).  Shared by the items it is used for, as
+    put_many shares its headers among its items, and never changed after that."""
 
-    def __init__(
-        self,
-        pairs: list[tuple[str, bytes]],
-        headers: Mapping[str, bytes],
-        block: bytes,
-        meta: Meta,
-        encoded: bytes,
-    ) -> None:
+    def __init__(self, pairs: list[tuple[str, bytes]], headers: Mapping[str, bytes], block: bytes) -> None:
         self.pairs = pairs
         self.headers = headers
         self.block = block
-        self.meta = meta
-        self.encoded = encoded
+        self.meta: Meta | None = None
+        self.encoded = b""
 
 
 class WallClock(Protocol):
@@ -286,6 +280,9 @@ class PutPath:
         else:
             if same is not None and not (nb or pid or key is not None):
                 # perf: the same headers as a recent put, and nothing else: the same Meta and encoding
+                if same.meta is None:  # made at the first such put (two threads may both make it)
+                    same.meta = new_meta(0, 0, 0, None, hdrs)
+                    same.encoded = META_FIXED.pack(0, 0, 0, 0, len(hdrs), len(block)) + block
                 meta, encoded = same.meta, same.encoded
             else:
                 meta = new_meta(nb, pid, sequence, key, hdrs)
@@ -335,9 +332,7 @@ class PutPath:
         for name, value in pairs:
             if type(name) is not str or type(value) is not bytes:
                 return None
-        meta = new_meta(0, 0, 0, None, hdrs)
-        encoded = META_FIXED.pack(0, 0, 0, 0, len(pairs), len(block)) + block
-        same = self.same_headers = SameHeaders(pairs, hdrs, block, meta, encoded)
+        same = self.same_headers = SameHeaders(pairs, hdrs, block)
         return same
 
     def _stored_locked(
