@@ -3,16 +3,20 @@ giving the same names and values (the usual case: the same few headers on every 
 checked mapping, encoding and ``Meta`` instead of making them again, so its readers hold one
 collector-tracked object per item (the ``MetaItem``), not four.  Anything else -- other values,
 another order, names or values of other types, a mapping that is not a dict -- is checked afresh,
-with the errors and records of any put (issue 37, a put with a key or headers)."""
+with the errors and records of any put; and a reader reads no clock for an item without a
+not-before (issue 37, a put with a key or headers)."""
 
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Mapping
 
 import pytest
 
 from journaled import JournaledQueue
+from journaled.core import retry
+from journaled.errors import Empty
 from journaled.format.metadata import NO_HEADERS, Meta
 from journaled.format.record import PutX
 from journaled.item import MetaItem
@@ -135,3 +139,35 @@ def test_remembered_headers_combine_with_a_key_a_delay_and_other_mappings(tmp_pa
         == [Meta(headers={"ct": b"json"}), Meta(key=b"k", headers={"ct": b"json"})]
         + [Meta(headers={"ct": b"json"})] * 2
     )
+
+
+class CountingClock:
+    """The real clocks, counting the reads (retry.CLOCK when a reader's core is made)."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def time(self) -> float:
+        self.reads += 1
+        return time.time()
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return time.monotonic()
+
+
+def test_a_reader_reads_no_clock_for_items_put_with_a_key_or_headers_only(tmp_path, monkeypatch):
+    clock = CountingClock()
+    monkeypatch.setattr(retry, "CLOCK", clock)
+    with JournaledQueue(tmp_path / "q") as q:
+        r = q.reader("r")
+        before = clock.reads
+        for i in range(50):
+            q.put(b"x", key=b"k%d" % i, headers={"ct": b"json"})
+        reads = clock.reads - before
+        delayed = q.put(b"later", delay=3600)
+        assert reads == 0, f"{reads} clock reads for 50 puts"
+        assert [it.key for it in r.get_many(100, timeout=0)] == [b"k%d" % i for i in range(50)]
+        assert delayed > 0
+        with pytest.raises(Empty):  # the delayed item is parked: the clock is read for it
+            r.get(timeout=0)
