@@ -2,10 +2,11 @@
 """The put rows of bench_targets.py in CPU time of the calling thread (``time.thread_time``), for a
 machine too loaded for wall-clock ratios (issue 37): best of 5 rounds of 50k calls each, the kinds
 alternating, of journaled's single put (100 B and 1 KiB, one reader, ``sync=0.05``), a put of 100 B
-with a key and with headers, and queuelib's ``FifoDiskQueue.push`` (100 B, 1 KiB).  What runs on
-other threads (journaled's periodic write-out and fdatasync) is not counted; queuelib does its
-``os.write`` per push on the calling thread, and that is counted.  Run it with the tree measured
-and queuelib on ``PYTHONPATH``."""
+with a key, with the same headers every time (``headers100``: the put path remembers them) and with
+a header whose value changes every put (``hvar100``: checked afresh each time), and queuelib's
+``FifoDiskQueue.push`` (100 B, 1 KiB).  What runs on other threads (journaled's periodic write-out
+and fdatasync) is not counted; queuelib does its ``os.write`` per push on the calling thread, and
+that is counted.  Run it with the tree measured and queuelib on ``PYTHONPATH``."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 from journaled import JournaledQueue, QueueConfig
 
 N = 50_000
-KINDS = ("q100", "plain100", "key100", "headers100", "q1k", "plain1k")
+KINDS = ("q100", "plain100", "key100", "headers100", "hvar100", "q1k", "plain1k")
 
 
 def one_round(kind: str, path: str) -> float:
@@ -50,6 +51,9 @@ def one_round(kind: str, path: str) -> float:
         elif kind == "key100":
             for k in keys:
                 put(p100, key=k)
+        elif kind == "hvar100":
+            for k in keys:
+                put(p100, headers={"trace": k})
         else:
             for _ in range(N):
                 put(p100, headers=headers)
@@ -76,7 +80,8 @@ def main() -> None:
     print(" ".join(f"{k}={v:.0f}ns" for k, v in b.items()))
     print(
         f"  put100/queuelib={b['q100'] / b['plain100']:.2f}x put1k/queuelib={b['q1k'] / b['plain1k']:.2f}x "
-        f"key/plain={b['plain100'] / b['key100']:.2f}x headers/plain={b['plain100'] / b['headers100']:.2f}x"
+        f"key/plain={b['plain100'] / b['key100']:.2f}x headers/plain={b['plain100'] / b['headers100']:.2f}x "
+        f"hvar/plain={b['plain100'] / b['hvar100']:.2f}x"
     )
 
 

@@ -420,6 +420,8 @@ class Holding:
         An item with a key arriving under key order is held only at its turn (``in_order``)."""
         if not in_order and self.keys is not None and item.key is not None:
             return False
+        if item.not_before is None:
+            return False  # perf: due at once (a put with a key or headers only): no clock to read
         clock = self.clock
         due = retry.not_due(item, clock.time(), clock.monotonic())
         if due is None:

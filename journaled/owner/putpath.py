@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
 import attrs
@@ -28,10 +28,10 @@ from journaled.errors import ItemTooLarge
 from journaled.format.metadata import (
     MAX_KEY,
     MAX_PAYLOAD_WITH_META,
+    META_FIXED,
     NO_HEADERS,
     Meta,
     checked_headers,
-    encode_parts,
 )
 from journaled.item import (
     Item,
@@ -55,47 +55,61 @@ from journaled.owner.dedup import KeyWindow, Producers, rebuild
 _JUST_BYTES = {bytes}
 
 # perf: a single put with metadata builds a Meta and, for its readers, a MetaItem: frozen attrs classes
-# whose generated __init__ sets each field through ``object.__setattr__``.  Setting the slots through
-# their descriptors builds the same objects several times faster, as format/fallback.py's item builders
-# do for Item.  Neither class has validators, converters or __attrs_post_init__, so nothing is skipped;
-# a field added to either is refused here, at import, until these builders set it too.
+# whose generated __init__ sets each field through a bound ``object.__setattr__`` and a call each.
+# mypyc compiles ``object.__setattr__(obj, "name", value)`` to a C call of the generic setattr (no
+# argument tuple, no bound method), which sets the slot through its descriptor, as attrs does.  Neither
+# class has validators, converters or __attrs_post_init__, so nothing is skipped; a field added to
+# either is refused here, at import, until these builders set it too.
 _META_FIELDS: Final = ("not_before_ms", "producer", "sequence", "key", "headers")
 _META_ITEM_FIELDS: Final = ("id", "data", "add_time", "expire_at", "error_count", "stored")
 if tuple(a.name for a in attrs.fields(Meta)) != _META_FIELDS or (
     tuple(a.name for a in attrs.fields(MetaItem)) != _META_ITEM_FIELDS
 ):
     raise TypeError("Meta or MetaItem has fields other than the put path's builders set: update them")
-_SET_META: Final[tuple[Callable[[object, object], None], ...]] = tuple(
-    getattr(Meta, name).__set__ for name in _META_FIELDS
-)
-_SET_META_ITEM: Final[tuple[Callable[[object, object], None], ...]] = tuple(
-    getattr(MetaItem, name).__set__ for name in _META_ITEM_FIELDS
-)
+# perf: kept in compiled statics, so making an object is one call, not two lookups by name and a call
+_NEW: Final = object.__new__
+_META: Final = Meta
+_META_ITEM: Final = MetaItem
 
 
 def new_meta(not_before_ms: int, producer: int, sequence: int, key: bytes | None, headers: Any) -> Meta:
     """``Meta(not_before_ms, producer, sequence, key, headers)``, built faster (see above)."""
-    meta = object.__new__(Meta)
-    s = _SET_META
-    s[0](meta, not_before_ms)
-    s[1](meta, producer)
-    s[2](meta, sequence)
-    s[3](meta, key)
-    s[4](meta, headers)
+    meta: Meta = _NEW(_META)
+    object.__setattr__(meta, "not_before_ms", not_before_ms)
+    object.__setattr__(meta, "producer", producer)
+    object.__setattr__(meta, "sequence", sequence)
+    object.__setattr__(meta, "key", key)
+    object.__setattr__(meta, "headers", headers)
     return meta
 
 
 def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
     """``MetaItem(item_id, data, add_time, expire_at, 0, meta)``, built faster (see above)."""
-    item = cast(Item, object.__new__(MetaItem))
-    s = _SET_META_ITEM
-    s[0](item, item_id)
-    s[1](item, data)
-    s[2](item, add_time)
-    s[3](item, expire_at)
-    s[4](item, 0)
-    s[5](item, meta)
+    item: Item = _NEW(_META_ITEM)
+    object.__setattr__(item, "id", item_id)
+    object.__setattr__(item, "data", data)
+    object.__setattr__(item, "add_time", add_time)
+    object.__setattr__(item, "expire_at", expire_at)
+    object.__setattr__(item, "error_count", 0)
+    object.__setattr__(item, "stored", meta)
     return item
+
+
+class SameHeaders:
+    """The headers of a recent single put, checked (``metadata.checked_headers``), for the next
+    ones that give the same names and values (perf: usually the same few headers on every put):
+    ``pairs`` (exact ``str`` names and ``bytes`` values, in order), the read-only ``headers`` and
+    their encoded ``block`` as stored; ``meta`` and ``encoded``, the metadata of a put carrying
+    these headers and nothing else, once such a put has made them (None and ``b""`` before: puts
+    whose headers change every time never pay for them).  Shared by the items it is used for, as
+    put_many shares its headers among its items, and never changed after that."""
+
+    def __init__(self, pairs: list[tuple[str, bytes]], headers: Mapping[str, bytes], block: bytes) -> None:
+        self.pairs = pairs
+        self.headers = headers
+        self.block = block
+        self.meta: Meta | None = None
+        self.encoded = b""
 
 
 class WallClock(Protocol):
@@ -145,6 +159,7 @@ class PutPath:
         self.keys = KeyWindow(window) if window is not None else None
         self.producers = Producers()
         self.producers_read = False  # read back at the first tagged put (owner/dedup.py)
+        self.same_headers: SameHeaders | None = None  # the last single put's headers (put_one)
         if self.keys is not None:
             rebuild(journal, self.keys, None, self.time_ns() // 1_000_000)
 
@@ -245,7 +260,18 @@ class PutPath:
         add_ms = self.time_ns() // 1_000_000
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         nb = not_before_ms(not_before, delay, add_ms) if not_before is not None or delay is not None else 0
-        hdrs, block = (NO_HEADERS, b"") if headers is None else checked_headers(headers)
+        if headers is None:
+            hdrs: Mapping[str, bytes] = NO_HEADERS
+            block = b""
+            same = None
+        else:
+            same = self._same_headers(headers)
+            if same is None:
+                hdrs, block = checked_headers(headers)
+                if type(headers) is dict and hdrs:
+                    same = self._remember_headers(hdrs, block)
+            else:
+                hdrs, block = same.headers, same.block
         if key is not None and not (type(key) is bytes and 0 < len(key) <= MAX_KEY):
             key = put_key(key)  # perf: a key of plain bytes within the limit is stored as it is
         pid = sequence = 0
@@ -256,39 +282,81 @@ class PutPath:
                 run: PutGroup = ((payload,), expire)
                 first_id, seq = self.append_locked((run,) if expire else payload, 1, len(payload), add_ms)
         else:
-            meta = new_meta(nb, pid, sequence, key, hdrs)
-            # made once, from the header block the check made: for the size check and the record
-            encoded = encode_parts(nb, pid, sequence, key, len(hdrs), block)
+            if same is not None and not (nb or pid or key is not None):
+                # perf: the same headers as a recent put, and nothing else: the same Meta and encoding
+                if same.meta is None:  # made at the first such put (two threads may both make it)
+                    same.meta = new_meta(0, 0, 0, None, hdrs)
+                    same.encoded = META_FIXED.pack(0, 0, 0, 0, len(hdrs), len(block)) + block
+                meta, encoded = same.meta, same.encoded
+            else:
+                meta = new_meta(nb, pid, sequence, key, hdrs)
+                # made once, from the header block the check made: for the size check and the record
+                if key is None:
+                    fixed = META_FIXED.pack(nb, pid, sequence, 0, len(hdrs), len(block))
+                    encoded = fixed + block if block else fixed
+                else:
+                    fixed = META_FIXED.pack(nb, pid, sequence, len(key), len(hdrs), len(block))
+                    encoded = fixed + key + block if block else fixed + key
             if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
                 raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
             with self.lock:
-                found = self._stored_locked(meta, add_ms, dedup)
+                found = None
+                if pid or key is not None:
+                    found = self._stored_locked(pid, sequence, key, add_ms, dedup)
                 if found is None:
-                    first_id, seq = self._append_meta_locked(payload, expire, meta, encoded, add_ms)
+                    shows = nb != 0 or key is not None or len(hdrs) > 0
+                    first_id, seq = self._append_meta_locked(
+                        payload, expire, meta, encoded, add_ms, pid, sequence, key, shows
+                    )
                 else:
                     first_id, seq = found, -1
-        if self.config.sync == "always":
+        if self.sync_always:
             if seq < 0:
                 self.journal.sync()  # the id returned may be another put's, not yet durable
             else:
                 self.journal.wait_durable(seq)
         return first_id
 
-    def _stored_locked(self, meta: Meta, add_ms: int, dedup: bool) -> int | None:
-        """The id under which a single put with ``meta`` is stored already: its producer's tag
-        (a client's retry) or, when ``dedup``, its key within the window; None for none."""
-        if meta.producer:
+    def _same_headers(self, headers: Any) -> SameHeaders | None:
+        """The remembered headers of a recent single put when ``headers`` is a ``dict`` holding
+        exactly those names and values (exact ``str`` and ``bytes``, in the same order), else None:
+        what :func:`checked_headers` would make of them, without making it again."""
+        same = self.same_headers
+        if same is None or type(headers) is not dict or len(headers) != len(same.pairs):
+            return None
+        for (name, value), (had_name, had_value) in zip(headers.items(), same.pairs):
+            if type(name) is not str or type(value) is not bytes or name != had_name or value != had_value:
+                return None
+        return same
+
+    def _remember_headers(self, hdrs: Mapping[str, bytes], block: bytes) -> SameHeaders | None:
+        """Remember ``hdrs`` (checked, not empty) for the next single puts, if they are exact ``str``
+        names and exact ``bytes`` values (what :meth:`_same_headers` compares); what is remembered."""
+        pairs = list(hdrs.items())
+        for name, value in pairs:
+            if type(name) is not str or type(value) is not bytes:
+                return None
+        same = self.same_headers = SameHeaders(pairs, hdrs, block)
+        return same
+
+    def _stored_locked(
+        self, pid: int, sequence: int, key: bytes | None, add_ms: int, dedup: bool
+    ) -> int | None:
+        """The id under which a single put tagged ``(pid, sequence)`` or keyed ``key`` is stored
+        already: its producer's tag (a client's retry) or, when ``dedup``, its key within the
+        window; None for none."""
+        if pid:
             if not self.producers_read:
                 rebuild(self.journal, None, self.producers, add_ms)
                 self.producers_read = True
             self.producers.expire(add_ms)
-            found = self.producers.find(meta.producer, meta.sequence, 1)
+            found = self.producers.find(pid, sequence, 1)
             if found is not None:
                 return found[0]
         keys = self.keys
-        if dedup and keys is not None and meta.key is not None:
+        if dedup and keys is not None and key is not None:
             keys.expire(add_ms)
-            return keys.find(meta.key)
+            return keys.find(key)
         return None
 
     def _put_once(
@@ -408,24 +476,36 @@ class PutPath:
         return cores
 
     def _append_meta_locked(
-        self, payload: bytes, expire: int, meta: Meta, encoded: bytes, add_ms: int
+        self,
+        payload: bytes,
+        expire: int,
+        meta: Meta,
+        encoded: bytes,
+        add_ms: int,
+        pid: int,
+        sequence: int,
+        key: bytes | None,
+        shows: bool,
     ) -> tuple[int, int]:
-        """:meth:`append_locked` of one item with ``meta`` (``encoded`` its encoding)."""
+        """:meth:`append_locked` of one item with ``meta`` (``encoded`` its encoding; ``pid``,
+        ``sequence`` and ``key`` its fields, ``shows``: :func:`shown` would keep it), the fields
+        passed as they are because reading them back off ``meta`` is an attribute lookup each."""
         nbytes = len(payload)
         cores = self._admit_locked(1, nbytes)
-        item_id, added_ms, seq = self.journal.append_meta((payload,), (meta,), add_ms, expire, (encoded,))
-        if meta.producer and self.producers_read:
-            self.producers.add_one(meta.producer, meta.sequence, item_id, added_ms)
+        # perf: the writer's own method (Journal.append_meta is this bound method), a native call
+        item_id, added_ms, seq = self.writer.append_meta((payload,), (meta,), add_ms, expire, (encoded,))
+        if pid and self.producers_read:
+            self.producers.add_one(pid, sequence, item_id, added_ms)
         keys = self.keys
-        if meta.key is not None and keys is not None:
+        if key is not None and keys is not None:
             keys.expire(added_ms)
-            keys.add(meta.key, item_id, added_ms)
+            keys.add(key, item_id, added_ms)
         if cores:
             expire_at = expire / 1000.0 if expire else None
-            if shown(meta) is None:
-                made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
-            else:
+            if shows:
                 made = [new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, meta)]
+            else:
+                made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
             hand_to_readers(cores, made, nbytes)
         self.put_count += 1
         self.put_bytes += nbytes
