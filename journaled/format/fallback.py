@@ -10,11 +10,8 @@ is stale, or ``JOURNALED_PURE_PYTHON=1``.
 
 * :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops, the batch forms
   of format/record.py's single-record ``encode_put`` and ``decode_one``;
-* :func:`walk_puts`: the record walker's loop over decode_many's records (journaled.log.walker);
-* :func:`unit_records`: the records of a compressed unit's inner bytes, checked and relabelled with
-  the unit's position (format/compressed.py, docs/format.md section 4.5);
-* :func:`decode_columns`: PUT and PUTX records into the Arrow column buffers of
-  format/columns.py;
+* :func:`walk_puts`, :func:`unit_records`: the record walker's loops (plain records, a unit's);
+* :func:`decode_columns`: PUT and PUTX records into format/columns.py's Arrow column buffers;
 * :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
   it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
   switch: importing it from here would close an import cycle, and format/ imports nothing above it.
@@ -25,10 +22,8 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, repeat
-from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -267,45 +262,26 @@ def walk_puts(
     return out, pos, expected, nbytes, False, end, damage
 
 
-# ----------------------------------------------------------------------------------- unit_records
-
-
 def unit_records(
     raw: bytes | bytearray | memoryview, salt: int, offset: int, size: int, first_id: int, count: int
 ) -> tuple[list[Put], list[int]] | str:
-    """The records of the inner bytes ``raw`` of the compressed unit at ``offset`` (``size`` bytes
-    on disk, ``count`` items from ``first_id``) of a file with ``salt``, each relabelled with the
-    unit's ``offset`` and ``size``, and the running payload sizes (``sizes[i]``: payload bytes of
-    the first ``i`` records, ``count + 1`` of them); or why the unit is damaged ([F-45]): ``raw``
-    must be exactly ``count`` valid PUT/PUTX records, encoded with the salt ``(salt ^ offset) &
-    0xFFFFFFFF`` from position 0, with ids ``first_id ..`` in order.
-
-    compiled twin: _speedups.c, section unit_records (journaled.format.speedups.unit_records is
-    the one callers use).
-
-    The inner record's own offset and size mean nothing outside the unit: an item stands where the
-    unit stands (a cursor inside it decodes the unit again) and takes the unit's bytes, so
-    ``offset + size`` of a unit's last item is where the next record starts, as for a plain one.
-    """
+    """The records of ``raw``, the inner bytes of the unit at ``offset`` of a file with ``salt``, each
+    with the unit's ``offset`` and ``size``, and their running payload sizes; or why the unit is
+    damaged ([F-45]: exactly ``count`` PUT/PUTX records, salt ``(salt ^ offset) & 0xFFFFFFFF``, ids
+    ``first_id ..`` in order).  compiled twin: _speedups.c, section unit_records."""
     recs, end, damage = decode_many(raw, 0, (salt ^ offset) & 0xFFFFFFFF)
     if damage is not None or end != len(raw):
         return "compressed unit holds a damaged record"
     if len(recs) != count:
         return f"compressed unit holds {len(recs)} records, not {count}"
-    # perf: checked and relabelled with C-level loops (a unit holds thousands of small records)
-    if not set(map(type, recs)) <= _ITEM_TYPES:
+    if not set(map(type, recs)) <= {Put, PutX}:  # perf: C-level loops, a unit holds thousands
         return "compressed unit holds a record of another type"
     puts: list[Put] = recs  # type: ignore[assignment]
-    if list(map(_get_id, puts)) != list(range(first_id, first_id + count)):
+    if [r.id for r in puts] != list(range(first_id, first_id + count)):
         return "compressed unit holds records out of order"
-    deque(map(_put_setters[0], puts, repeat(offset, count)), maxlen=0)
-    deque(map(_put_setters[1], puts, repeat(size, count)), maxlen=0)
-    return puts, [0, *accumulate(map(len, map(_get_payload, puts)))]
-
-
-_ITEM_TYPES = frozenset((Put, PutX))
-_get_id = attrgetter("id")
-_get_payload = attrgetter("payload")
+    list(map(_put_setters[0], puts, repeat(offset, count)))
+    list(map(_put_setters[1], puts, repeat(size, count)))
+    return puts, [0, *accumulate(len(r.payload) for r in puts)]
 
 
 # ------------------------------------------------------------------------------- decode_columns
