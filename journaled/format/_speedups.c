@@ -47,8 +47,9 @@
  * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
  * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
  * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
- * the metadata columns; 9: encode_putx, configure() takes its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 9
+ * the metadata columns; 9: encode_putx, configure() takes its reference; 10: unit_records,
+ * configure() takes its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
+#define ABI_VERSION 10
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -241,6 +242,7 @@ static PyObject *py_decode_many = NULL;
 static PyObject *py_decode_one = NULL;
 static PyObject *py_decode_columns = NULL;
 static PyObject *py_walk_puts = NULL;
+static PyObject *py_unit_records = NULL;
 static PyTypeObject *item_type = NULL;
 static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in field order */
 static PyObject *py_new_item = NULL;
@@ -409,24 +411,26 @@ drop_slots(PyObject **slots, int n)
 }
 
 /* configure(*, constants, put_type, put_fields, putx_type, putx_fields, meta_type, meta_fields,
- * no_headers, damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None):
+ * no_headers, damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None,
+ * encode_putx=None, unit_records=None):
  * everything is checked before anything is kept, so a refused call leaves the module as it was.
  * putx_type must be a subclass of put_type (the references test records with isinstance(Put)).
  * Without walk_puts (its reference), the one configured before stays (walk_puts() refuses to run
- * while there is none). */
+ * while there is none); so for encode_putx and unit_records. */
 static PyObject *
 configure(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"constants",  "put_type",    "put_fields",  "putx_type",   "putx_fields",
                              "meta_type",  "meta_fields", "no_headers",  "damage_type", "encode_puts",
-                             "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx", NULL};
+                             "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx",
+                             "unit_records", NULL};
     PyObject *constants = NULL, *type = NULL, *names = NULL, *xtype = NULL, *xnames = NULL, *mtype = NULL,
              *mnames = NULL, *empty = NULL, *dmg = NULL;
-    PyObject *refs[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOO:configure", kwlist, &PyDict_Type,
+    PyObject *refs[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOOO:configure", kwlist, &PyDict_Type,
                                      &constants, &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &xtype,
                                      &PyTuple_Type, &xnames, &PyType_Type, &mtype, &PyTuple_Type, &mnames, &empty,
-                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5]))
+                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5], &refs[6]))
         return NULL;
     if (!constants || !type || !names || !xtype || !xnames || !mtype || !mnames || !empty || !dmg || !refs[0] ||
         !refs[1] || !refs[2] || !refs[3]) {
@@ -434,7 +438,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
-        (refs[5] != NULL && !all_callable(&refs[5], 1)) || check_no_headers(empty) < 0)
+        (refs[5] != NULL && !all_callable(&refs[5], 1)) || (refs[6] != NULL && !all_callable(&refs[6], 1)) ||
+        check_no_headers(empty) < 0)
         return NULL;
     PyObject *slots[PUT_NFIELDS], *xslots[PUTX_NFIELDS], *mslots[META_NFIELDS];
     if (field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
@@ -475,6 +480,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
         keep(&py_walk_puts, refs[4]);
     if (refs[5] != NULL)
         keep(&py_encode_putx, refs[5]);
+    if (refs[6] != NULL)
+        keep(&py_unit_records, refs[6]);
     Py_RETURN_NONE;
 }
 
@@ -790,27 +797,33 @@ done:
     return obj;
 }
 
+/* The offset and size every record of a compressed unit takes (the unit's), one int object each
+ * shared by all of them (section unit_records); NULL in the other twins: each record its own. */
+typedef struct {
+    PyObject *offset, *size;
+} Label;
+
 /* A Put's fields into ``vals``; ``cache`` (NULL: none) holds two IntCaches, for the size and for
- * add_ms. */
+ * add_ms; ``label`` (NULL: none) replaces ``offset`` and ``size``. */
 static void
 put_values(PyObject **vals, int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
-           const unsigned char *payload, Py_ssize_t len, IntCache *cache)
+           const unsigned char *payload, Py_ssize_t len, IntCache *cache, const Label *label)
 {
-    vals[PUT_OFFSET] = PyLong_FromLongLong(offset);
-    vals[PUT_SIZE] = cached_u64(cache, (uint64_t)size);
+    vals[PUT_OFFSET] = label != NULL ? Py_NewRef(label->offset) : PyLong_FromLongLong(offset);
+    vals[PUT_SIZE] = label != NULL ? Py_NewRef(label->size) : cached_u64(cache, (uint64_t)size);
     vals[PUT_ID] = PyLong_FromUnsignedLongLong(id);
     vals[PUT_ADD_MS] = cached_u64(cache == NULL ? NULL : cache + 1, add_ms);
     vals[PUT_EXPIRE_MS] = PyLong_FromUnsignedLongLong(expire_ms);
     vals[PUT_PAYLOAD] = PyBytes_FromStringAndSize((const char *)payload, len);
 }
 
-/* A Put; ``cache`` as put_values(). */
+/* A Put; ``cache`` and ``label`` as put_values(). */
 static PyObject *
 new_put(int64_t offset, Py_ssize_t size, uint64_t id, uint64_t add_ms, uint64_t expire_ms,
-        const unsigned char *payload, Py_ssize_t len, IntCache *cache)
+        const unsigned char *payload, Py_ssize_t len, IntCache *cache, const Label *label)
 {
     PyObject *vals[PUT_NFIELDS];
-    put_values(vals, offset, size, id, add_ms, expire_ms, payload, len, cache);
+    put_values(vals, offset, size, id, add_ms, expire_ms, payload, len, cache, label);
     return new_record(put_type, put_fields, vals, PUT_NFIELDS);
 }
 
@@ -824,16 +837,16 @@ putx_tag_only(const unsigned char *p)
 }
 
 /* The PutX of the tag-only PUTX record at ``p`` (``size`` bytes in all), as record.decode_one makes
- * it: Meta(0, producer, sequence, None, NO_HEADERS); ``cache`` as put_values(). */
+ * it: Meta(0, producer, sequence, None, NO_HEADERS); ``cache`` and ``label`` as put_values(). */
 static PyObject *
-new_putx_tagged(int64_t offset, Py_ssize_t size, const unsigned char *p, IntCache *cache)
+new_putx_tagged(int64_t offset, Py_ssize_t size, const unsigned char *p, IntCache *cache, const Label *label)
 {
     PyObject *mvals[META_NFIELDS] = {PyLong_FromLong(0), PyLong_FromUnsignedLongLong(get_u64(p + PUTX_PRODUCER_AT)),
                                      PyLong_FromUnsignedLongLong(get_u64(p + PUTX_SEQUENCE_AT)), Py_NewRef(Py_None),
                                      Py_NewRef(no_headers)};
     PyObject *vals[PUTX_NFIELDS];
     put_values(vals, offset, size, get_u64(p + PUT_ID_AT), get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
-               p + PUTX_OVERHEAD, size - PUTX_OVERHEAD, cache);
+               p + PUTX_OVERHEAD, size - PUTX_OVERHEAD, cache, label);
     vals[PUTX_META] = new_record(meta_type, meta_fields, mvals, META_NFIELDS);
     return new_record(putx_type, putx_fields, vals, PUTX_NFIELDS);
 }
@@ -1004,14 +1017,14 @@ new_meta(const unsigned char *p, const MetaScan *m, HeaderCache *cache)
 }
 
 /* The PutX of the scanned PUTX record at ``p`` (``size`` bytes in all), as record.decode_one makes it;
- * ``cache`` as put_values(). */
+ * ``cache`` and ``label`` as put_values(). */
 static PyObject *
 new_putx(int64_t offset, Py_ssize_t size, const unsigned char *p, const MetaScan *m, IntCache *cache,
-         HeaderCache *hcache)
+         HeaderCache *hcache, const Label *label)
 {
     PyObject *vals[PUTX_NFIELDS];
     put_values(vals, offset, size, get_u64(p + PUT_ID_AT), get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
-               p + m->payload_at, size - m->payload_at, cache);
+               p + m->payload_at, size - m->payload_at, cache, label);
     vals[PUTX_META] = new_meta(p, m, hcache);
     return new_record(putx_type, putx_fields, vals, PUTX_NFIELDS);
 }
@@ -1110,7 +1123,7 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                            (size_t)(end - pos - RECORD_LENGTH_AT)) == crc) {
                     PyObject *rec = new_put(offset, (Py_ssize_t)(end - pos), get_u64(p + PUT_ID_AT),
                                             get_u64(p + PUT_ADD_MS_AT), get_u64(p + PUT_EXPIRE_MS_AT),
-                                            p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD), NULL);
+                                            p + PUT_OVERHEAD, (Py_ssize_t)(end - pos - PUT_OVERHEAD), NULL, NULL);
                     if (rec == NULL || PyList_Append(out, rec) < 0) {
                         Py_XDECREF(rec);
                         goto fail;
@@ -1126,8 +1139,8 @@ decode_many(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                     crc32c((uint32_t)(salt ^ (uint64_t)offset), p + RECORD_LENGTH_AT,
                            (size_t)(end - pos - RECORD_LENGTH_AT)) == crc) {
                     /* metadata that does not scan is the reference's to describe (Damage) */
-                    PyObject *rec = m.ok ? new_putx(offset, (Py_ssize_t)(end - pos), p, &m, NULL, &hcache)
-                                         : new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, NULL);
+                    PyObject *rec = m.ok ? new_putx(offset, (Py_ssize_t)(end - pos), p, &m, NULL, &hcache, NULL)
+                                         : new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, NULL, NULL);
                     if (rec == NULL || PyList_Append(out, rec) < 0) {
                         Py_XDECREF(rec);
                         goto fail;
@@ -1321,10 +1334,11 @@ walk_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwn
                     res = walk_result(out, pos, expected, nbytes, 1, pos);
                     goto done;
                 }
-                PyObject *rec = m.ok     ? new_putx(offset, (Py_ssize_t)(end - pos), p, &m, cache, &hcache)
-                                : tagged ? new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, cache)
+                PyObject *rec = m.ok     ? new_putx(offset, (Py_ssize_t)(end - pos), p, &m, cache, &hcache, NULL)
+                                : tagged ? new_putx_tagged(offset, (Py_ssize_t)(end - pos), p, cache, NULL)
                                          : new_put(offset, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
-                                                 get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache);
+                                                 get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache,
+                                                   NULL);
                 if (rec == NULL)
                     goto done;
                 int rc = PyList_Append(out, rec);
@@ -1350,6 +1364,131 @@ done:
     return res;
 reference:
     return PyObject_Vectorcall(py_walk_puts, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ unit_records
+ * reference: format/fallback.py, unit_records */
+
+/* unit_records(raw, salt, offset, size, first_id, count), positional arguments only: the records of
+ * a compressed unit's inner bytes, each with the unit's offset and size (one int object of each,
+ * shared), and the running payload sizes.  The fast path takes inner bytes that are exactly
+ * ``count`` well-formed PUTs and PUTXs whose metadata scans, ids ``first_id ..`` in order: a unit as
+ * every writer makes it.  At the first thing off that path (damage, another type, an id out of
+ * order, a count that differs) everything built is dropped and the reference decides, from the
+ * start: it says why the unit is damaged in its words, so the twins agree by construction.
+ * Arguments off the fast path (other types, numbers outside [0, INDEX_MAX]) go to the reference. */
+static PyObject *
+unit_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_unit_records == NULL || put_type == NULL || putx_type == NULL)
+        return not_configured();
+    long long offset, size, first_id, count;
+    if (kwnames != NULL || nargs != 6)
+        goto reference;
+    PyObject *buf = args[0];
+    if (!(PyBytes_CheckExact(buf) || PyByteArray_CheckExact(buf) || PyMemoryView_Check(buf)) ||
+        !PyLong_CheckExact(args[1]) || !as_index(args[2], &offset) || !as_index(args[3], &size) ||
+        !as_index(args[4], &first_id) || !as_index(args[5], &count))
+        goto reference;
+    if (PyMemoryView_Check(buf)) {
+        Py_buffer *mv = PyMemoryView_GET_BUFFER(buf);
+        /* len(raw) must be the byte count, as it is for the reference */
+        if (mv->itemsize != 1 || mv->ndim > 1 || !PyBuffer_IsContiguous(mv, 'C'))
+            goto reference;
+    }
+    uint64_t salt = PyLong_AsUnsignedLongLongMask(args[1]);
+    if (salt == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto reference;
+    }
+    uint64_t inner_salt = (salt ^ (uint64_t)offset) & 0xFFFFFFFFu;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    /* one of each for every record (perf: the records of a unit share them, as they share add_ms) */
+    Label label = {args[2], args[3]};
+    PyObject *out = NULL, *sizes = NULL, *res = NULL;
+    IntCache cache[2] = {{0, NULL}, {0, NULL}};
+    HeaderCache hcache = {.len = 0, .hdrs = NULL};
+    int off_path = 0;
+    /* ``count`` is no promise of what the bytes hold (the unit's fields are the writer's word):
+     * a list grows as the records come */
+    out = PyList_New(0);
+    sizes = PyList_New(0);
+    if (out == NULL || sizes == NULL)
+        goto done;
+    {
+        PyObject *zero = PyLong_FromLong(0);
+        int rc = zero == NULL ? -1 : PyList_Append(sizes, zero);
+        Py_XDECREF(zero);
+        if (rc < 0)
+            goto done;
+    }
+    {
+        /* the view pins the bytes (a bytearray cannot be resized while it is held) */
+        const unsigned char *data = (const unsigned char *)view.buf;
+        long long n = view.len, pos = 0, k = 0, total = 0;
+        while (pos < n) {
+            if (k >= count || pos + PUT_OVERHEAD > n) {
+                off_path = 1;
+                break;
+            }
+            const unsigned char *p = data + pos;
+            uint32_t crc = get_u32(p + RECORD_CRC_AT), length = get_u32(p + RECORD_LENGTH_AT);
+            long long end = pos + RECORD_HEADER_SIZE + (long long)length;
+            uint64_t id = get_u64(p + PUT_ID_AT);
+            int tagged = p[RECORD_TYPE_AT] == TYPE_PUTX;
+            MetaScan m = {0};
+            if (!(tagged ? length >= PUTX_FIELDS_SIZE : p[RECORD_TYPE_AT] == TYPE_PUT && length >= PUT_FIELDS_SIZE) ||
+                (long long)length > MAX_BODY || end > n || id != (uint64_t)(first_id + k) ||
+                (tagged && !putx_tag_only(p) && !(m = scan_meta(p, end - pos)).ok) ||
+                crc32c((uint32_t)(inner_salt ^ (uint64_t)pos), p + RECORD_LENGTH_AT,
+                       (size_t)(end - pos - RECORD_LENGTH_AT)) != crc) {
+                off_path = 1;
+                break;
+            }
+            /* below 2**31 each, and n bounds their sum */
+            long long len = end - pos - (m.ok ? m.payload_at : tagged ? PUTX_OVERHEAD : PUT_OVERHEAD);
+            PyObject *rec = m.ok     ? new_putx(pos, (Py_ssize_t)(end - pos), p, &m, cache, &hcache, &label)
+                            : tagged ? new_putx_tagged(pos, (Py_ssize_t)(end - pos), p, cache, &label)
+                                     : new_put(pos, (Py_ssize_t)(end - pos), id, get_u64(p + PUT_ADD_MS_AT),
+                                               get_u64(p + PUT_EXPIRE_MS_AT), p + PUT_OVERHEAD, (Py_ssize_t)len, cache,
+                                               &label);
+            if (rec == NULL)
+                goto done;
+            int rc = PyList_Append(out, rec);
+            Py_DECREF(rec);
+            if (rc < 0)
+                goto done;
+            total += len;
+            PyObject *t = PyLong_FromLongLong(total);
+            rc = t == NULL ? -1 : PyList_Append(sizes, t);
+            Py_XDECREF(t);
+            if (rc < 0)
+                goto done;
+            pos = end;
+            k++;
+        }
+        if (!off_path && k != count)
+            off_path = 1;
+    }
+    if (!off_path)
+        res = PyTuple_Pack(2, out, sizes);
+done:
+    cache_clear(cache, 2);
+    header_cache_clear(&hcache);
+    PyBuffer_Release(&view);
+    Py_XDECREF(out);
+    Py_XDECREF(sizes);
+    if (!off_path)
+        return res;
+reference:
+    {
+        PyObject *ref = Py_NewRef(py_unit_records); /* a configure() from Python code may replace it */
+        PyObject *r = PyObject_Vectorcall(ref, args, (size_t)nargs, kwnames);
+        Py_DECREF(ref);
+        return r;
+    }
 }
 
 /* ------------------------------------------------------------------------------ decode_columns
@@ -1389,14 +1528,32 @@ typedef struct {
     Py_ssize_t size0, used;
 } Col;
 
-/* Room for ``need`` more bytes in ``c`` (grown by doubling); -1 with an error. */
+/* The bytes ``b`` holds without reallocating: its allocation past its start, less the trailing NUL
+ * (bytearray_resize's own test, Objects/bytearrayobject.c). */
+static Py_ssize_t
+bytearray_capacity(PyObject *b)
+{
+    PyByteArrayObject *a = (PyByteArrayObject *)b;
+    Py_ssize_t cap = a->ob_alloc - (Py_ssize_t)(a->ob_start - a->ob_bytes) - 1;
+    return cap > Py_SIZE(b) ? cap : Py_SIZE(b);
+}
+
+/* Room for ``need`` more bytes in ``c`` (grown by doubling); -1 with an error.  perf: the room is
+ * the allocation's, not the size's.  A call ends by cutting each column to what it wrote, which
+ * keeps the allocation; doubling the size on the next call's first row then missed it by a little,
+ * and bytearray's resize moved the whole column (a Spark batch fed a unit at a time by the
+ * compressed path, ~30 calls per batch, copied its 7 MB of payloads ~16 times: 0.4 us per row). */
 static int
 col_reserve(Col *c, long long need)
 {
     Py_ssize_t have = PyByteArray_GET_SIZE(c->obj);
-    if (c->size0 + c->used + need <= have)
+    long long want = c->size0 + c->used + need;
+    if (want <= have)
         return 0;
-    long long want = c->size0 + c->used + need, doubled = 2 * (long long)have;
+    Py_ssize_t cap = bytearray_capacity(c->obj);
+    if (want <= cap)
+        return PyByteArray_Resize(c->obj, cap); /* within the allocation: no move, no realloc */
+    long long doubled = 2 * (long long)cap;
     return PyByteArray_Resize(c->obj, (Py_ssize_t)(doubled > want ? doubled : want));
 }
 
@@ -1477,9 +1634,6 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         static const long long per_row[NCOLUMNS_META] = {U64, U64, U64, I32, 0, I32, 0, U64, I32, 0, 0, 0, 0};
         long long cap = 0;
         unsigned char *w[NCOLUMNS_META] = {NULL}; /* the fixed-size columns' row 0 of this call */
-        /* the payloads: room for all the buffer holds (what a batch of a read takes, mostly) */
-        if (col_reserve(&col[COL_DATA], pos < n ? n - pos : 0) < 0)
-            goto fail;
         long long dlen = data0, added = 0;
         uint64_t last_id = 0;
         int have_last = 0, status = 0;
@@ -1514,6 +1668,11 @@ decode_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             if (id >= (uint64_t)lo) {
                 long long start = m.ok ? m.payload_at : tagged ? PUTX_OVERHEAD : PUT_OVERHEAD, len = end - pos - start;
                 if (added == cap) {
+                    /* the payloads: room for all the buffer holds (what a batch of a read takes,
+                     * mostly), at the first row: a call that adds none (the compressed path's, at
+                     * each unit) must not grow the column only to cut it back, a move each way */
+                    if (added == 0 && col_reserve(&col[COL_DATA], n - pos) < 0)
+                        goto fail;
                     long long more = cap > 256 ? cap : 256;
                     cap = more > room - added ? room : added + more; /* room > added: this row fits it */
                     for (int i = 0; i < ncols; i++)
@@ -2024,7 +2183,8 @@ reference:
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, constants, put_type, put_fields, putx_type, putx_fields, meta_type, meta_fields, no_headers, "
-     "damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None): record.py's layout "
+     "damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None, encode_putx=None, "
+     "unit_records=None): record.py's layout "
      "(checked), the classes and the pure-Python references."},
     {"configure_items", (PyCFunction)(void (*)(void))configure_items, METH_VARARGS | METH_KEYWORDS,
      "configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts)"},
@@ -2038,6 +2198,8 @@ static PyMethodDef methods[] = {
      "Compiled twin of journaled.format.fallback.walk_puts."},
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.fallback.decode_columns."},
+    {"unit_records", (PyCFunction)(void (*)(void))unit_records, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.fallback.unit_records."},
     {"new_item", (PyCFunction)(void (*)(void))new_item, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the new_item of journaled.format.fallback.item_references."},
     {"new_items", (PyCFunction)(void (*)(void))new_items, METH_FASTCALL | METH_KEYWORDS,

@@ -10,9 +10,8 @@ is stale, or ``JOURNALED_PURE_PYTHON=1``.
 
 * :func:`encode_puts`, :func:`decode_many`: the journal's write and read loops, the batch forms
   of format/record.py's single-record ``encode_put`` and ``decode_one``;
-* :func:`walk_puts`: the record walker's loop over decode_many's records (journaled.log.walker);
-* :func:`decode_columns`: PUT and PUTX records into the Arrow column buffers of
-  format/columns.py;
+* :func:`walk_puts`, :func:`unit_records`: the record walker's loops (plain records, a unit's);
+* :func:`decode_columns`: PUT and PUTX records into format/columns.py's Arrow column buffers;
 * :func:`item_references`: ``new_item``, ``new_items`` and ``items_from_puts`` for the item class
   it is given.  The class is a parameter because journaled.item, which defines ``Item``, imports the
   switch: importing it from here would close an import cycle, and format/ imports nothing above it.
@@ -24,6 +23,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate, repeat
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -65,6 +65,7 @@ __all__ = [
     "encode_puts",
     "encode_putx",
     "item_references",
+    "unit_records",
     "walk_puts",
 ]
 
@@ -259,6 +260,28 @@ def walk_puts(
             expected = rec.id + 1
         pos = rec.offset - base_offset + rec.size
     return out, pos, expected, nbytes, False, end, damage
+
+
+def unit_records(
+    raw: bytes | bytearray | memoryview, salt: int, offset: int, size: int, first_id: int, count: int
+) -> tuple[list[Put], list[int]] | str:
+    """The records of ``raw``, the inner bytes of the unit at ``offset`` of a file with ``salt``, each
+    with the unit's ``offset`` and ``size``, and their running payload sizes; or why the unit is
+    damaged ([F-45]: exactly ``count`` PUT/PUTX records, salt ``(salt ^ offset) & 0xFFFFFFFF``, ids
+    ``first_id ..`` in order).  compiled twin: _speedups.c, section unit_records."""
+    recs, end, damage = decode_many(raw, 0, (salt ^ offset) & 0xFFFFFFFF)
+    if damage is not None or end != len(raw):
+        return "compressed unit holds a damaged record"
+    if len(recs) != count:
+        return f"compressed unit holds {len(recs)} records, not {count}"
+    if not set(map(type, recs)) <= {Put, PutX}:  # perf: C-level loops, a unit holds thousands
+        return "compressed unit holds a record of another type"
+    puts: list[Put] = recs  # type: ignore[assignment]
+    if [r.id for r in puts] != list(range(first_id, first_id + count)):
+        return "compressed unit holds records out of order"
+    list(map(_put_setters[0], puts, repeat(offset, count)))
+    list(map(_put_setters[1], puts, repeat(size, count)))
+    return puts, [0, *accumulate(len(r.payload) for r in puts)]
 
 
 # ------------------------------------------------------------------------------- decode_columns

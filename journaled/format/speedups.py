@@ -13,7 +13,7 @@ for error.  This module alone imports ``_speedups`` and decides, once, at import
   why.
 
 Callers take :data:`encode_puts`, :data:`encode_putx`, :data:`decode_many`, :data:`walk_puts`,
-:data:`decode_columns` from here, and journaled.item takes the item builders from
+:data:`decode_columns`, :data:`unit_records` from here, and journaled.item takes the item builders from
 :func:`item_twins` (it passes its ``Item`` class in: format/ cannot import it).
 """
 
@@ -35,7 +35,7 @@ ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 9
+ABI_VERSION: Final = 10
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -88,6 +88,7 @@ def configure_arguments() -> dict[str, Any]:
         "decode_one": record.decode_one,
         "decode_columns": fallback.decode_columns,
         "walk_puts": fallback.walk_puts,
+        "unit_records": fallback.unit_records,
     }
 
 
@@ -147,6 +148,9 @@ decode_many = fallback.decode_many if native is None else native.decode_many
 walk_puts = fallback.walk_puts if native is None else native.walk_puts
 #: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
+#: ``fallback.unit_records`` or its compiled twin (a unit's inner bytes that are anything but
+#: ``count`` well-formed PUT/PUTX records with ids in order go to the reference, which says why).
+unit_records = fallback.unit_records if native is None else native.unit_records
 
 
 def item_twins(

@@ -36,8 +36,6 @@ from __future__ import annotations
 import threading
 from bisect import bisect_right
 from collections.abc import Callable
-from itertools import accumulate
-from operator import attrgetter
 
 import attrs
 
@@ -299,27 +297,31 @@ class FileWalker:
         return batch
 
 
-#: The last units decoded, by (file salt, offset, frame): a reader stopped inside a unit decodes it
-#: again on its next read; a few recent ones are kept decoded (their records are immutable), with
-#: the running sums of their payload sizes.
-_UNITS: dict[tuple[int, int, bytes], tuple[list[Put], list[int]] | str] = {}
-_UNITS_KEPT = 8
-_payload = attrgetter("payload")
+#: The last units decoded, by (file salt, offset, size, first id, count): a reader stopped inside a
+#: unit decodes it again on its next read; the last two are kept decoded (their records are
+#: immutable: one for the unit a read stopped in, one for a second reader's), with their frame (a
+#: hit must hold the same bytes: a file rewritten in place, or another file with the same salt,
+#: holds another unit there) and the running sums of their payload sizes.  perf: keyed by numbers,
+#: not by the frame, so a lookup does not hash ~50 KB; and two, not eight: a kept unit holds its
+#: items' payloads, ~300 KB, which are freed when it leaves, and freeing them eight units later, out
+#: of the CPU's caches, made a read-back ~8% slower (readers reading the same backlog in step each
+#: decode it then, as each decodes plain records).
+_UNITS: dict[tuple[int, int, int, int, int], tuple[bytes, tuple[list[Put], list[int]] | str]] = {}
+_UNITS_KEPT = 2
 _units_lock = threading.Lock()
 
 
 def _decoded(unit: Unit, salt: int) -> tuple[list[Put], list[int]] | str:
-    """:func:`compressed.decode_unit` and the running payload sizes (``sizes[i]``: bytes of the
-    first ``i`` items), through the cache of recent units."""
-    key = (salt, unit.offset, unit.frame)
+    """:func:`compressed.unit_contents` (the records and the running payload sizes, ``sizes[i]``:
+    bytes of the first ``i`` items), through the cache of recent units."""
+    key = (salt, unit.offset, unit.size, unit.first_id, unit.count)
     with _units_lock:
-        got = _UNITS.get(key)
-    if got is not None:
-        return got
-    items = compressed.decode_unit(unit, salt)
-    got = items if isinstance(items, str) else (items, [0, *accumulate(map(len, map(_payload, items)))])
+        hit = _UNITS.get(key)
+    if hit is not None and hit[0] == unit.frame:
+        return hit[1]
+    got = compressed.unit_contents(unit, salt)
     with _units_lock:
-        if len(_UNITS) >= _UNITS_KEPT:
+        if key not in _UNITS and len(_UNITS) >= _UNITS_KEPT:
             del _UNITS[next(iter(_UNITS))]
-        _UNITS[key] = got
+        _UNITS[key] = (unit.frame, got)
     return got
