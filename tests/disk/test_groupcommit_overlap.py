@@ -107,7 +107,9 @@ def test_a_caller_whose_bytes_the_fsync_in_flight_covered_returns_with_it_not_on
     early.join(10)
     assert not early.is_alive(), f"early is still waiting, for fsync {j.starts()} (log {j.log})"
     seq, log = results["early"]  # type: ignore[misc]
-    assert seq == 20 and log == [("start", 20), ("end", 20)]
+    # what early saw when it returned: the first fsync, ended; the second may have started by then
+    # (the leader of the next batch starts it as soon as the first ends), but not ended: it is held
+    assert seq == 20 and log[:2] == [("start", 20), ("end", 20)] and log[2:] in ([], [("start", 30)]), log
     assert "late" not in results
     j.gates[2].set()
     late.join(10)
