@@ -72,7 +72,10 @@ def mypyc_extensions() -> list[Extension]:
         OptionalBuildExt._notice(ImportError("mypyc is not installed"), "hot path")
         return []
     try:
-        exts = mypycify(MYPYC_MODULES, opt_level="3", group_name="journaled_hot")
+        # A build directory per interpreter (build/mypyc-cpython-313 ...): CI builds for several
+        # Pythons at once in one checkout, and mypyc's generated C differs between them.
+        target = os.path.join("build", f"mypyc-{sys.implementation.cache_tag}")
+        exts = mypycify(MYPYC_MODULES, opt_level="3", group_name="journaled_hot", target_dir=target)
     except BaseException as exc:  # noqa: BLE001 - mypy's errors end in SystemExit
         OptionalBuildExt._notice(exc, "hot path (mypyc)")
         return []

@@ -74,6 +74,9 @@ def wrong(path: str) -> None:
 """
 
 
+# a build (an isolated environment, mypyc, a C compile) and an install: past the suite's 300 s on a
+# loaded machine (CI runs two workers per core); the subprocess timeouts inside bound it
+@pytest.mark.timeout(1500)
 @pytest.mark.slow
 def test_user_code_type_checks_against_the_readmes_editable_install(tmp_path):
     """`pip install -e .` (the README's install, without the heavy extras) gives a type checker

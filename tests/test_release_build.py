@@ -43,6 +43,9 @@ def run(*cmd: str | Path, cwd: Path, timeout: float = 600) -> subprocess.Complet
     return proc
 
 
+# a build (an isolated environment, mypyc, a C compile) and an install: past the suite's 300 s on a
+# loaded machine (CI runs two workers per core); the subprocess timeouts inside bound it
+@pytest.mark.timeout(1500)
 @pytest.mark.slow
 @pytest.mark.skipif(
     bool(os.environ.get("JOURNALED_PURE_PYTHON")),
