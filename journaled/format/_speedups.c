@@ -47,8 +47,9 @@
  * PUTX records to the reference; 6: PUTX records carrying only a producer's tag take the fast paths,
  * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
  * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
- * the metadata columns; 9: encode_putx, configure() takes its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 9
+ * the metadata columns; 9: encode_putx, configure() takes its reference; 10: new_meta and new_meta_item,
+ * configure_items() takes meta_item_fields), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
+#define ABI_VERSION 10
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -247,6 +248,8 @@ static PyObject *py_new_item = NULL;
 static PyObject *py_new_items = NULL;
 static PyObject *py_items_from_puts = NULL;
 static PyObject *py_meta_item = NULL; /* builds the item of a PUTX carrying a key, headers or a not-before */
+static PyTypeObject *meta_item_type = NULL; /* the meta_item whose meta_item_fields were checked last */
+static PyObject *meta_item_fields[ITEM_NFIELDS + 1]; /* its slot descriptors: Item's, then "stored" */
 
 /* The layout of a mappingproxy (Objects/descrobject.c; not in the C API): its one field. */
 typedef struct {
@@ -478,16 +481,19 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+static int configure_meta_item(PyObject *item, PyObject *meta_item, PyObject *names, PyObject **out);
+
 /* configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts): the class the
  * item twins build and their references; checked before kept, as configure(). */
 static PyObject *
 configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"item_type", "item_fields", "new_item", "new_items", "items_from_puts", "meta_item",
-                             NULL};
-    PyObject *type = NULL, *names = NULL, *refs[4] = {NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOOO:configure_items", kwlist, &PyType_Type, &type,
-                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2], &refs[3]))
+                             "meta_item_fields", NULL};
+    PyObject *type = NULL, *names = NULL, *refs[4] = {NULL, NULL, NULL, NULL}, *mi_names = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOOOO!:configure_items", kwlist, &PyType_Type, &type,
+                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2], &refs[3], &PyTuple_Type,
+                                     &mi_names))
         return NULL;
     if (!type || !names || !refs[0] || !refs[1] || !refs[2]) {
         PyErr_SetString(PyExc_TypeError, "configure_items() takes all of its keyword arguments");
@@ -497,6 +503,11 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!all_callable(refs, refs[3] != NULL && refs[3] != Py_None ? 4 : 3) ||
         field_slots(type, names, item_field_names, ITEM_NFIELDS, slots) < 0)
         return NULL;
+    PyObject *mi_slots[ITEM_NFIELDS + 1] = {NULL};
+    if (mi_names != NULL && configure_meta_item(type, refs[3], mi_names, mi_slots) < 0) {
+        drop_slots(slots, ITEM_NFIELDS);
+        return NULL;
+    }
     for (int i = 0; i < ITEM_NFIELDS; i++) {
         keep(&item_fields[i], slots[i]);
         Py_DECREF(slots[i]);
@@ -506,6 +517,13 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     keep(&py_new_items, refs[1]);
     keep(&py_items_from_puts, refs[2]);
     keep(&py_meta_item, refs[3] != NULL ? refs[3] : Py_None); /* None: such records go to the reference */
+    /* new_meta_item builds the class itself while it is the meta_item configured (else calls it) */
+    if (mi_names != NULL) {
+        for (int i = 0; i <= ITEM_NFIELDS; i++)
+            keep(&meta_item_fields[i], mi_slots[i]);
+        drop_slots(mi_slots, ITEM_NFIELDS + 1);
+        keep((PyObject **)&meta_item_type, refs[3]);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1697,6 +1715,111 @@ reference:
     return PyObject_Vectorcall(py_new_items, args, (size_t)nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------------------ new_meta, new_meta_item
+ * reference: format/fallback.py, new_meta and new_meta_item (built by meta_references)
+ *
+ * A single put with a key or headers builds a metadata.Meta and, for its readers, an item.MetaItem:
+ * here, as new_item builds an Item (slots set by their descriptors, no attribute read or set by name),
+ * and left out of the collector's walks when nothing they hold can lead back to them (perf: the
+ * collections every allocation may start otherwise walk each one while a reader holds it). */
+
+static const char *const meta_item_field_names[ITEM_NFIELDS + 1] = {"id",        "data",        "add_time",
+                                                                    "expire_at", "error_count", "stored"};
+
+/* configure_items()'s meta_item_fields: ``meta_item`` (a subclass of ``item``) has Item's fields then
+ * ``stored``, all plain slots; their descriptors into ``out`` (new references), else -1 with an error. */
+static int
+configure_meta_item(PyObject *item, PyObject *meta_item, PyObject *names, PyObject **out)
+{
+    if (meta_item == NULL || !PyType_Check(meta_item) ||
+        !PyType_IsSubtype((PyTypeObject *)meta_item, (PyTypeObject *)item)) {
+        PyErr_SetString(PyExc_TypeError, "meta_item_fields needs meta_item, a subclass of item_type");
+        return -1;
+    }
+    return field_slots(meta_item, names, meta_item_field_names, ITEM_NFIELDS + 1, out);
+}
+
+/* ``h`` is the shared empty headers, or an exact mappingproxy of an exact dict holding at most
+ * MAX_FAST_HEADERS exact str names and exact bytes values (what metadata.checked_headers and decode
+ * make).  Nothing such a mapping refers to can refer to anything, so no reference cycle can pass
+ * through a Meta that holds it with plain ints and bytes: the Meta may be left out of the collector's
+ * walks (the proxy itself stays tracked: its dealloc untracks it unconditionally).  Reading the dict
+ * runs no Python code. */
+static int
+atomic_headers(PyObject *h)
+{
+    if (h == no_headers)
+        return 1;
+    if (!Py_IS_TYPE(h, &PyDictProxy_Type))
+        return 0;
+    PyObject *d = ((mappingproxyobject_compat *)h)->mapping, *name, *value;
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) > MAX_FAST_HEADERS)
+        return 0;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &name, &value))
+        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(value))
+            return 0;
+    return 1;
+}
+
+/* An object of ``type`` with its ``n`` slots ``fields`` set to ``args`` (borrowed: the caller holds
+ * them across the allocation, which may run the collector). */
+static PyObject *
+build_slots(PyTypeObject *type, PyObject *const *fields, PyObject *const *args, int n)
+{
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL)
+        return NULL;
+    for (int k = 0; k < n; k++) {
+        if (Py_TYPE(fields[k])->tp_descr_set(fields[k], obj, args[k]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+/* new_meta(not_before_ms, producer, sequence, key, headers): Meta(...) built faster, positional
+ * arguments only (any other call is Meta's own). */
+static PyObject *
+new_meta_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyTypeObject *type = meta_type;
+    if (type == NULL)
+        return not_configured();
+    if (kwnames != NULL || nargs != META_NFIELDS)
+        return PyObject_Vectorcall((PyObject *)type, args, (size_t)nargs, kwnames);
+    PyObject *obj = build_slots(type, meta_fields, args, META_NFIELDS);
+    if (obj == NULL)
+        return NULL;
+    int atomic = 1;
+    for (int k = 0; k < META_HEADERS && atomic; k++)
+        atomic = PyLong_CheckExact(args[k]) || PyBytes_CheckExact(args[k]) || args[k] == Py_None;
+    if (atomic && atomic_headers(args[META_HEADERS]) && PyObject_IS_GC(obj))
+        PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
+/* new_meta_item(id, data, add_time, expire_at, error_count, stored): MetaItem(...) built faster,
+ * positional arguments only; when the configured meta_item is not the class whose meta_item_fields
+ * configure_items() checked (tests configure others), or for any other call, meta_item builds it. */
+static PyObject *
+new_meta_item_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_meta_item == NULL || py_meta_item == Py_None)
+        return not_configured();
+    if (py_meta_item != (PyObject *)meta_item_type || kwnames != NULL || nargs != ITEM_NFIELDS + 1) {
+        PyObject *fn = Py_NewRef(py_meta_item); /* the call may configure again */
+        PyObject *obj = PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
+        Py_DECREF(fn);
+        return obj;
+    }
+    PyObject *obj = build_slots(meta_item_type, meta_item_fields, args, ITEM_NFIELDS + 1);
+    if (obj != NULL) /* a Meta left out of the walks by new_meta (or decode) lets this one be too */
+        untrack_atomic(obj, args, ITEM_NFIELDS + 1);
+    return obj;
+}
+
 /* ------------------------------------------------------------------------------ items_from_puts
  * reference: format/fallback.py, items_from_puts (built by item_references) */
 
@@ -2044,6 +2167,10 @@ static PyMethodDef methods[] = {
      "Compiled twin of the new_items of journaled.format.fallback.item_references."},
     {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the items_from_puts of journaled.format.fallback.item_references."},
+    {"new_meta", (PyCFunction)(void (*)(void))new_meta_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of the new_meta of journaled.format.fallback.meta_references."},
+    {"new_meta_item", (PyCFunction)(void (*)(void))new_meta_item_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of the new_meta_item of journaled.format.fallback.meta_references."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,14 +28,14 @@ import attrs
 from attrs import AttrsInstance
 
 from journaled.format import columns, fallback, metadata, record
-from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems
+from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems, NewMeta, NewMetaItem
 
 #: The environment variable that, set to anything but ``""`` or ``"0"``, forces pure Python.
 ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 9
+ABI_VERSION: Final = 10
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -163,6 +163,10 @@ def item_twins(
     if native is None:
         return references
     new_item, new_items, items_from_puts = references
+    extra: dict[str, Any] = {}
+    if isinstance(meta_item, type) and attrs.has(meta_item):
+        # the C new_meta_item then builds the class itself (else it calls meta_item)
+        extra["meta_item_fields"] = tuple(a.name for a in attrs.fields(meta_item))
     native.configure_items(
         item_type=item_type,
         item_fields=fallback.ITEM_FIELDS,
@@ -170,5 +174,17 @@ def item_twins(
         new_items=new_items,
         items_from_puts=items_from_puts,
         meta_item=meta_item,
+        **extra,
     )
     return native.new_item, native.new_items, native.items_from_puts
+
+
+def meta_twins(meta_item_type: type[T]) -> tuple[NewMeta, NewMetaItem[T]]:
+    """``new_meta`` and ``new_meta_item`` (journaled.item's ``MetaItem``, which calls this once at
+    import, after :func:`item_twins` with the same class): the compiled twins, which leave the
+    objects out of the cyclic collector's walks when nothing they hold can lead back to them, or
+    the references of :func:`fallback.meta_references`."""
+    references = fallback.meta_references(meta_item_type)
+    if native is None:
+        return references
+    return native.new_meta, native.new_meta_item

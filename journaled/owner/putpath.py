@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
-import attrs
-
 from journaled.config import QueueConfig
 from journaled.core import policies
 from journaled.core.readercore import ReaderCore
@@ -35,17 +33,18 @@ from journaled.format.metadata import (
 )
 from journaled.item import (
     Item,
-    MetaItem,
     as_payload,
     expire_ms,
     new_item,
     new_items,
+    new_meta,
     not_before_ms,
     producer_tag,
     put_key,
     put_metas,
     with_meta,
 )
+from journaled.item import new_meta_item as item_new_meta_item
 from journaled.log.journal import Journal
 from journaled.log.writer import Writer
 from journaled.owner import closing
@@ -54,45 +53,17 @@ from journaled.owner.dedup import KeyWindow, Producers, rebuild
 
 _JUST_BYTES = {bytes}
 
-# perf: a single put with metadata builds a Meta and, for its readers, a MetaItem: frozen attrs classes
-# whose generated __init__ sets each field through a bound ``object.__setattr__`` and a call each.
-# mypyc compiles ``object.__setattr__(obj, "name", value)`` to a C call of the generic setattr (no
-# argument tuple, no bound method), which sets the slot through its descriptor, as attrs does.  Neither
-# class has validators, converters or __attrs_post_init__, so nothing is skipped; a field added to
-# either is refused here, at import, until these builders set it too.
-_META_FIELDS: Final = ("not_before_ms", "producer", "sequence", "key", "headers")
-_META_ITEM_FIELDS: Final = ("id", "data", "add_time", "expire_at", "error_count", "stored")
-if tuple(a.name for a in attrs.fields(Meta)) != _META_FIELDS or (
-    tuple(a.name for a in attrs.fields(MetaItem)) != _META_ITEM_FIELDS
-):
-    raise TypeError("Meta or MetaItem has fields other than the put path's builders set: update them")
-# perf: kept in compiled statics, so making an object is one call, not two lookups by name and a call
-_NEW: Final = object.__new__
-_META: Final = Meta
-_META_ITEM: Final = MetaItem
-
-
-def new_meta(not_before_ms: int, producer: int, sequence: int, key: bytes | None, headers: Any) -> Meta:
-    """``Meta(not_before_ms, producer, sequence, key, headers)``, built faster (see above)."""
-    meta: Meta = _NEW(_META)
-    object.__setattr__(meta, "not_before_ms", not_before_ms)
-    object.__setattr__(meta, "producer", producer)
-    object.__setattr__(meta, "sequence", sequence)
-    object.__setattr__(meta, "key", key)
-    object.__setattr__(meta, "headers", headers)
-    return meta
+# perf: a single put with metadata builds a Meta and, for its readers, a MetaItem: through the C
+# codec's builders where it is built (journaled.item.new_meta / new_meta_item: slots set by their
+# descriptors, the objects left out of the cyclic collector's walks when they can never be part of a
+# cycle, as a plain put's Item is), else their references.
+_new_meta: Final = new_meta  # kept in compiled statics: one call per put, no lookup by name
+_new_meta_item: Final = item_new_meta_item
 
 
 def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
     """``MetaItem(item_id, data, add_time, expire_at, 0, meta)``, built faster (see above)."""
-    item: Item = _NEW(_META_ITEM)
-    object.__setattr__(item, "id", item_id)
-    object.__setattr__(item, "data", data)
-    object.__setattr__(item, "add_time", add_time)
-    object.__setattr__(item, "expire_at", expire_at)
-    object.__setattr__(item, "error_count", 0)
-    object.__setattr__(item, "stored", meta)
-    return item
+    return _new_meta_item(item_id, data, add_time, expire_at, 0, meta)
 
 
 class SameHeaders:
@@ -285,11 +256,11 @@ class PutPath:
             if same is not None and not (nb or pid or key is not None):
                 # perf: the same headers as a recent put, and nothing else: the same Meta and encoding
                 if same.meta is None:  # made at the first such put (two threads may both make it)
-                    same.meta = new_meta(0, 0, 0, None, hdrs)
+                    same.meta = _new_meta(0, 0, 0, None, hdrs)
                     same.encoded = META_FIXED.pack(0, 0, 0, 0, len(hdrs), len(block)) + block
                 meta, encoded = same.meta, same.encoded
             else:
-                meta = new_meta(nb, pid, sequence, key, hdrs)
+                meta = _new_meta(nb, pid, sequence, key, hdrs)
                 # made once, from the header block the check made: for the size check and the record
                 if key is None:
                     fixed = META_FIXED.pack(nb, pid, sequence, 0, len(hdrs), len(block))

@@ -1,0 +1,185 @@
+"""The compiled builders of a single put's ``Meta`` and ``MetaItem`` (``_speedups.new_meta`` and
+``new_meta_item``) make the objects their references (``fallback.meta_references``) make, and leave
+them out of the cyclic collector's walks exactly when nothing they hold can lead back to them: plain
+ints, bytes, None, the shared empty headers or a read-only mapping of exact ``str`` to exact
+``bytes``, and for a ``MetaItem`` a ``Meta`` left out already.  Anything else stays tracked, so a
+cycle through it is still collected (issue 37: a put with a key or headers)."""
+
+from __future__ import annotations
+
+import gc
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from journaled import item
+from journaled.format import fallback, speedups
+from journaled.format.metadata import NO_HEADERS, Meta
+
+try:
+    from journaled.format import _speedups as native
+except ImportError:  # not built: nothing compiled to compare
+    native = None  # type: ignore[assignment]
+else:  # configured even when JOURNALED_PURE_PYTHON=1 left it unconfigured (idempotent)
+    assert speedups.adopt(native) is None
+    speedups.item_twins(item.Item, item.MetaItem)
+
+pytestmark = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
+
+ref_new_meta, ref_new_meta_item = fallback.meta_references(item.MetaItem)
+
+u64 = st.integers(0, (1 << 64) - 1)
+keys = st.none() | st.binary(min_size=1, max_size=20)
+atomic_headers = st.dictionaries(st.text(min_size=1, max_size=8), st.binary(max_size=8), max_size=5).map(
+    lambda d: MappingProxyType(d) if d else NO_HEADERS
+)
+
+
+def same_object(a: Any, b: Any) -> None:
+    assert type(a) is type(b)
+    assert a == b and attrs.asdict(a, recurse=False) == attrs.asdict(b, recurse=False)
+
+
+@settings(max_examples=200)
+@given(nb=u64, producer=u64, sequence=u64, key=keys, headers=atomic_headers)
+def test_new_meta_builds_what_the_reference_builds_left_out_of_the_collector(
+    nb, producer, sequence, key, headers
+):
+    built = native.new_meta(nb, producer, sequence, key, headers)
+    same_object(built, ref_new_meta(nb, producer, sequence, key, headers))
+    same_object(built, Meta(nb, producer, sequence, key, headers))
+    assert not gc.is_tracked(built)
+
+
+@settings(max_examples=200)
+@given(
+    item_id=u64, data=st.binary(max_size=20), add_ms=st.integers(0, 1 << 45), key=keys, headers=atomic_headers
+)
+def test_new_meta_item_builds_what_the_reference_builds_left_out_of_the_collector(
+    item_id, data, add_ms, key, headers
+):
+    meta = native.new_meta(0, 0, 0, key, headers)
+    args = (item_id, data, add_ms / 1000.0, None, 0, meta)
+    built = native.new_meta_item(*args)
+    same_object(built, ref_new_meta_item(*args))
+    same_object(built, item.MetaItem(*args))
+    assert not gc.is_tracked(built)
+    assert (built.key, dict(built.headers), built.not_before) == (key, dict(headers), None)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (0, 0, 0, bytearray(b"k"), NO_HEADERS),  # a mutable key
+        (0, 0, 0, None, {"h": b"v"}),  # a dict, not a read-only mapping
+        (0, 0, 0, None, MappingProxyType({"h": [b"v"]})),  # a container among the values
+        (0, 0, 0, None, MappingProxyType({"h": bytearray(b"v")})),
+        (0, 0, 0, None, MappingProxyType({1: b"v"})),
+        (0, 0, 0, None, MappingProxyType({f"h{i}": b"" for i in range(65)})),  # more than a put takes
+        ([], 0, 0, None, NO_HEADERS),
+    ],
+)
+def test_a_meta_holding_anything_else_stays_tracked_and_so_does_its_item(fields):
+    built = native.new_meta(*fields)
+    same_object(built, ref_new_meta(*fields))
+    assert gc.is_tracked(built)
+    assert gc.is_tracked(native.new_meta_item(1, b"x", 1.0, None, 0, built))
+
+
+def test_a_cycle_through_a_built_meta_is_collected():
+    class Box:
+        pass
+
+    box = Box()
+    meta = native.new_meta(0, 0, 0, None, MappingProxyType({"h": box}))  # type: ignore[dict-item]
+    box.meta = meta  # type: ignore[attr-defined]
+    alive = [box]
+    gc.collect()
+    del box, meta
+    found = [o for o in gc.get_objects() if type(o) is Box and o not in alive]
+    assert found == []
+    alive.clear()
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is Box]
+
+
+def test_an_item_field_that_is_a_container_keeps_the_meta_item_tracked():
+    meta = native.new_meta(0, 0, 0, b"k", NO_HEADERS)
+    assert not gc.is_tracked(meta)
+    assert gc.is_tracked(native.new_meta_item(1, b"x", 1.0, [], 0, meta))
+    assert gc.is_tracked(native.new_meta_item(1, bytearray(b"x"), 1.0, None, 0, meta))
+
+
+def test_calls_off_the_fast_path_are_the_constructors():
+    assert native.new_meta(key=b"k") == Meta(key=b"k")
+    assert native.new_meta(1, 2) == Meta(1, 2)
+    meta = Meta(key=b"k")
+    assert native.new_meta_item(1, b"x", 1.0, stored=meta) == item.MetaItem(1, b"x", 1.0, stored=meta)
+    with pytest.raises(TypeError):
+        native.new_meta(1, 2, 3, None, NO_HEADERS, 6)
+
+
+def test_another_meta_item_class_configured_is_called_not_built():
+    calls = []
+
+    def meta_item(*args: Any) -> Any:
+        calls.append(args)
+        return item.MetaItem(*args)
+
+    new_item, new_items, items_from_puts = fallback.item_references(item.Item, item.MetaItem)
+    base = dict(item_type=item.Item, item_fields=fallback.ITEM_FIELDS, new_item=new_item, new_items=new_items)
+    try:
+        native.configure_items(**base, items_from_puts=items_from_puts, meta_item=meta_item)
+        meta = Meta(key=b"k")
+        assert native.new_meta_item(1, b"x", 1.0, None, 0, meta) == item.MetaItem(1, b"x", 1.0, None, 0, meta)
+        assert calls == [(1, b"x", 1.0, None, 0, meta)]
+        # the class checked before is built again once it is the one configured, fields given or not
+        native.configure_items(**base, items_from_puts=items_from_puts, meta_item=item.MetaItem)
+        assert not gc.is_tracked(
+            native.new_meta_item(1, b"x", 1.0, None, 0, native.new_meta(0, 0, 0, b"k", NO_HEADERS))
+        )
+    finally:
+        speedups.item_twins(item.Item, item.MetaItem)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"meta_item_fields": ("id", "data", "add_time", "expire_at", "error_count")},
+        {"meta_item_fields": ("id", "data", "add_time", "expire_at", "error_count", "other")},
+        {"meta_item": Meta},  # not a subclass of the item type
+        {"meta_item": None},
+    ],
+)
+def test_configure_items_refuses_a_meta_item_it_cannot_build(change):
+    new_item, new_items, items_from_puts = fallback.item_references(item.Item, item.MetaItem)
+    args = dict(
+        item_type=item.Item,
+        item_fields=fallback.ITEM_FIELDS,
+        new_item=new_item,
+        new_items=new_items,
+        items_from_puts=items_from_puts,
+        meta_item=item.MetaItem,
+        meta_item_fields=fallback.META_ITEM_FIELDS,
+    )
+    try:
+        with pytest.raises((TypeError, ValueError)):
+            native.configure_items(**{**args, **change})
+        # refused: what was configured still builds
+        meta = native.new_meta(0, 0, 0, b"k", NO_HEADERS)
+        assert not gc.is_tracked(native.new_meta_item(1, b"x", 1.0, None, 0, meta))
+    finally:
+        speedups.item_twins(item.Item, item.MetaItem)
+
+
+def test_the_references_refuse_a_meta_item_class_with_other_fields():
+    @attrs.frozen(slots=True)
+    class Other(item.Item):
+        extra: int = 0
+
+    with pytest.raises(TypeError, match="fields other than"):
+        fallback.meta_references(Other)
