@@ -1716,7 +1716,7 @@ reference:
 }
 
 /* ------------------------------------------------------------------------------ new_meta, new_meta_item
- * reference: format/fallback.py, new_meta and new_meta_item (built by meta_references)
+ * reference: format/fallback_meta.py, new_meta and new_meta_item (built by meta_references)
  *
  * A single put with a key or headers builds a metadata.Meta and, for its readers, an item.MetaItem:
  * here, as new_item builds an Item (slots set by their descriptors, no attribute read or set by name),
@@ -2168,9 +2168,9 @@ static PyMethodDef methods[] = {
     {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the items_from_puts of journaled.format.fallback.item_references."},
     {"new_meta", (PyCFunction)(void (*)(void))new_meta_twin, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of the new_meta of journaled.format.fallback.meta_references."},
+     "Compiled twin of the new_meta of journaled.format.fallback_meta.meta_references."},
     {"new_meta_item", (PyCFunction)(void (*)(void))new_meta_item_twin, METH_FASTCALL | METH_KEYWORDS,
-     "Compiled twin of the new_meta_item of journaled.format.fallback.meta_references."},
+     "Compiled twin of the new_meta_item of journaled.format.fallback_meta.meta_references."},
     {NULL, NULL, 0, NULL},
 };
 

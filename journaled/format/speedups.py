@@ -28,7 +28,8 @@ import attrs
 from attrs import AttrsInstance
 
 from journaled.format import columns, fallback, metadata, record
-from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems, NewMeta, NewMetaItem
+from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems
+from journaled.format.fallback_meta import NewMeta, NewMetaItem, meta_references
 
 #: The environment variable that, set to anything but ``""`` or ``"0"``, forces pure Python.
 ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
@@ -183,8 +184,8 @@ def meta_twins(meta_item_type: type[T]) -> tuple[NewMeta, NewMetaItem[T]]:
     """``new_meta`` and ``new_meta_item`` (journaled.item's ``MetaItem``, which calls this once at
     import, after :func:`item_twins` with the same class): the compiled twins, which leave the
     objects out of the cyclic collector's walks when nothing they hold can lead back to them, or
-    the references of :func:`fallback.meta_references`."""
-    references = fallback.meta_references(meta_item_type)
+    the references of :func:`fallback_meta.meta_references`."""
+    references = meta_references(meta_item_type)
     if native is None:
         return references
     return native.new_meta, native.new_meta_item

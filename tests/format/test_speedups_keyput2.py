@@ -1,5 +1,5 @@
 """The compiled builders of a single put's ``Meta`` and ``MetaItem`` (``_speedups.new_meta`` and
-``new_meta_item``) make the objects their references (``fallback.meta_references``) make, and leave
+``new_meta_item``) make the objects their references (``fallback_meta.meta_references``) make, and leave
 them out of the cyclic collector's walks exactly when nothing they hold can lead back to them: plain
 ints, bytes, None, the shared empty headers or a read-only mapping of exact ``str`` to exact
 ``bytes``, and for a ``MetaItem`` a ``Meta`` left out already.  Anything else stays tracked, so a
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journaled import item
-from journaled.format import fallback, speedups
+from journaled.format import fallback, fallback_meta, speedups
 from journaled.format.metadata import NO_HEADERS, Meta
 
 try:
@@ -26,11 +26,37 @@ except ImportError:  # not built: nothing compiled to compare
     native = None  # type: ignore[assignment]
 else:  # configured even when JOURNALED_PURE_PYTHON=1 left it unconfigured (idempotent)
     assert speedups.adopt(native) is None
-    speedups.item_twins(item.Item, item.MetaItem)
 
 pytestmark = pytest.mark.skipif(native is None, reason="the compiled extension is not built")
 
-ref_new_meta, ref_new_meta_item = fallback.meta_references(item.MetaItem)
+ref_new_meta, ref_new_meta_item = fallback_meta.meta_references(item.MetaItem)
+
+
+def configure_items(**change: Any) -> None:
+    """The compiled item twins configured as journaled.item configures them (also when
+    JOURNALED_PURE_PYTHON=1 left them unconfigured), with ``change`` replacing some arguments."""
+    new_item, new_items, items_from_puts = fallback.item_references(item.Item, item.MetaItem)
+    args = {
+        "item_type": item.Item,
+        "item_fields": fallback.ITEM_FIELDS,
+        "new_item": new_item,
+        "new_items": new_items,
+        "items_from_puts": items_from_puts,
+        "meta_item": item.MetaItem,
+        "meta_item_fields": fallback_meta.META_ITEM_FIELDS,
+    }
+    args.update(change)
+    native.configure_items(**{k: v for k, v in args.items() if v is not None or k == "meta_item"})
+
+
+@pytest.fixture(autouse=True)
+def configured() -> Any:
+    if native is not None:
+        configure_items()
+    yield
+    if native is not None:
+        configure_items()
+
 
 u64 = st.integers(0, (1 << 64) - 1)
 keys = st.none() | st.binary(min_size=1, max_size=20)
@@ -130,20 +156,14 @@ def test_another_meta_item_class_configured_is_called_not_built():
         calls.append(args)
         return item.MetaItem(*args)
 
-    new_item, new_items, items_from_puts = fallback.item_references(item.Item, item.MetaItem)
-    base = dict(item_type=item.Item, item_fields=fallback.ITEM_FIELDS, new_item=new_item, new_items=new_items)
-    try:
-        native.configure_items(**base, items_from_puts=items_from_puts, meta_item=meta_item)
-        meta = Meta(key=b"k")
-        assert native.new_meta_item(1, b"x", 1.0, None, 0, meta) == item.MetaItem(1, b"x", 1.0, None, 0, meta)
-        assert calls == [(1, b"x", 1.0, None, 0, meta)]
-        # the class checked before is built again once it is the one configured, fields given or not
-        native.configure_items(**base, items_from_puts=items_from_puts, meta_item=item.MetaItem)
-        assert not gc.is_tracked(
-            native.new_meta_item(1, b"x", 1.0, None, 0, native.new_meta(0, 0, 0, b"k", NO_HEADERS))
-        )
-    finally:
-        speedups.item_twins(item.Item, item.MetaItem)
+    configure_items(meta_item=meta_item, meta_item_fields=None)
+    meta = Meta(key=b"k")
+    assert native.new_meta_item(1, b"x", 1.0, None, 0, meta) == item.MetaItem(1, b"x", 1.0, None, 0, meta)
+    assert calls == [(1, b"x", 1.0, None, 0, meta)]
+    # the class checked before is built again once it is the one configured, fields given or not
+    configure_items(meta_item_fields=None)
+    built = native.new_meta_item(1, b"x", 1.0, None, 0, native.new_meta(0, 0, 0, b"k", NO_HEADERS))
+    assert not gc.is_tracked(built)
 
 
 @pytest.mark.parametrize(
@@ -156,24 +176,11 @@ def test_another_meta_item_class_configured_is_called_not_built():
     ],
 )
 def test_configure_items_refuses_a_meta_item_it_cannot_build(change):
-    new_item, new_items, items_from_puts = fallback.item_references(item.Item, item.MetaItem)
-    args = dict(
-        item_type=item.Item,
-        item_fields=fallback.ITEM_FIELDS,
-        new_item=new_item,
-        new_items=new_items,
-        items_from_puts=items_from_puts,
-        meta_item=item.MetaItem,
-        meta_item_fields=fallback.META_ITEM_FIELDS,
-    )
-    try:
-        with pytest.raises((TypeError, ValueError)):
-            native.configure_items(**{**args, **change})
-        # refused: what was configured still builds
-        meta = native.new_meta(0, 0, 0, b"k", NO_HEADERS)
-        assert not gc.is_tracked(native.new_meta_item(1, b"x", 1.0, None, 0, meta))
-    finally:
-        speedups.item_twins(item.Item, item.MetaItem)
+    with pytest.raises((TypeError, ValueError)):
+        configure_items(**change)
+    # refused: what was configured still builds
+    meta = native.new_meta(0, 0, 0, b"k", NO_HEADERS)
+    assert not gc.is_tracked(native.new_meta_item(1, b"x", 1.0, None, 0, meta))
 
 
 def test_the_references_refuse_a_meta_item_class_with_other_fields():
@@ -182,4 +189,4 @@ def test_the_references_refuse_a_meta_item_class_with_other_fields():
         extra: int = 0
 
     with pytest.raises(TypeError, match="fields other than"):
-        fallback.meta_references(Other)
+        fallback_meta.meta_references(Other)
