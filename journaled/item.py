@@ -215,10 +215,10 @@ def put_headers(headers: object) -> Mapping[str, bytes]:
 
 def _sized_headers(headers: object) -> tuple[Mapping[str, bytes], int]:
     """:func:`put_headers` and the size of their encoded block (measured once, for the limit):
-    :func:`metadata.checked_headers`, which checks them."""
+    :func:`metadata.checked_headers` (or its compiled twin), which checks them."""
     if headers is None:
         return NO_HEADERS, 0
-    hdrs, block = metadata.checked_headers(headers)
+    hdrs, block = speedups.checked_headers(headers)
     return hdrs, len(block)
 
 

@@ -48,7 +48,7 @@
  * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
  * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
  * the metadata columns; 9: encode_putx, configure() takes its reference; 10: new_meta and new_meta_item,
- * configure_items() takes meta_item_fields), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
+ * configure_items() takes meta_item_fields, checked_headers and configure() its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
 #define ABI_VERSION 10
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
@@ -242,6 +242,7 @@ static PyObject *py_decode_many = NULL;
 static PyObject *py_decode_one = NULL;
 static PyObject *py_decode_columns = NULL;
 static PyObject *py_walk_puts = NULL;
+static PyObject *py_checked_headers = NULL; /* metadata.checked_headers, when configure() was given it */
 static PyTypeObject *item_type = NULL;
 static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in field order */
 static PyObject *py_new_item = NULL;
@@ -422,14 +423,16 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"constants",  "put_type",    "put_fields",  "putx_type",   "putx_fields",
                              "meta_type",  "meta_fields", "no_headers",  "damage_type", "encode_puts",
-                             "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx", NULL};
+                             "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx",
+                             "checked_headers", NULL};
     PyObject *constants = NULL, *type = NULL, *names = NULL, *xtype = NULL, *xnames = NULL, *mtype = NULL,
              *mnames = NULL, *empty = NULL, *dmg = NULL;
-    PyObject *refs[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOO:configure", kwlist, &PyDict_Type,
+    PyObject *refs[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOOO:configure", kwlist, &PyDict_Type,
                                      &constants, &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &xtype,
                                      &PyTuple_Type, &xnames, &PyType_Type, &mtype, &PyTuple_Type, &mnames, &empty,
-                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5]))
+                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5],
+                                     &refs[6]))
         return NULL;
     if (!constants || !type || !names || !xtype || !xnames || !mtype || !mnames || !empty || !dmg || !refs[0] ||
         !refs[1] || !refs[2] || !refs[3]) {
@@ -437,7 +440,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
-        (refs[5] != NULL && !all_callable(&refs[5], 1)) || check_no_headers(empty) < 0)
+        (refs[5] != NULL && !all_callable(&refs[5], 1)) || (refs[6] != NULL && !all_callable(&refs[6], 1)) ||
+        check_no_headers(empty) < 0)
         return NULL;
     PyObject *slots[PUT_NFIELDS], *xslots[PUTX_NFIELDS], *mslots[META_NFIELDS];
     if (field_slots(type, names, put_field_names, PUT_NFIELDS, slots) < 0)
@@ -478,6 +482,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
         keep(&py_walk_puts, refs[4]);
     if (refs[5] != NULL)
         keep(&py_encode_putx, refs[5]);
+    if (refs[6] != NULL)
+        keep(&py_checked_headers, refs[6]);
     Py_RETURN_NONE;
 }
 
@@ -517,8 +523,7 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     keep(&py_new_items, refs[1]);
     keep(&py_items_from_puts, refs[2]);
     keep(&py_meta_item, refs[3] != NULL ? refs[3] : Py_None); /* None: such records go to the reference */
-    /* new_meta_item builds the class itself while it is the meta_item configured (else calls it) */
-    if (mi_names != NULL) {
+    if (mi_names != NULL) { /* new_meta_item builds this class from now on */
         for (int i = 0; i <= ITEM_NFIELDS; i++)
             keep(&meta_item_fields[i], mi_slots[i]);
         drop_slots(mi_slots, ITEM_NFIELDS + 1);
@@ -1801,14 +1806,15 @@ new_meta_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
 }
 
 /* new_meta_item(id, data, add_time, expire_at, error_count, stored): MetaItem(...) built faster,
- * positional arguments only; when the configured meta_item is not the class whose meta_item_fields
- * configure_items() checked (tests configure others), or for any other call, meta_item builds it. */
+ * positional arguments only: the class whose meta_item_fields configure_items() checked last
+ * (whatever meta_item items_from_puts is given later: tests configure others).  Before any such
+ * class, or for any other call, the configured meta_item builds it. */
 static PyObject *
 new_meta_item_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (py_meta_item == NULL || py_meta_item == Py_None)
-        return not_configured();
-    if (py_meta_item != (PyObject *)meta_item_type || kwnames != NULL || nargs != ITEM_NFIELDS + 1) {
+    if (meta_item_type == NULL || kwnames != NULL || nargs != ITEM_NFIELDS + 1) {
+        if (py_meta_item == NULL || py_meta_item == Py_None)
+            return not_configured();
         PyObject *fn = Py_NewRef(py_meta_item); /* the call may configure again */
         PyObject *obj = PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
         Py_DECREF(fn);
@@ -1818,6 +1824,78 @@ new_meta_item_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyOb
     if (obj != NULL) /* a Meta left out of the walks by new_meta (or decode) lets this one be too */
         untrack_atomic(obj, args, ITEM_NFIELDS + 1);
     return obj;
+}
+
+/* ------------------------------------------------------------------------------ checked_headers
+ * reference: format/metadata.py, checked_headers */
+
+#define MAX_HEADER_NAME 255           /* metadata.MAX_HEADER_NAME */
+#define MAX_HEADER_BYTES (64 * 1024)  /* metadata.MAX_HEADER_BYTES */
+
+/* checked_headers(headers) -> (read-only copy, encoded block), for an exact dict of 1 to
+ * MAX_FAST_HEADERS exact str names (1 to MAX_HEADER_NAME bytes of UTF-8) to exact bytes values whose
+ * block is within MAX_HEADER_BYTES: what nearly every put with headers gives (perf: headers that
+ * change every put are checked and encoded here, not in a Python loop).  Anything else -- another
+ * mapping or type, an empty dict, a name or a size the reference refuses, a name that is not valid
+ * Unicode -- is handed to the reference, which returns or raises what it does. */
+static PyObject *
+checked_headers_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_checked_headers == NULL)
+        return not_configured();
+    if (kwnames != NULL || nargs != 1 || !PyDict_CheckExact(args[0]) || PyDict_GET_SIZE(args[0]) == 0 ||
+        PyDict_GET_SIZE(args[0]) > MAX_FAST_HEADERS)
+        goto reference;
+    {
+        /* ours alone: Python code that an allocation below may run (the collector) cannot change it */
+        PyObject *copy = PyDict_Copy(args[0]), *name, *value;
+        if (copy == NULL)
+            return NULL;
+        Py_ssize_t pos = 0, total = 0, nlen;
+        while (PyDict_Next(copy, &pos, &name, &value)) {
+            if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(value) ||
+                PyBytes_GET_SIZE(value) > MAX_HEADER_BYTES)
+                goto copy_to_reference;
+            const char *utf8 = PyUnicode_AsUTF8AndSize(name, &nlen);
+            if (utf8 == NULL) { /* a lone surrogate: the reference says which error */
+                PyErr_Clear();
+                goto copy_to_reference;
+            }
+            total += HEADER_LENS_SIZE + nlen + PyBytes_GET_SIZE(value);
+            if (nlen < 1 || nlen > MAX_HEADER_NAME || total > MAX_HEADER_BYTES)
+                goto copy_to_reference;
+        }
+        PyObject *block = PyBytes_FromStringAndSize(NULL, total);
+        if (block == NULL) {
+            Py_DECREF(copy);
+            return NULL;
+        }
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(block);
+        pos = 0;
+        while (PyDict_Next(copy, &pos, &name, &value)) {
+            const char *utf8 = PyUnicode_AsUTF8AndSize(name, &nlen); /* cached by the first pass */
+            Py_ssize_t vlen = PyBytes_GET_SIZE(value);
+            p[0] = (unsigned char)nlen;
+            put_u32(p + 1, (uint32_t)vlen);
+            memcpy(p + HEADER_LENS_SIZE, utf8, (size_t)nlen);
+            memcpy(p + HEADER_LENS_SIZE + nlen, PyBytes_AS_STRING(value), (size_t)vlen);
+            p += HEADER_LENS_SIZE + nlen + vlen;
+        }
+        PyObject *proxy = PyDictProxy_New(copy);
+        Py_DECREF(copy);
+        if (proxy == NULL) {
+            Py_DECREF(block);
+            return NULL;
+        }
+        PyObject *out = PyTuple_Pack(2, proxy, block);
+        Py_DECREF(proxy);
+        Py_DECREF(block);
+        return out;
+    copy_to_reference:
+        Py_DECREF(copy);
+    }
+reference:
+    return PyObject_Vectorcall(py_checked_headers, args, (size_t)nargs, kwnames);
 }
 
 /* ------------------------------------------------------------------------------ items_from_puts
@@ -2167,6 +2245,8 @@ static PyMethodDef methods[] = {
      "Compiled twin of the new_items of journaled.format.fallback.item_references."},
     {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the items_from_puts of journaled.format.fallback.item_references."},
+    {"checked_headers", (PyCFunction)(void (*)(void))checked_headers_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.metadata.checked_headers."},
     {"new_meta", (PyCFunction)(void (*)(void))new_meta_twin, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the new_meta of journaled.format.fallback_meta.meta_references."},
     {"new_meta_item", (PyCFunction)(void (*)(void))new_meta_item_twin, METH_FASTCALL | METH_KEYWORDS,

@@ -89,6 +89,7 @@ def configure_arguments() -> dict[str, Any]:
         "decode_one": record.decode_one,
         "decode_columns": fallback.decode_columns,
         "walk_puts": fallback.walk_puts,
+        "checked_headers": metadata.checked_headers,
     }
 
 
@@ -146,6 +147,9 @@ decode_many = fallback.decode_many if native is None else native.decode_many
 #: ``fallback.walk_puts`` or its compiled twin (anything but a well-formed PUT or tag-only PUTX, and
 #: every argument off its fast path, is handed to the reference from there on).
 walk_puts = fallback.walk_puts if native is None else native.walk_puts
+#: ``metadata.checked_headers`` or its compiled twin (an exact dict of exact str to exact bytes
+#: within the limits; anything else, and every error, is the reference's).
+checked_headers = metadata.checked_headers if native is None else native.checked_headers
 #: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
 

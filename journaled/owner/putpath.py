@@ -29,8 +29,8 @@ from journaled.format.metadata import (
     META_FIXED,
     NO_HEADERS,
     Meta,
-    checked_headers,
 )
+from journaled.format.speedups import checked_headers
 from journaled.item import (
     Item,
     as_payload,

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journaled import item
-from journaled.format import fallback, fallback_meta, speedups
+from journaled.format import fallback, fallback_meta, metadata, speedups
 from journaled.format.metadata import NO_HEADERS, Meta
 
 try:
@@ -149,21 +149,23 @@ def test_calls_off_the_fast_path_are_the_constructors():
         native.new_meta(1, 2, 3, None, NO_HEADERS, 6)
 
 
-def test_another_meta_item_class_configured_is_called_not_built():
+def test_new_meta_item_builds_the_class_checked_whatever_meta_item_is_configured_later():
     calls = []
 
-    def meta_item(*args: Any) -> Any:
+    def meta_item(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
-        return item.MetaItem(*args)
+        return item.MetaItem(*args, **kwargs)
 
+    for later in (meta_item, None):  # items_from_puts' builder, as tests configure it
+        configure_items(meta_item=later, meta_item_fields=None)
+        built = native.new_meta_item(1, b"x", 1.0, None, 0, native.new_meta(0, 0, 0, b"k", NO_HEADERS))
+        assert type(built) is item.MetaItem and not gc.is_tracked(built)
+    assert calls == []
+    # a call off the fast path is the configured builder's
     configure_items(meta_item=meta_item, meta_item_fields=None)
     meta = Meta(key=b"k")
-    assert native.new_meta_item(1, b"x", 1.0, None, 0, meta) == item.MetaItem(1, b"x", 1.0, None, 0, meta)
-    assert calls == [(1, b"x", 1.0, None, 0, meta)]
-    # the class checked before is built again once it is the one configured, fields given or not
-    configure_items(meta_item_fields=None)
-    built = native.new_meta_item(1, b"x", 1.0, None, 0, native.new_meta(0, 0, 0, b"k", NO_HEADERS))
-    assert not gc.is_tracked(built)
+    assert native.new_meta_item(1, b"x", 1.0, stored=meta) == item.MetaItem(1, b"x", 1.0, stored=meta)
+    assert len(calls) == 1
 
 
 @pytest.mark.parametrize(
@@ -190,3 +192,53 @@ def test_the_references_refuse_a_meta_item_class_with_other_fields():
 
     with pytest.raises(TypeError, match="fields other than"):
         fallback_meta.meta_references(Other)
+
+
+def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        hdrs, block = fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the exception itself is what is compared
+        return "raised", (type(exc), str(exc))
+    return "ok", (type(hdrs), dict(hdrs), block, hdrs is NO_HEADERS)
+
+
+names = (
+    st.text(max_size=4)
+    | st.text(min_size=250, max_size=260)
+    | st.sampled_from(["\ud800", "é" * 128, "a" * 255])
+)
+values = st.binary(max_size=8) | st.builds(bytearray, st.binary(max_size=4)) | st.integers() | st.none()
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(names, values, max_size=6)
+    | st.dictionaries(st.text(max_size=2), st.binary(), max_size=70)
+)
+def test_checked_headers_returns_and_raises_what_the_reference_does(headers):
+    assert outcome(native.checked_headers, headers) == outcome(metadata.checked_headers, headers)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"big": b"x" * (64 * 1024)},  # the block passes MAX_HEADER_BYTES
+        {"a": b"x" * (32 * 1024), "b": b"y" * (32 * 1024 - 11)},  # exactly at it
+        {"a": b"x" * (32 * 1024), "b": b"y" * (32 * 1024 - 10)},  # one byte over
+        {f"h{i}": b"" for i in range(64)},
+        {f"h{i}": b"" for i in range(65)},
+        MappingProxyType({"a": b"b"}),  # another mapping: the reference's
+        [("a", b"b")],
+        None,
+    ],
+)
+def test_checked_headers_agrees_at_the_limits_and_off_the_fast_path(headers):
+    assert outcome(native.checked_headers, headers) == outcome(metadata.checked_headers, headers)
+
+
+def test_checked_headers_keeps_a_copy_the_caller_cannot_change():
+    given_headers = {"a": b"b"}
+    hdrs, _ = native.checked_headers(given_headers)
+    given_headers["a"] = b"changed"
+    given_headers["new"] = b"x"
+    assert dict(hdrs) == {"a": b"b"}
