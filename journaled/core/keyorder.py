@@ -43,7 +43,7 @@ from journaled.config import ReaderConfig
 from journaled.core import retry
 from journaled.core.readbehind import ITEM_OVERHEAD, LogSource, merge_due, payload_of, read_ids
 from journaled.core.waiters import Waiter
-from journaled.item import Item, is_expired
+from journaled.item import Item, MetaItem, is_expired
 
 _item_id = attrgetter("id")
 
@@ -420,6 +420,8 @@ class Holding:
         An item with a key arriving under key order is held only at its turn (``in_order``)."""
         if not in_order and self.keys is not None and item.key is not None:
             return False
+        if type(item) is MetaItem and not item.stored.not_before_ms:
+            return False  # perf: as below, read off the stored metadata's slot (no property call)
         if item.not_before is None:
             return False  # perf: due at once (a put with a key or headers only): no clock to read
         clock = self.clock

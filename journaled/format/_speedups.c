@@ -48,7 +48,8 @@
  * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
  * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
  * the metadata columns; 9: encode_putx, configure() takes its reference; 10: new_meta and new_meta_item,
- * configure_items() takes meta_item_fields, checked_headers and configure() its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
+ * configure_items() takes meta_item_fields, checked_headers and encode_meta, configure()
+ * their references), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
 #define ABI_VERSION 10
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
@@ -243,6 +244,7 @@ static PyObject *py_decode_one = NULL;
 static PyObject *py_decode_columns = NULL;
 static PyObject *py_walk_puts = NULL;
 static PyObject *py_checked_headers = NULL; /* metadata.checked_headers, when configure() was given it */
+static PyObject *py_encode_meta = NULL;     /* metadata.encode_parts, when configure() was given it */
 static PyTypeObject *item_type = NULL;
 static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in field order */
 static PyObject *py_new_item = NULL;
@@ -424,15 +426,15 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     static char *kwlist[] = {"constants",  "put_type",    "put_fields",  "putx_type",   "putx_fields",
                              "meta_type",  "meta_fields", "no_headers",  "damage_type", "encode_puts",
                              "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx",
-                             "checked_headers", NULL};
+                             "checked_headers", "encode_meta", NULL};
     PyObject *constants = NULL, *type = NULL, *names = NULL, *xtype = NULL, *xnames = NULL, *mtype = NULL,
              *mnames = NULL, *empty = NULL, *dmg = NULL;
-    PyObject *refs[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOOO:configure", kwlist, &PyDict_Type,
+    PyObject *refs[8] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOOOO:configure", kwlist, &PyDict_Type,
                                      &constants, &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &xtype,
                                      &PyTuple_Type, &xnames, &PyType_Type, &mtype, &PyTuple_Type, &mnames, &empty,
                                      &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5],
-                                     &refs[6]))
+                                     &refs[6], &refs[7]))
         return NULL;
     if (!constants || !type || !names || !xtype || !xnames || !mtype || !mnames || !empty || !dmg || !refs[0] ||
         !refs[1] || !refs[2] || !refs[3]) {
@@ -441,6 +443,7 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
         (refs[5] != NULL && !all_callable(&refs[5], 1)) || (refs[6] != NULL && !all_callable(&refs[6], 1)) ||
+        (refs[7] != NULL && !all_callable(&refs[7], 1)) ||
         check_no_headers(empty) < 0)
         return NULL;
     PyObject *slots[PUT_NFIELDS], *xslots[PUTX_NFIELDS], *mslots[META_NFIELDS];
@@ -484,6 +487,8 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
         keep(&py_encode_putx, refs[5]);
     if (refs[6] != NULL)
         keep(&py_checked_headers, refs[6]);
+    if (refs[7] != NULL)
+        keep(&py_encode_meta, refs[7]);
     Py_RETURN_NONE;
 }
 
@@ -1898,6 +1903,51 @@ reference:
     return PyObject_Vectorcall(py_checked_headers, args, (size_t)nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------------------ encode_meta
+ * reference: format/metadata.py, encode_parts */
+
+/* encode_meta(not_before_ms, producer, sequence, key, header_count, block) -> bytes: the metadata part
+ * of a PUTX body (META_FIXED, the key, the header block), for exact ints within their fields, a key
+ * of None or exact bytes and a block of exact bytes; anything else is handed to the reference (which
+ * raises struct's error for a number out of its field). */
+static PyObject *
+encode_meta_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_encode_meta == NULL)
+        return not_configured();
+    uint64_t nb, producer, sequence, count;
+    if (kwnames != NULL || nargs != 6 || !as_u64(args[0], &nb) || !as_u64(args[1], &producer) ||
+        !as_u64(args[2], &sequence) || !as_u64(args[4], &count) || count > 0xFFFF ||
+        !(args[3] == Py_None || PyBytes_CheckExact(args[3])) || !PyBytes_CheckExact(args[5]))
+        goto reference;
+    {
+        PyObject *key = args[3], *block = args[5];
+        Py_ssize_t klen = key == Py_None ? 0 : PyBytes_GET_SIZE(key), blen = PyBytes_GET_SIZE(block);
+        if (klen > 0xFFFF || (uint64_t)blen > UINT32_MAX)
+            goto reference;
+        /* PUTX_OVERHEAD - PUT_OVERHEAD: META_FIXED's size */
+        Py_ssize_t fixed = PUTX_OVERHEAD - PUT_OVERHEAD;
+        PyObject *out = PyBytes_FromStringAndSize(NULL, fixed + klen + blen);
+        if (out == NULL)
+            return NULL;
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+        put_u64(p + PUTX_NOT_BEFORE_AT - PUT_OVERHEAD, nb);
+        put_u64(p + PUTX_PRODUCER_AT - PUT_OVERHEAD, producer);
+        put_u64(p + PUTX_SEQUENCE_AT - PUT_OVERHEAD, sequence);
+        p[PUTX_KEY_LEN_AT - PUT_OVERHEAD] = (unsigned char)(klen & 0xFF);
+        p[PUTX_KEY_LEN_AT - PUT_OVERHEAD + 1] = (unsigned char)(klen >> 8);
+        p[PUTX_HEADER_COUNT_AT - PUT_OVERHEAD] = (unsigned char)(count & 0xFF);
+        p[PUTX_HEADER_COUNT_AT - PUT_OVERHEAD + 1] = (unsigned char)(count >> 8);
+        put_u32(p + PUTX_HEADERS_LEN_AT - PUT_OVERHEAD, (uint32_t)blen);
+        if (klen)
+            memcpy(p + fixed, PyBytes_AS_STRING(key), (size_t)klen);
+        memcpy(p + fixed + klen, PyBytes_AS_STRING(block), (size_t)blen);
+        return out;
+    }
+reference:
+    return PyObject_Vectorcall(py_encode_meta, args, (size_t)nargs, kwnames);
+}
+
 /* ------------------------------------------------------------------------------ items_from_puts
  * reference: format/fallback.py, items_from_puts (built by item_references) */
 
@@ -2247,6 +2297,8 @@ static PyMethodDef methods[] = {
      "Compiled twin of the items_from_puts of journaled.format.fallback.item_references."},
     {"checked_headers", (PyCFunction)(void (*)(void))checked_headers_twin, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of journaled.format.metadata.checked_headers."},
+    {"encode_meta", (PyCFunction)(void (*)(void))encode_meta_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.metadata.encode_parts."},
     {"new_meta", (PyCFunction)(void (*)(void))new_meta_twin, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the new_meta of journaled.format.fallback_meta.meta_references."},
     {"new_meta_item", (PyCFunction)(void (*)(void))new_meta_item_twin, METH_FASTCALL | METH_KEYWORDS,

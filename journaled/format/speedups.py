@@ -90,6 +90,7 @@ def configure_arguments() -> dict[str, Any]:
         "decode_columns": fallback.decode_columns,
         "walk_puts": fallback.walk_puts,
         "checked_headers": metadata.checked_headers,
+        "encode_meta": metadata.encode_parts,
     }
 
 
@@ -150,6 +151,9 @@ walk_puts = fallback.walk_puts if native is None else native.walk_puts
 #: ``metadata.checked_headers`` or its compiled twin (an exact dict of exact str to exact bytes
 #: within the limits; anything else, and every error, is the reference's).
 checked_headers = metadata.checked_headers if native is None else native.checked_headers
+#: ``metadata.encode_parts`` or its compiled twin (exact ints within their fields, a key of None or
+#: bytes, a bytes block; anything else is the reference's).
+encode_meta = metadata.encode_parts if native is None else native.encode_meta
 #: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
 

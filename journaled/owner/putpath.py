@@ -26,11 +26,10 @@ from journaled.errors import ItemTooLarge
 from journaled.format.metadata import (
     MAX_KEY,
     MAX_PAYLOAD_WITH_META,
-    META_FIXED,
     NO_HEADERS,
     Meta,
 )
-from journaled.format.speedups import checked_headers
+from journaled.format.speedups import checked_headers, encode_meta
 from journaled.item import (
     Item,
     as_payload,
@@ -59,6 +58,8 @@ _JUST_BYTES = {bytes}
 # cycle, as a plain put's Item is), else their references.
 _new_meta: Final = new_meta  # kept in compiled statics: one call per put, no lookup by name
 _new_meta_item: Final = item_new_meta_item
+_checked_headers: Final = checked_headers
+_encode_meta: Final = encode_meta
 
 
 def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
@@ -238,7 +239,7 @@ class PutPath:
         else:
             same = self._same_headers(headers)
             if same is None:
-                hdrs, block = checked_headers(headers)
+                hdrs, block = _checked_headers(headers)
                 if type(headers) is dict and hdrs:
                     same = self._remember_headers(hdrs, block)
             else:
@@ -257,17 +258,12 @@ class PutPath:
                 # perf: the same headers as a recent put, and nothing else: the same Meta and encoding
                 if same.meta is None:  # made at the first such put (two threads may both make it)
                     same.meta = _new_meta(0, 0, 0, None, hdrs)
-                    same.encoded = META_FIXED.pack(0, 0, 0, 0, len(hdrs), len(block)) + block
+                    same.encoded = _encode_meta(0, 0, 0, None, len(hdrs), block)
                 meta, encoded = same.meta, same.encoded
             else:
                 meta = _new_meta(nb, pid, sequence, key, hdrs)
                 # made once, from the header block the check made: for the size check and the record
-                if key is None:
-                    fixed = META_FIXED.pack(nb, pid, sequence, 0, len(hdrs), len(block))
-                    encoded = fixed + block if block else fixed
-                else:
-                    fixed = META_FIXED.pack(nb, pid, sequence, len(key), len(hdrs), len(block))
-                    encoded = fixed + key + block if block else fixed + key
+                encoded = _encode_meta(nb, pid, sequence, key, len(hdrs), block)
             if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
                 raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
             with self.lock:

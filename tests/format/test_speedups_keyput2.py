@@ -242,3 +242,48 @@ def test_checked_headers_keeps_a_copy_the_caller_cannot_change():
     given_headers["a"] = b"changed"
     given_headers["new"] = b"x"
     assert dict(hdrs) == {"a": b"b"}
+
+
+def encoded(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the exception itself is what is compared
+        return "raised", (type(exc), str(exc))
+
+
+field = st.integers(0, (1 << 64) - 1) | st.integers(-3, -1) | st.integers(1 << 64, (1 << 64) + 3)
+
+
+@settings(max_examples=300)
+@given(
+    nb=field,
+    producer=field,
+    sequence=field,
+    key=st.none() | st.binary(max_size=20) | st.builds(bytearray, st.binary(max_size=3)),
+    count=st.integers(-1, 0x10001),
+    block=st.binary(max_size=30) | st.builds(bytearray, st.binary(max_size=3)),
+)
+def test_encode_meta_returns_and_raises_what_encode_parts_does(nb, producer, sequence, key, count, block):
+    assert encoded(native.encode_meta, nb, producer, sequence, key, count, block) == encoded(
+        metadata.encode_parts, nb, producer, sequence, key, count, block
+    )
+
+
+@pytest.mark.parametrize("key_len", [0xFFFF, 0x10000])
+def test_encode_meta_agrees_at_the_key_length_limit(key_len):
+    key = b"k" * key_len
+    assert encoded(native.encode_meta, 1, 2, 3, key, 1, b"xy") == encoded(
+        metadata.encode_parts, 1, 2, 3, key, 1, b"xy"
+    )
+
+
+def test_encode_meta_makes_what_metadata_encode_makes():
+    hdrs, block = native.checked_headers({"ct": b"json", "é": b""})
+    meta = Meta(5, 6, 7, b"key", hdrs)
+    assert native.encode_meta(5, 6, 7, b"key", len(hdrs), block) == metadata.encode(meta)
+    assert metadata.decode(
+        b"\0" * 3 + native.encode_meta(5, 6, 7, b"key", len(hdrs), block), 3, 3 + 32 + 3 + len(block)
+    ) == (
+        meta,
+        3 + 32 + 3 + len(block),
+    )
