@@ -73,8 +73,9 @@ class SameHeaders:
     ``pairs`` (exact ``str`` names and ``bytes`` values, in order), the read-only ``headers`` and
     their encoded ``block`` as stored; ``meta`` and ``encoded``, the metadata of a put carrying
     these headers and nothing else, once such a put has made them (None and ``b""`` before: puts
-    whose headers change every time never pay for them).  Shared by the items it is used for, as
-    put_many shares its headers among its items, and never changed after that."""
+    whose headers change every time never pay for them); ``used``, whether a later put gave them
+    again.  Shared by the items it is used for, as put_many shares its headers among its items, and
+    never changed after that (but for ``used``)."""
 
     def __init__(self, pairs: list[tuple[str, bytes]], headers: Mapping[str, bytes], block: bytes) -> None:
         self.pairs = pairs
@@ -82,6 +83,7 @@ class SameHeaders:
         self.block = block
         self.meta: Meta | None = None
         self.encoded = b""
+        self.used = False
 
 
 class WallClock(Protocol):
@@ -132,6 +134,7 @@ class PutPath:
         self.producers = Producers()
         self.producers_read = False  # read back at the first tagged put (owner/dedup.py)
         self.same_headers: SameHeaders | None = None  # the last single put's headers (put_one)
+        self.header_misses = 0  # puts whose headers were not remembered (_remember_headers)
         if self.keys is not None:
             rebuild(journal, self.keys, None, self.time_ns() // 1_000_000)
 
@@ -268,7 +271,7 @@ class PutPath:
                 raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
             with self.lock:
                 found = None
-                if pid or key is not None:
+                if pid or (key is not None and dedup and self.keys is not None):  # else nothing to find
                     found = self._stored_locked(pid, sequence, key, add_ms, dedup)
                 if found is None:
                     shows = nb != 0 or key is not None or len(hdrs) > 0
@@ -294,11 +297,20 @@ class PutPath:
         for (name, value), (had_name, had_value) in zip(headers.items(), same.pairs):
             if type(name) is not str or type(value) is not bytes or name != had_name or value != had_value:
                 return None
+        same.used = True
         return same
 
     def _remember_headers(self, hdrs: Mapping[str, bytes], block: bytes) -> SameHeaders | None:
         """Remember ``hdrs`` (checked, not empty) for the next single puts, if they are exact ``str``
-        names and exact ``bytes`` values (what :meth:`_same_headers` compares); what is remembered."""
+        names and exact ``bytes`` values (what :meth:`_same_headers` compares); what is remembered.
+        While the headers remembered last were never given again (headers that change every put),
+        only every 8th put's are: remembering costs a list, a tuple per header and an object, all
+        tracked by the collector, and puts whose headers stop changing are remembered soon enough."""
+        last = self.same_headers
+        if last is not None and not last.used:
+            self.header_misses += 1
+            if self.header_misses & 7:
+                return None
         pairs = list(hdrs.items())
         for name, value in pairs:
             if type(name) is not str or type(value) is not bytes:
@@ -470,7 +482,7 @@ class PutPath:
         if cores:
             expire_at = expire / 1000.0 if expire else None
             if shows:
-                made = [new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, meta)]
+                made = [_new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, 0, meta)]
             else:
                 made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
             hand_to_readers(cores, made, nbytes)
