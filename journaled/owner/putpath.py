@@ -481,6 +481,7 @@ class PutPath:
             keys.add(key, item_id, added_ms)
         if cores:
             expire_at = expire / 1000.0 if expire else None
+            made: list[Item]
             if shows:
                 made = [_new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, 0, meta)]
             else:
