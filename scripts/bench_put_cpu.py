@@ -6,11 +6,14 @@ with a key, with the same headers every time (``headers100``: the put path remem
 a header whose value changes every put (``hvar100``: checked afresh each time), and queuelib's
 ``FifoDiskQueue.push`` (100 B, 1 KiB).  What runs on other threads (journaled's periodic write-out
 and fdatasync) is not counted; queuelib does its ``os.write`` per push on the calling thread, and
-that is counted.  Run it with the tree measured and queuelib on ``PYTHONPATH``."""
+that is counted.  Run it with the tree measured and queuelib on ``PYTHONPATH``.  ``--no-reader``
+and ``--gc-off`` take the reader's side and the cyclic collector out, to see where a put's time
+goes."""
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import tempfile
@@ -22,8 +25,9 @@ N = 50_000
 KINDS = ("q100", "plain100", "key100", "headers100", "hvar100", "q1k", "plain1k")
 
 
-def one_round(kind: str, path: str) -> float:
-    """CPU seconds of the calling thread for N calls of ``kind``."""
+def one_round(kind: str, path: str, reader: bool = True, gc_off: bool = False) -> float:
+    """CPU seconds of the calling thread for N calls of ``kind`` (journaled's: with one reader,
+    or none; with the collector on, or off while timed)."""
     p100, p1k = os.urandom(100), os.urandom(1024)
     keys = [b"k%d" % i for i in range(N)]
     headers = {"trace": b"0123456789abcdef"}
@@ -39,8 +43,11 @@ def one_round(kind: str, path: str) -> float:
         fq.close()
         return took
     with JournaledQueue(path, QueueConfig(sync=0.05)) as q:
-        q.reader("r")
+        if reader:
+            q.reader("r")
         put = q.put
+        if gc_off:
+            gc.disable()
         t0 = time.thread_time()
         if kind == "plain100":
             for _ in range(N):
@@ -57,11 +64,16 @@ def one_round(kind: str, path: str) -> float:
         else:
             for _ in range(N):
                 put(p100, headers=headers)
-        return time.thread_time() - t0
+        took = time.thread_time() - t0
+        gc.enable()
+        return took
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__).parse_args()  # no options: --help says what it does
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--no-reader", action="store_true", help="journaled's queues without a reader")
+    parser.add_argument("--gc-off", action="store_true", help="the cyclic collector off while timed")
+    args = parser.parse_args()
     try:
         import queuelib  # noqa: F401
     except ImportError:
@@ -72,7 +84,8 @@ def main() -> None:
         for r in range(5):
             for kind in KINDS:
                 path = os.path.join(root, f"{kind}{r}")
-                best[kind] = min(best.get(kind, 1e9), one_round(kind, path) / N * 1e9)
+                took = one_round(kind, path, not args.no_reader, args.gc_off)
+                best[kind] = min(best.get(kind, 1e9), took / N * 1e9)
                 shutil.rmtree(path, ignore_errors=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)

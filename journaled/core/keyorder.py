@@ -43,7 +43,7 @@ from journaled.config import ReaderConfig
 from journaled.core import retry
 from journaled.core.readbehind import ITEM_OVERHEAD, LogSource, merge_due, payload_of, read_ids
 from journaled.core.waiters import Waiter
-from journaled.item import Item, is_expired
+from journaled.item import Item, MetaItem, is_expired
 
 _item_id = attrgetter("id")
 
@@ -585,6 +585,14 @@ def rebuild(
         return None, None, lined, sorted(i for some in spilled.values() for i in some)
     new, plain, back = start(open_reads, parked, [*waiting, *lined], now, limit, spilled)
     return new, plain, back, []
+
+
+def may_hold(items: list[Item]) -> bool:
+    """Might ``Holding._hold`` park one of a put's ``items``?  Not plain ones, nor ones without a not-before:
+    (perf) a reader then takes them in as plain items, in one step."""
+    return type(items[0]) is not Item and any(
+        type(i) is not MetaItem or i.stored.not_before_ms for i in items
+    )
 
 
 def key_of(item: Item) -> bytes | None:

@@ -158,7 +158,7 @@ class ReaderCore(keyorder.Holding):
             self.saw_expiry = True
             self.wake_engine()  # start the expiry sweep
         if self.load_id is None:  # else they stay on disk, met (due or not) where read-behind reaches them
-            hold = None if type(items[0]) is Item else self._hold  # metadata: park the not-yet-due
+            hold = self._hold if keyorder.may_hold(items) else None  # park the not-yet-due
             added, load_id = take_in(self.mem, items, nbytes, self.config.max_memory - self.charged(), hold)
             self.mem_bytes += added
             if load_id is not None:  # read-behind from there on

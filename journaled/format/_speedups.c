@@ -48,8 +48,10 @@
  * configure() takes PutX, Meta and NO_HEADERS; 7: decode_columns takes them too; 8: every PUTX
  * whose metadata scans takes the fast paths, configure_items() takes meta_item, decode_columns fills
  * the metadata columns; 9: encode_putx, configure() takes its reference; 10: unit_records,
- * configure() takes its reference), so a stale build is refused (the switch then runs the pure-Python references and says why in describe()). */
-#define ABI_VERSION 10
+ * configure() takes its reference; 11: new_meta and new_meta_item, configure_items() takes
+ * meta_item_fields, checked_headers and encode_meta, configure() their references), so a stale
+ * build is refused (the switch then runs the pure-Python references and says why in describe()). */
+#define ABI_VERSION 11
 
 /* The record layout, named as in format/record.py (and columns.py's batch cap).  configure()
  * receives record.py's values and refuses to run if any differs, so a format change there cannot
@@ -243,12 +245,16 @@ static PyObject *py_decode_one = NULL;
 static PyObject *py_decode_columns = NULL;
 static PyObject *py_walk_puts = NULL;
 static PyObject *py_unit_records = NULL;
+static PyObject *py_checked_headers = NULL; /* metadata.checked_headers, when configure() was given it */
+static PyObject *py_encode_meta = NULL;     /* metadata.encode_parts, when configure() was given it */
 static PyTypeObject *item_type = NULL;
 static PyObject *item_fields[ITEM_NFIELDS]; /* slot descriptors of Item, in field order */
 static PyObject *py_new_item = NULL;
 static PyObject *py_new_items = NULL;
 static PyObject *py_items_from_puts = NULL;
 static PyObject *py_meta_item = NULL; /* builds the item of a PUTX carrying a key, headers or a not-before */
+static PyTypeObject *meta_item_type = NULL; /* the meta_item whose meta_item_fields were checked last */
+static PyObject *meta_item_fields[ITEM_NFIELDS + 1]; /* its slot descriptors: Item's, then "stored" */
 
 /* The layout of a mappingproxy (Objects/descrobject.c; not in the C API): its one field. */
 typedef struct {
@@ -412,25 +418,26 @@ drop_slots(PyObject **slots, int n)
 
 /* configure(*, constants, put_type, put_fields, putx_type, putx_fields, meta_type, meta_fields,
  * no_headers, damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None,
- * encode_putx=None, unit_records=None):
+ * encode_putx=None, unit_records=None, checked_headers=None, encode_meta=None):
  * everything is checked before anything is kept, so a refused call leaves the module as it was.
  * putx_type must be a subclass of put_type (the references test records with isinstance(Put)).
  * Without walk_puts (its reference), the one configured before stays (walk_puts() refuses to run
- * while there is none); so for encode_putx and unit_records. */
+ * while there is none); so for encode_putx, unit_records, checked_headers and encode_meta. */
 static PyObject *
 configure(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"constants",  "put_type",    "put_fields",  "putx_type",   "putx_fields",
                              "meta_type",  "meta_fields", "no_headers",  "damage_type", "encode_puts",
                              "decode_many", "decode_one", "decode_columns", "walk_puts", "encode_putx",
-                             "unit_records", NULL};
+                             "unit_records", "checked_headers", "encode_meta", NULL};
     PyObject *constants = NULL, *type = NULL, *names = NULL, *xtype = NULL, *xnames = NULL, *mtype = NULL,
              *mnames = NULL, *empty = NULL, *dmg = NULL;
-    PyObject *refs[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOOO:configure", kwlist, &PyDict_Type,
+    PyObject *refs[9] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!O!O!O!O!O!OO!OOOOOOOOO:configure", kwlist, &PyDict_Type,
                                      &constants, &PyType_Type, &type, &PyTuple_Type, &names, &PyType_Type, &xtype,
                                      &PyTuple_Type, &xnames, &PyType_Type, &mtype, &PyTuple_Type, &mnames, &empty,
-                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5], &refs[6]))
+                                     &PyType_Type, &dmg, &refs[0], &refs[1], &refs[2], &refs[3], &refs[4], &refs[5],
+                                     &refs[6], &refs[7], &refs[8]))
         return NULL;
     if (!constants || !type || !names || !xtype || !xnames || !mtype || !mnames || !empty || !dmg || !refs[0] ||
         !refs[1] || !refs[2] || !refs[3]) {
@@ -439,6 +446,7 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
     }
     if (check_layout(constants) < 0 || !all_callable(refs, refs[4] != NULL ? 5 : 4) ||
         (refs[5] != NULL && !all_callable(&refs[5], 1)) || (refs[6] != NULL && !all_callable(&refs[6], 1)) ||
+        (refs[7] != NULL && !all_callable(&refs[7], 1)) || (refs[8] != NULL && !all_callable(&refs[8], 1)) ||
         check_no_headers(empty) < 0)
         return NULL;
     PyObject *slots[PUT_NFIELDS], *xslots[PUTX_NFIELDS], *mslots[META_NFIELDS];
@@ -482,8 +490,14 @@ configure(PyObject *self, PyObject *args, PyObject *kwargs)
         keep(&py_encode_putx, refs[5]);
     if (refs[6] != NULL)
         keep(&py_unit_records, refs[6]);
+    if (refs[7] != NULL)
+        keep(&py_checked_headers, refs[7]);
+    if (refs[8] != NULL)
+        keep(&py_encode_meta, refs[8]);
     Py_RETURN_NONE;
 }
+
+static int configure_meta_item(PyObject *item, PyObject *meta_item, PyObject *names, PyObject **out);
 
 /* configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts): the class the
  * item twins build and their references; checked before kept, as configure(). */
@@ -491,10 +505,11 @@ static PyObject *
 configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"item_type", "item_fields", "new_item", "new_items", "items_from_puts", "meta_item",
-                             NULL};
-    PyObject *type = NULL, *names = NULL, *refs[4] = {NULL, NULL, NULL, NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOOO:configure_items", kwlist, &PyType_Type, &type,
-                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2], &refs[3]))
+                             "meta_item_fields", NULL};
+    PyObject *type = NULL, *names = NULL, *refs[4] = {NULL, NULL, NULL, NULL}, *mi_names = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O!O!OOOOO!:configure_items", kwlist, &PyType_Type, &type,
+                                     &PyTuple_Type, &names, &refs[0], &refs[1], &refs[2], &refs[3], &PyTuple_Type,
+                                     &mi_names))
         return NULL;
     if (!type || !names || !refs[0] || !refs[1] || !refs[2]) {
         PyErr_SetString(PyExc_TypeError, "configure_items() takes all of its keyword arguments");
@@ -504,6 +519,11 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     if (!all_callable(refs, refs[3] != NULL && refs[3] != Py_None ? 4 : 3) ||
         field_slots(type, names, item_field_names, ITEM_NFIELDS, slots) < 0)
         return NULL;
+    PyObject *mi_slots[ITEM_NFIELDS + 1] = {NULL};
+    if (mi_names != NULL && configure_meta_item(type, refs[3], mi_names, mi_slots) < 0) {
+        drop_slots(slots, ITEM_NFIELDS);
+        return NULL;
+    }
     for (int i = 0; i < ITEM_NFIELDS; i++) {
         keep(&item_fields[i], slots[i]);
         Py_DECREF(slots[i]);
@@ -513,6 +533,12 @@ configure_items(PyObject *self, PyObject *args, PyObject *kwargs)
     keep(&py_new_items, refs[1]);
     keep(&py_items_from_puts, refs[2]);
     keep(&py_meta_item, refs[3] != NULL ? refs[3] : Py_None); /* None: such records go to the reference */
+    if (mi_names != NULL) { /* new_meta_item builds this class from now on */
+        for (int i = 0; i <= ITEM_NFIELDS; i++)
+            keep(&meta_item_fields[i], mi_slots[i]);
+        drop_slots(mi_slots, ITEM_NFIELDS + 1);
+        keep((PyObject **)&meta_item_type, refs[3]);
+    }
     Py_RETURN_NONE;
 }
 
@@ -1856,6 +1882,229 @@ reference:
     return PyObject_Vectorcall(py_new_items, args, (size_t)nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------------------ new_meta, new_meta_item
+ * reference: format/fallback_meta.py, new_meta and new_meta_item (built by meta_references)
+ *
+ * A single put with a key or headers builds a metadata.Meta and, for its readers, an item.MetaItem:
+ * here, as new_item builds an Item (slots set by their descriptors, no attribute read or set by name),
+ * and left out of the collector's walks when nothing they hold can lead back to them (perf: the
+ * collections every allocation may start otherwise walk each one while a reader holds it). */
+
+static const char *const meta_item_field_names[ITEM_NFIELDS + 1] = {"id",        "data",        "add_time",
+                                                                    "expire_at", "error_count", "stored"};
+
+/* configure_items()'s meta_item_fields: ``meta_item`` (a subclass of ``item``) has Item's fields then
+ * ``stored``, all plain slots; their descriptors into ``out`` (new references), else -1 with an error. */
+static int
+configure_meta_item(PyObject *item, PyObject *meta_item, PyObject *names, PyObject **out)
+{
+    if (meta_item == NULL || !PyType_Check(meta_item) ||
+        !PyType_IsSubtype((PyTypeObject *)meta_item, (PyTypeObject *)item)) {
+        PyErr_SetString(PyExc_TypeError, "meta_item_fields needs meta_item, a subclass of item_type");
+        return -1;
+    }
+    return field_slots(meta_item, names, meta_item_field_names, ITEM_NFIELDS + 1, out);
+}
+
+/* ``h`` is the shared empty headers, or an exact mappingproxy of an exact dict holding at most
+ * MAX_FAST_HEADERS exact str names and exact bytes values (what metadata.checked_headers and decode
+ * make).  Nothing such a mapping refers to can refer to anything, so no reference cycle can pass
+ * through a Meta that holds it with plain ints and bytes: the Meta may be left out of the collector's
+ * walks (the proxy itself stays tracked: its dealloc untracks it unconditionally).  Reading the dict
+ * runs no Python code. */
+static int
+atomic_headers(PyObject *h)
+{
+    if (h == no_headers)
+        return 1;
+    if (!Py_IS_TYPE(h, &PyDictProxy_Type))
+        return 0;
+    PyObject *d = ((mappingproxyobject_compat *)h)->mapping, *name, *value;
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) > MAX_FAST_HEADERS)
+        return 0;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &name, &value))
+        if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(value))
+            return 0;
+    return 1;
+}
+
+/* An object of ``type`` with its ``n`` slots ``fields`` set to ``args`` (borrowed: the caller holds
+ * them across the allocation, which may run the collector). */
+static PyObject *
+build_slots(PyTypeObject *type, PyObject *const *fields, PyObject *const *args, int n)
+{
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL)
+        return NULL;
+    for (int k = 0; k < n; k++) {
+        if (Py_TYPE(fields[k])->tp_descr_set(fields[k], obj, args[k]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+/* new_meta(not_before_ms, producer, sequence, key, headers): Meta(...) built faster, positional
+ * arguments only (any other call is Meta's own). */
+static PyObject *
+new_meta_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyTypeObject *type = meta_type;
+    if (type == NULL)
+        return not_configured();
+    if (kwnames != NULL || nargs != META_NFIELDS)
+        return PyObject_Vectorcall((PyObject *)type, args, (size_t)nargs, kwnames);
+    PyObject *obj = build_slots(type, meta_fields, args, META_NFIELDS);
+    if (obj == NULL)
+        return NULL;
+    int atomic = 1;
+    for (int k = 0; k < META_HEADERS && atomic; k++)
+        atomic = PyLong_CheckExact(args[k]) || PyBytes_CheckExact(args[k]) || args[k] == Py_None;
+    if (atomic && atomic_headers(args[META_HEADERS]) && PyObject_IS_GC(obj))
+        PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
+/* new_meta_item(id, data, add_time, expire_at, error_count, stored): MetaItem(...) built faster,
+ * positional arguments only: the class whose meta_item_fields configure_items() checked last
+ * (whatever meta_item items_from_puts is given later: tests configure others).  Before any such
+ * class, or for any other call, the configured meta_item builds it. */
+static PyObject *
+new_meta_item_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (meta_item_type == NULL || kwnames != NULL || nargs != ITEM_NFIELDS + 1) {
+        if (py_meta_item == NULL || py_meta_item == Py_None)
+            return not_configured();
+        PyObject *fn = Py_NewRef(py_meta_item); /* the call may configure again */
+        PyObject *obj = PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
+        Py_DECREF(fn);
+        return obj;
+    }
+    PyObject *obj = build_slots(meta_item_type, meta_item_fields, args, ITEM_NFIELDS + 1);
+    if (obj != NULL) /* a Meta left out of the walks by new_meta (or decode) lets this one be too */
+        untrack_atomic(obj, args, ITEM_NFIELDS + 1);
+    return obj;
+}
+
+/* ------------------------------------------------------------------------------ checked_headers
+ * reference: format/metadata.py, checked_headers */
+
+#define MAX_HEADER_NAME 255           /* metadata.MAX_HEADER_NAME */
+#define MAX_HEADER_BYTES (64 * 1024)  /* metadata.MAX_HEADER_BYTES */
+
+/* checked_headers(headers) -> (read-only copy, encoded block), for an exact dict of 1 to
+ * MAX_FAST_HEADERS exact str names (1 to MAX_HEADER_NAME bytes of UTF-8) to exact bytes values whose
+ * block is within MAX_HEADER_BYTES: what nearly every put with headers gives (perf: headers that
+ * change every put are checked and encoded here, not in a Python loop).  Anything else -- another
+ * mapping or type, an empty dict, a name or a size the reference refuses, a name that is not valid
+ * Unicode -- is handed to the reference, which returns or raises what it does. */
+static PyObject *
+checked_headers_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_checked_headers == NULL)
+        return not_configured();
+    if (kwnames != NULL || nargs != 1 || !PyDict_CheckExact(args[0]) || PyDict_GET_SIZE(args[0]) == 0 ||
+        PyDict_GET_SIZE(args[0]) > MAX_FAST_HEADERS)
+        goto reference;
+    {
+        /* ours alone: Python code that an allocation below may run (the collector) cannot change it */
+        PyObject *copy = PyDict_Copy(args[0]), *name, *value;
+        if (copy == NULL)
+            return NULL;
+        Py_ssize_t pos = 0, total = 0, nlen;
+        while (PyDict_Next(copy, &pos, &name, &value)) {
+            if (!PyUnicode_CheckExact(name) || !PyBytes_CheckExact(value) ||
+                PyBytes_GET_SIZE(value) > MAX_HEADER_BYTES)
+                goto copy_to_reference;
+            const char *utf8 = PyUnicode_AsUTF8AndSize(name, &nlen);
+            if (utf8 == NULL) { /* a lone surrogate: the reference says which error */
+                PyErr_Clear();
+                goto copy_to_reference;
+            }
+            total += HEADER_LENS_SIZE + nlen + PyBytes_GET_SIZE(value);
+            if (nlen < 1 || nlen > MAX_HEADER_NAME || total > MAX_HEADER_BYTES)
+                goto copy_to_reference;
+        }
+        PyObject *block = PyBytes_FromStringAndSize(NULL, total);
+        if (block == NULL) {
+            Py_DECREF(copy);
+            return NULL;
+        }
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(block);
+        pos = 0;
+        while (PyDict_Next(copy, &pos, &name, &value)) {
+            const char *utf8 = PyUnicode_AsUTF8AndSize(name, &nlen); /* cached by the first pass */
+            Py_ssize_t vlen = PyBytes_GET_SIZE(value);
+            p[0] = (unsigned char)nlen;
+            put_u32(p + 1, (uint32_t)vlen);
+            memcpy(p + HEADER_LENS_SIZE, utf8, (size_t)nlen);
+            memcpy(p + HEADER_LENS_SIZE + nlen, PyBytes_AS_STRING(value), (size_t)vlen);
+            p += HEADER_LENS_SIZE + nlen + vlen;
+        }
+        PyObject *proxy = PyDictProxy_New(copy);
+        Py_DECREF(copy);
+        if (proxy == NULL) {
+            Py_DECREF(block);
+            return NULL;
+        }
+        PyObject *out = PyTuple_Pack(2, proxy, block);
+        Py_DECREF(proxy);
+        Py_DECREF(block);
+        return out;
+    copy_to_reference:
+        Py_DECREF(copy);
+    }
+reference:
+    return PyObject_Vectorcall(py_checked_headers, args, (size_t)nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------------------ encode_meta
+ * reference: format/metadata.py, encode_parts */
+
+/* encode_meta(not_before_ms, producer, sequence, key, header_count, block) -> bytes: the metadata part
+ * of a PUTX body (META_FIXED, the key, the header block), for exact ints within their fields, a key
+ * of None or exact bytes and a block of exact bytes; anything else is handed to the reference (which
+ * raises struct's error for a number out of its field). */
+static PyObject *
+encode_meta_twin(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (py_encode_meta == NULL)
+        return not_configured();
+    uint64_t nb, producer, sequence, count;
+    if (kwnames != NULL || nargs != 6 || !as_u64(args[0], &nb) || !as_u64(args[1], &producer) ||
+        !as_u64(args[2], &sequence) || !as_u64(args[4], &count) || count > 0xFFFF ||
+        !(args[3] == Py_None || PyBytes_CheckExact(args[3])) || !PyBytes_CheckExact(args[5]))
+        goto reference;
+    {
+        PyObject *key = args[3], *block = args[5];
+        Py_ssize_t klen = key == Py_None ? 0 : PyBytes_GET_SIZE(key), blen = PyBytes_GET_SIZE(block);
+        if (klen > 0xFFFF || (uint64_t)blen > UINT32_MAX)
+            goto reference;
+        /* PUTX_OVERHEAD - PUT_OVERHEAD: META_FIXED's size */
+        Py_ssize_t fixed = PUTX_OVERHEAD - PUT_OVERHEAD;
+        PyObject *out = PyBytes_FromStringAndSize(NULL, fixed + klen + blen);
+        if (out == NULL)
+            return NULL;
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+        put_u64(p + PUTX_NOT_BEFORE_AT - PUT_OVERHEAD, nb);
+        put_u64(p + PUTX_PRODUCER_AT - PUT_OVERHEAD, producer);
+        put_u64(p + PUTX_SEQUENCE_AT - PUT_OVERHEAD, sequence);
+        p[PUTX_KEY_LEN_AT - PUT_OVERHEAD] = (unsigned char)(klen & 0xFF);
+        p[PUTX_KEY_LEN_AT - PUT_OVERHEAD + 1] = (unsigned char)(klen >> 8);
+        p[PUTX_HEADER_COUNT_AT - PUT_OVERHEAD] = (unsigned char)(count & 0xFF);
+        p[PUTX_HEADER_COUNT_AT - PUT_OVERHEAD + 1] = (unsigned char)(count >> 8);
+        put_u32(p + PUTX_HEADERS_LEN_AT - PUT_OVERHEAD, (uint32_t)blen);
+        if (klen)
+            memcpy(p + fixed, PyBytes_AS_STRING(key), (size_t)klen);
+        memcpy(p + fixed + klen, PyBytes_AS_STRING(block), (size_t)blen);
+        return out;
+    }
+reference:
+    return PyObject_Vectorcall(py_encode_meta, args, (size_t)nargs, kwnames);
+}
+
 /* ------------------------------------------------------------------------------ items_from_puts
  * reference: format/fallback.py, items_from_puts (built by item_references) */
 
@@ -2184,7 +2433,7 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(*, constants, put_type, put_fields, putx_type, putx_fields, meta_type, meta_fields, no_headers, "
      "damage_type, encode_puts, decode_many, decode_one, decode_columns, walk_puts=None, encode_putx=None, "
-     "unit_records=None): record.py's layout "
+     "unit_records=None, checked_headers=None, encode_meta=None): record.py's layout "
      "(checked), the classes and the pure-Python references."},
     {"configure_items", (PyCFunction)(void (*)(void))configure_items, METH_VARARGS | METH_KEYWORDS,
      "configure_items(*, item_type, item_fields, new_item, new_items, items_from_puts)"},
@@ -2206,6 +2455,14 @@ static PyMethodDef methods[] = {
      "Compiled twin of the new_items of journaled.format.fallback.item_references."},
     {"items_from_puts", (PyCFunction)(void (*)(void))items_from_puts, METH_FASTCALL | METH_KEYWORDS,
      "Compiled twin of the items_from_puts of journaled.format.fallback.item_references."},
+    {"checked_headers", (PyCFunction)(void (*)(void))checked_headers_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.metadata.checked_headers."},
+    {"encode_meta", (PyCFunction)(void (*)(void))encode_meta_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of journaled.format.metadata.encode_parts."},
+    {"new_meta", (PyCFunction)(void (*)(void))new_meta_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of the new_meta of journaled.format.fallback_meta.meta_references."},
+    {"new_meta_item", (PyCFunction)(void (*)(void))new_meta_item_twin, METH_FASTCALL | METH_KEYWORDS,
+     "Compiled twin of the new_meta_item of journaled.format.fallback_meta.meta_references."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -29,13 +29,14 @@ from attrs import AttrsInstance
 
 from journaled.format import columns, fallback, metadata, record
 from journaled.format.fallback import ItemsFromPuts, NewItem, NewItems
+from journaled.format.fallback_meta import NewMeta, NewMetaItem, meta_references
 
 #: The environment variable that, set to anything but ``""`` or ``"0"``, forces pure Python.
 ENV_VAR: Final = "JOURNALED_PURE_PYTHON"
 
 #: The ``ABI_VERSION`` of ``_speedups.c`` this code drives: ``configure``'s and
 #: ``configure_items``' arguments and the twins' contracts.  A build with another number is stale.
-ABI_VERSION: Final = 10
+ABI_VERSION: Final = 11
 
 T = TypeVar("T", bound=AttrsInstance)
 
@@ -89,6 +90,8 @@ def configure_arguments() -> dict[str, Any]:
         "decode_columns": fallback.decode_columns,
         "walk_puts": fallback.walk_puts,
         "unit_records": fallback.unit_records,
+        "checked_headers": metadata.checked_headers,
+        "encode_meta": metadata.encode_parts,
     }
 
 
@@ -146,6 +149,12 @@ decode_many = fallback.decode_many if native is None else native.decode_many
 #: ``fallback.walk_puts`` or its compiled twin (anything but a well-formed PUT or tag-only PUTX, and
 #: every argument off its fast path, is handed to the reference from there on).
 walk_puts = fallback.walk_puts if native is None else native.walk_puts
+#: ``metadata.checked_headers`` or its compiled twin (an exact dict of exact str to exact bytes
+#: within the limits; anything else, and every error, is the reference's).
+checked_headers = metadata.checked_headers if native is None else native.checked_headers
+#: ``metadata.encode_parts`` or its compiled twin (exact ints within their fields, a key of None or
+#: bytes, a bytes block; anything else is the reference's).
+encode_meta = metadata.encode_parts if native is None else native.encode_meta
 #: ``fallback.decode_columns`` or its compiled twin (the same rows, bytes and stop reason).
 decode_columns = fallback.decode_columns if native is None else native.decode_columns
 #: ``fallback.unit_records`` or its compiled twin (a unit's inner bytes that are anything but
@@ -167,6 +176,10 @@ def item_twins(
     if native is None:
         return references
     new_item, new_items, items_from_puts = references
+    extra: dict[str, Any] = {}
+    if isinstance(meta_item, type) and attrs.has(meta_item):
+        # the C new_meta_item then builds the class itself (else it calls meta_item)
+        extra["meta_item_fields"] = tuple(a.name for a in attrs.fields(meta_item))
     native.configure_items(
         item_type=item_type,
         item_fields=fallback.ITEM_FIELDS,
@@ -174,5 +187,17 @@ def item_twins(
         new_items=new_items,
         items_from_puts=items_from_puts,
         meta_item=meta_item,
+        **extra,
     )
     return native.new_item, native.new_items, native.items_from_puts
+
+
+def meta_twins(meta_item_type: type[T]) -> tuple[NewMeta, NewMetaItem[T]]:
+    """``new_meta`` and ``new_meta_item`` (journaled.item's ``MetaItem``, which calls this once at
+    import, after :func:`item_twins` with the same class): the compiled twins, which leave the
+    objects out of the cyclic collector's walks when nothing they hold can lead back to them, or
+    the references of :func:`fallback_meta.meta_references`."""
+    references = meta_references(meta_item_type)
+    if native is None:
+        return references
+    return native.new_meta, native.new_meta_item

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
-import attrs
-
 from journaled.config import QueueConfig
 from journaled.core import policies
 from journaled.core.readercore import ReaderCore
@@ -28,24 +26,24 @@ from journaled.errors import ItemTooLarge
 from journaled.format.metadata import (
     MAX_KEY,
     MAX_PAYLOAD_WITH_META,
-    META_FIXED,
     NO_HEADERS,
     Meta,
-    checked_headers,
 )
+from journaled.format.speedups import checked_headers, encode_meta
 from journaled.item import (
     Item,
-    MetaItem,
     as_payload,
     expire_ms,
     new_item,
     new_items,
+    new_meta,
     not_before_ms,
     producer_tag,
     put_key,
     put_metas,
     with_meta,
 )
+from journaled.item import new_meta_item as item_new_meta_item
 from journaled.log.journal import Journal
 from journaled.log.writer import Writer
 from journaled.owner import closing
@@ -54,45 +52,19 @@ from journaled.owner.dedup import KeyWindow, Producers, rebuild
 
 _JUST_BYTES = {bytes}
 
-# perf: a single put with metadata builds a Meta and, for its readers, a MetaItem: frozen attrs classes
-# whose generated __init__ sets each field through a bound ``object.__setattr__`` and a call each.
-# mypyc compiles ``object.__setattr__(obj, "name", value)`` to a C call of the generic setattr (no
-# argument tuple, no bound method), which sets the slot through its descriptor, as attrs does.  Neither
-# class has validators, converters or __attrs_post_init__, so nothing is skipped; a field added to
-# either is refused here, at import, until these builders set it too.
-_META_FIELDS: Final = ("not_before_ms", "producer", "sequence", "key", "headers")
-_META_ITEM_FIELDS: Final = ("id", "data", "add_time", "expire_at", "error_count", "stored")
-if tuple(a.name for a in attrs.fields(Meta)) != _META_FIELDS or (
-    tuple(a.name for a in attrs.fields(MetaItem)) != _META_ITEM_FIELDS
-):
-    raise TypeError("Meta or MetaItem has fields other than the put path's builders set: update them")
-# perf: kept in compiled statics, so making an object is one call, not two lookups by name and a call
-_NEW: Final = object.__new__
-_META: Final = Meta
-_META_ITEM: Final = MetaItem
-
-
-def new_meta(not_before_ms: int, producer: int, sequence: int, key: bytes | None, headers: Any) -> Meta:
-    """``Meta(not_before_ms, producer, sequence, key, headers)``, built faster (see above)."""
-    meta: Meta = _NEW(_META)
-    object.__setattr__(meta, "not_before_ms", not_before_ms)
-    object.__setattr__(meta, "producer", producer)
-    object.__setattr__(meta, "sequence", sequence)
-    object.__setattr__(meta, "key", key)
-    object.__setattr__(meta, "headers", headers)
-    return meta
+# perf: a single put with metadata builds a Meta and, for its readers, a MetaItem: through the C
+# codec's builders where it is built (journaled.item.new_meta / new_meta_item: slots set by their
+# descriptors, the objects left out of the cyclic collector's walks when they can never be part of a
+# cycle, as a plain put's Item is), else their references.
+_new_meta: Final = new_meta  # kept in compiled statics: one call per put, no lookup by name
+_new_meta_item: Final = item_new_meta_item
+_checked_headers: Final = checked_headers
+_encode_meta: Final = encode_meta
 
 
 def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
     """``MetaItem(item_id, data, add_time, expire_at, 0, meta)``, built faster (see above)."""
-    item: Item = _NEW(_META_ITEM)
-    object.__setattr__(item, "id", item_id)
-    object.__setattr__(item, "data", data)
-    object.__setattr__(item, "add_time", add_time)
-    object.__setattr__(item, "expire_at", expire_at)
-    object.__setattr__(item, "error_count", 0)
-    object.__setattr__(item, "stored", meta)
-    return item
+    return _new_meta_item(item_id, data, add_time, expire_at, 0, meta)
 
 
 class SameHeaders:
@@ -101,8 +73,9 @@ class SameHeaders:
     ``pairs`` (exact ``str`` names and ``bytes`` values, in order), the read-only ``headers`` and
     their encoded ``block`` as stored; ``meta`` and ``encoded``, the metadata of a put carrying
     these headers and nothing else, once such a put has made them (None and ``b""`` before: puts
-    whose headers change every time never pay for them).  Shared by the items it is used for, as
-    put_many shares its headers among its items, and never changed after that."""
+    whose headers change every time never pay for them); ``used``, whether a later put gave them
+    again.  Shared by the items it is used for, as put_many shares its headers among its items, and
+    never changed after that (but for ``used``)."""
 
     def __init__(self, pairs: list[tuple[str, bytes]], headers: Mapping[str, bytes], block: bytes) -> None:
         self.pairs = pairs
@@ -110,6 +83,7 @@ class SameHeaders:
         self.block = block
         self.meta: Meta | None = None
         self.encoded = b""
+        self.used = False
 
 
 class WallClock(Protocol):
@@ -160,6 +134,7 @@ class PutPath:
         self.producers = Producers()
         self.producers_read = False  # read back at the first tagged put (owner/dedup.py)
         self.same_headers: SameHeaders | None = None  # the last single put's headers (put_one)
+        self.header_misses = 0  # puts whose headers were not remembered (_remember_headers)
         if self.keys is not None:
             rebuild(journal, self.keys, None, self.time_ns() // 1_000_000)
 
@@ -267,7 +242,7 @@ class PutPath:
         else:
             same = self._same_headers(headers)
             if same is None:
-                hdrs, block = checked_headers(headers)
+                hdrs, block = _checked_headers(headers)
                 if type(headers) is dict and hdrs:
                     same = self._remember_headers(hdrs, block)
             else:
@@ -285,23 +260,18 @@ class PutPath:
             if same is not None and not (nb or pid or key is not None):
                 # perf: the same headers as a recent put, and nothing else: the same Meta and encoding
                 if same.meta is None:  # made at the first such put (two threads may both make it)
-                    same.meta = new_meta(0, 0, 0, None, hdrs)
-                    same.encoded = META_FIXED.pack(0, 0, 0, 0, len(hdrs), len(block)) + block
+                    same.meta = _new_meta(0, 0, 0, None, hdrs)
+                    same.encoded = _encode_meta(0, 0, 0, None, len(hdrs), block)
                 meta, encoded = same.meta, same.encoded
             else:
-                meta = new_meta(nb, pid, sequence, key, hdrs)
+                meta = _new_meta(nb, pid, sequence, key, hdrs)
                 # made once, from the header block the check made: for the size check and the record
-                if key is None:
-                    fixed = META_FIXED.pack(nb, pid, sequence, 0, len(hdrs), len(block))
-                    encoded = fixed + block if block else fixed
-                else:
-                    fixed = META_FIXED.pack(nb, pid, sequence, len(key), len(hdrs), len(block))
-                    encoded = fixed + key + block if block else fixed + key
+                encoded = _encode_meta(nb, pid, sequence, key, len(hdrs), block)
             if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
                 raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
             with self.lock:
                 found = None
-                if pid or key is not None:
+                if pid or (key is not None and dedup and self.keys is not None):  # else nothing to find
                     found = self._stored_locked(pid, sequence, key, add_ms, dedup)
                 if found is None:
                     shows = nb != 0 or key is not None or len(hdrs) > 0
@@ -327,11 +297,20 @@ class PutPath:
         for (name, value), (had_name, had_value) in zip(headers.items(), same.pairs):
             if type(name) is not str or type(value) is not bytes or name != had_name or value != had_value:
                 return None
+        same.used = True
         return same
 
     def _remember_headers(self, hdrs: Mapping[str, bytes], block: bytes) -> SameHeaders | None:
         """Remember ``hdrs`` (checked, not empty) for the next single puts, if they are exact ``str``
-        names and exact ``bytes`` values (what :meth:`_same_headers` compares); what is remembered."""
+        names and exact ``bytes`` values (what :meth:`_same_headers` compares); what is remembered.
+        While the headers remembered last were never given again (headers that change every put),
+        only every 8th put's are: remembering costs a list, a tuple per header and an object, all
+        tracked by the collector, and puts whose headers stop changing are remembered soon enough."""
+        last = self.same_headers
+        if last is not None and not last.used:
+            self.header_misses += 1
+            if self.header_misses & 7:
+                return None
         pairs = list(hdrs.items())
         for name, value in pairs:
             if type(name) is not str or type(value) is not bytes:
@@ -502,8 +481,9 @@ class PutPath:
             keys.add(key, item_id, added_ms)
         if cores:
             expire_at = expire / 1000.0 if expire else None
+            made: list[Item]
             if shows:
-                made = [new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, meta)]
+                made = [_new_meta_item(item_id, payload, added_ms / 1000.0, expire_at, 0, meta)]
             else:
                 made = [new_item(item_id, payload, added_ms / 1000.0, expire_at, 0)]
             hand_to_readers(cores, made, nbytes)
