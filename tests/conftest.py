@@ -50,15 +50,6 @@ BUILD_INDEPENDENT = (
 # refuse: the put path) and owner/test_sshfs_takeover.py (every acknowledged item survives kill -9:
 # the writer).
 
-# Tests that must share one pytest process under pytest-xdist (``--dist loadgroup``): the Spark
-# tests reuse one SparkSession (a JVM: two workers would start two, a minute of CPU for nothing).
-# With pytest 9.2 and pytest-xdist 3.8 the groups have no effect (docs/testing.md says why).
-XDIST_GROUPS = {
-    "spark/test_spark.py": "spark",
-    "spark/test_offsets.py": "spark",
-    "owner/test_sshfs_spark_stream.py": "spark",
-}
-
 # Under pytest-xdist the workers take tests in collection order, so a minute-long test collected
 # last makes one worker finish a minute after the other.  These files (the longest tests, from
 # the ``--durations`` report) are handed out first; a serial run keeps the collection order.
@@ -93,17 +84,14 @@ def _first_match(path: str, patterns) -> int | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Marks the build-independent tests and the xdist groups (by path, from the tables above),
-    and under pytest-xdist hands the slowest files out first."""
+    """Marks the build-independent tests (by path, from the table above), and under pytest-xdist
+    hands the slowest files out first."""
     paths = {}
     for item in items:
         path = os.path.relpath(str(item.path), TESTS).replace(os.sep, "/")
         paths[item.nodeid] = path
         if _first_match(path, BUILD_INDEPENDENT) is not None:
             item.add_marker(pytest.mark.build_independent)
-        for pattern, group in XDIST_GROUPS.items():
-            if fnmatch.fnmatch(path, pattern):
-                item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects; the order must be the same
         slow = len(SLOW_FIRST)
 

@@ -20,7 +20,7 @@ TWO_WAY = set(hotpath.COMPILED_MODULES) | {"journaled.format.speedups", "journal
 
 
 def test_every_pattern_of_the_tables_names_an_existing_test_file():
-    patterns = [*conftest.BUILD_INDEPENDENT, *conftest.XDIST_GROUPS, *conftest.SLOW_FIRST]
+    patterns = [*conftest.BUILD_INDEPENDENT, *conftest.SLOW_FIRST]
     stale = [p for p in patterns if not fnmatch.filter(TEST_FILES, p)]
     assert not stale, f"tests/conftest.py names files that are not there: {stale}"
 
