@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from journaled import item
 from journaled.format import fallback, record, speedups
 from journaled.format.metadata import NO_HEADERS, Meta
-from support.collection import call_amid_collection
 
 try:
     from journaled.format import _speedups as native
@@ -137,6 +136,30 @@ def test_items_from_puts_takes_a_record_a_key_swapped_in_the_references_way(repl
 
 
 # ---------------------------------------------------------------------- the garbage collector
+
+
+def call_amid_collection(action: Callable[[], None], nth: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, with ``action`` run once by a ``gc.callbacks`` entry at the collection that
+    starts at ``fn``'s ``nth + 1``-th allocation of a container: the call starts right after a full
+    collection with the threshold at ``nth`` (on Python 3.11 a collection starts inside the
+    allocation that passes the threshold; later versions defer it, and the call runs undisturbed)."""
+    armed: list[bool] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and armed:
+            armed.clear()
+            action()
+
+    old = gc.get_threshold()
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+        gc.set_threshold(nth)
+        armed.append(True)
+        return fn(*args)
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(callback)
 
 
 def payload_batch(n: int = 64, size: int = 2000) -> list[bytes]:

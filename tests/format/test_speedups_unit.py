@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from journaled.format import compressed, fallback, record, speedups
 from journaled.format.metadata import NO_HEADERS, Meta
-from support.collection import call_amid_collection
 
 try:
     from journaled.format import _speedups as native
@@ -264,6 +263,27 @@ def test_keyword_arguments_get_the_references_answer():
 # ---------------------------------------------------------------------- Python code inside the call
 
 
+def collect_amid(action: Callable[[], None], nth: int, *args: Any) -> Any:
+    """``native.unit_records(*args)`` with ``action`` run by the first collection that starts
+    inside it (the threshold set to ``nth`` allocations right after a full collection)."""
+    armed = [True]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and armed:
+            armed.clear()
+            action()
+
+    old = gc.get_threshold()
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+        gc.set_threshold(nth)
+        return native.unit_records(*args)
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(callback)
+
+
 @needs_native
 @pytest.mark.parametrize("nth", [1, 2, 7])
 def test_a_collection_that_tries_to_resize_the_bytes_changes_nothing(nth):
@@ -280,7 +300,7 @@ def test_a_collection_that_tries_to_resize_the_bytes_changes_nothing(nth):
         except BufferError as exc:
             refused.append(type(exc))
 
-    got = call_amid_collection(resize, nth, native.unit_records, buf, SALT, UNIT_AT, UNIT_SIZE, 1, 30)
+    got = collect_amid(resize, nth, buf, SALT, UNIT_AT, UNIT_SIZE, 1, 30)
     seen = original if refused == [BufferError] or buf else b""
     assert got == fallback.unit_records(seen, SALT, UNIT_AT, UNIT_SIZE, 1, 30)
 
@@ -302,9 +322,7 @@ def test_a_collection_that_reconfigures_the_module_mid_call_changes_nothing(nth)
         native.configure(**{**speedups.configure_arguments(), "unit_records": counting})
 
     try:
-        got = call_amid_collection(
-            reconfigure, nth, native.unit_records, raw, SALT, UNIT_AT, UNIT_SIZE, 1, 20
-        )
+        got = collect_amid(reconfigure, nth, raw, SALT, UNIT_AT, UNIT_SIZE, 1, 20)
     finally:
         assert speedups.adopt(native) is None
     assert got == "compressed unit holds a damaged record"

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from journaled import item
 from journaled.format import fallback, record, speedups
 from journaled.format.metadata import NO_HEADERS, Meta
-from support.collection import call_amid_collection
 
 try:
     from journaled.format import _speedups as native
@@ -197,6 +196,27 @@ def test_the_twin_agrees_with_the_reference_on_random_bytes(buf, pos, first_free
 # ---------------------------------------------------------------------- Python code inside the call
 
 
+def collect_amid(action: Any, nth: int, *args: Any) -> Any:
+    """``native.walk_puts(*args)`` with ``action`` run by the first collection that starts
+    inside it (the threshold set to ``nth`` allocations right after a full collection)."""
+    armed = [True]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and armed:
+            armed.clear()
+            action()
+
+    old = gc.get_threshold()
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+        gc.set_threshold(nth)
+        return native.walk_puts(*args)
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(callback)
+
+
 @pytest.mark.parametrize("nth", [1, 2, 7])
 def test_a_collection_that_tries_to_resize_the_buffer_changes_nothing(nth):
     """The twin holds the buffer's view for the whole call: a bytearray cannot be resized under
@@ -212,7 +232,7 @@ def test_a_collection_that_tries_to_resize_the_buffer_changes_nothing(nth):
         except BufferError as exc:
             refused.append(type(exc))
 
-    got = call_amid_collection(resize, nth, native.walk_puts, buf, 0, SALT, 0, 1, BIG, BIG, 0, True)
+    got = collect_amid(resize, nth, buf, 0, SALT, 0, 1, BIG, BIG, 0, True)
     # a collection before the call (in the caller's own allocations) empties it: then no records
     seen = original if refused == [BufferError] or buf else b""
     assert got == fallback.walk_puts(seen, 0, SALT, 0, 1, BIG, BIG, 0, True)
@@ -248,7 +268,7 @@ def test_a_collection_that_reconfigures_the_module_mid_walk_changes_nothing(nth)
         )
 
     try:
-        got = call_amid_collection(reconfigure, nth, native.walk_puts, buf, 0, SALT, 0, 1, BIG, BIG, 0, True)
+        got = collect_amid(reconfigure, nth, buf, 0, SALT, 0, 1, BIG, BIG, 0, True)
     finally:
         assert speedups.adopt(native) is None
     assert got == fallback.walk_puts(buf, 0, SALT, 0, 1, BIG, BIG, 0, True)
