@@ -27,6 +27,7 @@ from setuptools.command.build_ext import build_ext
 MYPYC_MODULES = [
     "journaled/core/readercore.py",
     "journaled/core/keyorder.py",
+    "journaled/core/holding.py",
     "journaled/core/retry.py",
     "journaled/core/readbehind.py",
     "journaled/core/policies.py",

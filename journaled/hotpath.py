@@ -28,6 +28,7 @@ from typing import Final
 COMPILED_MODULES: Final = (
     "journaled.core.readercore",
     "journaled.core.keyorder",
+    "journaled.core.holding",
     "journaled.core.retry",
     "journaled.core.readbehind",
     "journaled.core.policies",

@@ -1,7 +1,7 @@
 """The reader core: one named reader's in-memory state, and the only code that changes it.
 
 libkestrel's ``JournaledQueue`` reader side in one class (what holds items out of delivery order in its
-base, core/keyorder.py): which item goes out next, who holds it, what waits out a delay or for a sink,
+base, core/holding.py): which item goes out next, who holds it, what waits out a delay or for a sink,
 and what is settled.  It knows the journal through :class:`~journaled.core.readbehind.LogSource` and the
 layer above through two callbacks; it never touches a file, a checkpoint or a thread.  Every attribute
 and method is guarded by ``core.lock``, the owning queue's one lock (a put reaches all its readers at
@@ -46,6 +46,7 @@ from collections.abc import Callable
 
 from journaled.config import ReaderConfig, Sink
 from journaled.core import keyorder, retry
+from journaled.core.holding import Holding
 from journaled.core.readbehind import (
     ITEM_OVERHEAD,
     LogSource,
@@ -72,7 +73,7 @@ log = logging.getLogger("journaled")
 SWEEP_LIMIT = 4096
 
 
-class ReaderCore(keyorder.Holding):
+class ReaderCore(Holding):
     """The delivery state of one named reader (the module docstring is its protocol).
 
     Attributes (read them under ``lock``; only this class changes them):
@@ -379,9 +380,8 @@ class ReaderCore(keyorder.Holding):
         """Put ``item`` back at the head (it is the next one delivered) and serve waiters."""
         self.errors[item.id] = item.error_count
         self.dirty = True
-        if self.keys is not None and (key := keyorder.key_of(item)) is not None and key in self.keys.open:
-            self.keys.line_up(item, key, self.clock.monotonic())  # another read of its key is open
-            return
+        if self.keys is not None and self._line_back(item):
+            return  # to its key's line
         self.given_back = given_back(self.mem, self.given_back, item.id)
         self.mem.appendleft(item)
         self.mem_bytes += len(item.data)

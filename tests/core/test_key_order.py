@@ -8,6 +8,7 @@ holds its key until it is due; a crash keeps the order; the lines behind busy ke
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 
 from journaled import Empty, JournaledQueue, QueueConfig, ReaderConfig, stats
 from journaled.core import retry
+from journaled.owner import putpath
 from support.clock import FakeClock
 
 FAST = QueueConfig(sync="never", checkpoint_interval=3600.0)
@@ -28,6 +30,9 @@ def clock(monkeypatch):
     c = FakeClock()
     c.wall = float(math.ceil(c.wall))  # whole seconds: not-before times stay whole milliseconds
     monkeypatch.setattr(retry, "CLOCK", c)  # the cores of queues opened from now on run on it
+    # and their puts: a put's delay counts from its add time, which must be on the same clock
+    # (on the real one, a put made late in the fake clock's whole second was not yet due)
+    monkeypatch.setattr(putpath, "CLOCK", c)
     monkeypatch.setattr(stats, "time", c)
     return c
 
@@ -222,6 +227,36 @@ def test_after_a_crash_open_reads_come_back_and_are_delivered_again_in_id_order(
         assert ids(again) == put[:2]  # the third waits behind the first, open again
         r.commit(again[0])
         assert ids(ready(r)) == [put[2]]
+
+
+@pytest.mark.parametrize("mem", [1, 1 << 20])  # 1: every item lined up is spilled
+@pytest.mark.parametrize("how", ["abort", "delay", "release"])
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_reads_open_when_key_order_is_switched_on_all_come_back_once_given_back(qdir, clock, order, how, mem):
+    # found by tests/core/test_key_order_spill_model.py: switched on with three reads of one key
+    # open, an item given back behind an earlier one went to its line with no read of the key
+    # open any more, and nothing woke the key: two items never delivered again
+    with JournaledQueue(qdir, FAST) as q:
+        r = q.reader("r", ReaderConfig(max_memory=mem))
+        q.put_many([b"1", b"2", b"3"], keys=[b"a"] * 3)
+        items = ready(r)
+        q.set_reader_settings("r", {"key_order": True})
+        first, settled, last = (items[i] for i in order)
+        give_back = {
+            "abort": r.abort,
+            "delay": lambda it: r.abort(it, delay=5.0),
+            "release": r.release,
+        }[how]
+        give_back(first)
+        r.commit(settled)
+        give_back(last)
+        clock.advance(3600)
+        again = []
+        while batch := ready(r):
+            assert len(batch) == 1, "two items of one key open at once"
+            again.append(batch[0].id)
+            r.commit(batch[0])
+        assert again == sorted([first.id, last.id])
 
 
 # ----------------------------------------------------------------------------- memory
