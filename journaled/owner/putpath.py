@@ -60,6 +60,7 @@ _new_meta: Final = new_meta  # kept in compiled statics: one call per put, no lo
 _new_meta_item: Final = item_new_meta_item
 _checked_headers: Final = checked_headers
 _encode_meta: Final = encode_meta
+_NO_HEADERS: Final = NO_HEADERS  # no look-up in the module's globals per put
 
 
 def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
@@ -236,7 +237,7 @@ class PutPath:
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         nb = not_before_ms(not_before, delay, add_ms) if not_before is not None or delay is not None else 0
         if headers is None:
-            hdrs: Mapping[str, bytes] = NO_HEADERS
+            hdrs: Mapping[str, bytes] = _NO_HEADERS
             block = b""
             same = None
         else:
@@ -275,22 +276,22 @@ class PutPath:
             and not (type(key) is bytes and 0 < len(key) <= MAX_KEY)
         ):
             return self.put_one(data, None, None, None, None, headers, key, None, dedup)
-        add_ms = self.time_ns() // 1_000_000
         if headers is None:
             if key is None:
                 return self.put_plain(data)
-            hdrs: Mapping[str, bytes] = NO_HEADERS
-            block = b""
-            same = None
+            add_ms = self.time_ns() // 1_000_000
+            meta = _new_meta(0, 0, 0, key, _NO_HEADERS)
+            encoded = _encode_meta(0, 0, 0, key, 0, b"")  # perf: no len() of the empty headers
         else:
+            add_ms = self.time_ns() // 1_000_000
             hdrs, block, same = self._checked_headers(headers)
-            if not hdrs and key is None:  # empty headers and no key: a plain put
+            if same is not None and key is None:
+                meta, encoded = self._same_meta(same)
+            elif not hdrs and key is None:  # empty headers and no key: a plain put
                 return self.put_one(data, None, None, None, None, headers, key, None, dedup)
-        if same is not None and key is None:
-            meta, encoded = self._same_meta(same)
-        else:
-            meta = _new_meta(0, 0, 0, key, hdrs)
-            encoded = _encode_meta(0, 0, 0, key, len(hdrs), block)
+            else:
+                meta = _new_meta(0, 0, 0, key, hdrs)
+                encoded = _encode_meta(0, 0, 0, key, len(hdrs), block)
         return self._store_one(data, 0, meta, encoded, add_ms, 0, 0, key, True, dedup)
 
     def _checked_headers(self, headers: Any) -> tuple[Mapping[str, bytes], bytes, SameHeaders | None]:
@@ -356,9 +357,13 @@ class PutPath:
         same = self.same_headers
         if same is None or type(headers) is not dict or len(headers) != len(same.pairs):
             return None
-        for (name, value), (had_name, had_value) in zip(headers.items(), same.pairs):
+        pairs = same.pairs
+        i = 0
+        for name, value in headers.items():  # perf: a dict's own iteration (narrowed), no zip
+            had_name, had_value = pairs[i]
             if type(name) is not str or type(value) is not bytes or name != had_name or value != had_value:
                 return None
+            i += 1
         same.used = True
         return same
 
