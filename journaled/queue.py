@@ -324,9 +324,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         too large value raises ``ValueError``, a non-number ``TypeError``, and nothing is
         written.  Limits: docs/design.md, "Item metadata".
         """
-        if expire_at is None and ttl is None and not_before is None and delay is None and key is None:
-            if headers is None:
+        if expire_at is None and ttl is None and not_before is None and delay is None:
+            if key is None and headers is None:
                 return self._put.put_plain(data)  # perf: the plain case skips put_one's checks
+            return self._put.put_marked(data, headers, key, dedup)  # perf: the usual put with metadata
         return self._put.put_one(data, expire_at, ttl, not_before, delay, headers, key, None, dedup)
 
     def put_many(

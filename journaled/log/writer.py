@@ -303,6 +303,31 @@ class Writer:
                 self.write_out_locked()
             return first_id, add_ms, self.appended
 
+    def append_putx_one(
+        self, payload: bytes, meta: Meta, enc: bytes, add_ms: int, expire_ms: int
+    ) -> tuple[int, int, int]:
+        """``append_meta((payload,), (meta,), add_ms, expire_ms, (enc,))`` without the tuples (perf), as
+        :meth:`append_one` for a plain put; anything unusual (no room, closed, poisoned) takes that."""
+        st = self.state
+        with st.lock:
+            jf = st.files[-1]
+            buf = self.buf
+            pos = jf.size + len(buf)
+            size = PUT_OVERHEAD + len(payload) + len(enc)
+            if pos + size <= self.limit and st.poisoned is None and not st.closed:
+                if add_ms < st.last_add_ms:
+                    add_ms = st.last_add_ms
+                item_id = st.next_id
+                encode_putx(jf.salt, pos, item_id, add_ms, expire_ms, enc, payload, buf)
+                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+                    jf.note(item_id, pos)
+                st.appended(item_id + 1, add_ms)
+                self.appended += size
+                if self.write_through or len(buf) >= WRITE_OUT_AT:
+                    self.write_out_locked()
+                return item_id, add_ms, self.appended
+        return self.append_meta((payload,), (meta,), add_ms, expire_ms, (enc,))
+
     def append_meta(
         self,
         payloads: Sequence[bytes],
@@ -316,27 +341,6 @@ class Writer:
         ``encoded[i]``, when given, is ``metadata.encode(metas[i])`` (anything for a None), which
         the caller may have made already to check the record's size: it is not made twice."""
         st = self.state
-        if encoded is not None and len(payloads) == 1 and metas[0] is not None and len(encoded) == 1:
-            # perf: a single put with metadata (every client put is tagged), as append_one does;
-            # anything unusual (no room in this file, closed, poisoned) takes the path below
-            with st.lock:
-                jf = st.files[-1]
-                buf = self.buf
-                pos = jf.size + len(buf)
-                payload, enc = payloads[0], encoded[0]
-                size = PUT_OVERHEAD + len(payload) + len(enc)
-                if pos + size <= self.limit and st.poisoned is None and not st.closed:
-                    if add_ms < st.last_add_ms:
-                        add_ms = st.last_add_ms
-                    item_id = st.next_id
-                    encode_putx(jf.salt, pos, item_id, add_ms, expire_ms, enc, payload, buf)
-                    if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
-                        jf.note(item_id, pos)
-                    st.appended(item_id + 1, add_ms)
-                    self.appended += size
-                    if self.write_through or len(buf) >= WRITE_OUT_AT:
-                        self.write_out_locked()
-                    return item_id, add_ms, self.appended
         if encoded is None:
             encoded = [b"" if m is None else encode_meta(m) for m in metas]
         if self.compress and len(payloads) > 1:

@@ -60,6 +60,7 @@ _new_meta: Final = new_meta  # kept in compiled statics: one call per put, no lo
 _new_meta_item: Final = item_new_meta_item
 _checked_headers: Final = checked_headers
 _encode_meta: Final = encode_meta
+_NO_HEADERS: Final = NO_HEADERS  # no look-up in the module's globals per put
 
 
 def new_meta_item(item_id: int, data: bytes, add_time: float, expire_at: float | None, meta: Meta) -> Item:
@@ -236,17 +237,11 @@ class PutPath:
         expire = expire_ms(expire_at, ttl, add_ms) if expire_at is not None or ttl is not None else 0
         nb = not_before_ms(not_before, delay, add_ms) if not_before is not None or delay is not None else 0
         if headers is None:
-            hdrs: Mapping[str, bytes] = NO_HEADERS
+            hdrs: Mapping[str, bytes] = _NO_HEADERS
             block = b""
             same = None
         else:
-            same = self._same_headers(headers)
-            if same is None:
-                hdrs, block = _checked_headers(headers)
-                if type(headers) is dict and hdrs:
-                    same = self._remember_headers(hdrs, block)
-            else:
-                hdrs, block = same.headers, same.block
+            hdrs, block, same = self._checked_headers(headers)
         if key is not None and not (type(key) is bytes and 0 < len(key) <= MAX_KEY):
             key = put_key(key)  # perf: a key of plain bytes within the limit is stored as it is
         pid = sequence = 0
@@ -256,30 +251,98 @@ class PutPath:
             with self.lock:
                 run: PutGroup = ((payload,), expire)
                 first_id, seq = self.append_locked((run,) if expire else payload, 1, len(payload), add_ms)
+            if self.sync_always:
+                self.journal.wait_durable(seq)
+            return first_id
+        if same is not None and not (nb or pid or key is not None):
+            meta, encoded = self._same_meta(same)
         else:
-            if same is not None and not (nb or pid or key is not None):
-                # perf: the same headers as a recent put, and nothing else: the same Meta and encoding
-                if same.meta is None:  # made at the first such put (two threads may both make it)
-                    same.meta = _new_meta(0, 0, 0, None, hdrs)
-                    same.encoded = _encode_meta(0, 0, 0, None, len(hdrs), block)
-                meta, encoded = same.meta, same.encoded
+            meta = _new_meta(nb, pid, sequence, key, hdrs)
+            # made once, from the header block the check made: for the size check and the record
+            encoded = _encode_meta(nb, pid, sequence, key, len(hdrs), block)
+        shows = nb != 0 or key is not None or len(hdrs) > 0
+        return self._store_one(payload, expire, meta, encoded, add_ms, pid, sequence, key, shows, dedup)
+
+    def put_marked(self, data: Any, headers: Any, key: Any, dedup: Any) -> int:
+        """``JournaledQueue.put(data, headers=..., key=...)`` with no time and no tag, the usual
+        put with metadata (perf: a key, or the same few headers on every put, without
+        :meth:`put_one`'s nine arguments and option checks).  Anything but bytes within
+        ``max_item_size`` and a key of bytes within ``MAX_KEY`` takes :meth:`put_one` (its checks,
+        its errors, in its order)."""
+        if (
+            type(data) is not bytes
+            or len(data) > self.limit
+            or key is not None
+            and not (type(key) is bytes and 0 < len(key) <= MAX_KEY)
+        ):
+            return self.put_one(data, None, None, None, None, headers, key, None, dedup)
+        if headers is None:
+            if key is None:
+                return self.put_plain(data)
+            add_ms = self.time_ns() // 1_000_000
+            meta = _new_meta(0, 0, 0, key, _NO_HEADERS)
+            encoded = _encode_meta(0, 0, 0, key, 0, b"")  # perf: no len() of the empty headers
+        else:
+            add_ms = self.time_ns() // 1_000_000
+            hdrs, block, same = self._checked_headers(headers)
+            if same is not None and key is None:
+                meta, encoded = self._same_meta(same)
+            elif not hdrs and key is None:  # empty headers and no key: a plain put
+                return self.put_one(data, None, None, None, None, headers, key, None, dedup)
             else:
-                meta = _new_meta(nb, pid, sequence, key, hdrs)
-                # made once, from the header block the check made: for the size check and the record
-                encoded = _encode_meta(nb, pid, sequence, key, len(hdrs), block)
-            if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
-                raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
-            with self.lock:
-                found = None
-                if pid or (key is not None and dedup and self.keys is not None):  # else nothing to find
-                    found = self._stored_locked(pid, sequence, key, add_ms, dedup)
-                if found is None:
-                    shows = nb != 0 or key is not None or len(hdrs) > 0
-                    first_id, seq = self._append_meta_locked(
-                        payload, expire, meta, encoded, add_ms, pid, sequence, key, shows
-                    )
-                else:
-                    first_id, seq = found, -1
+                meta = _new_meta(0, 0, 0, key, hdrs)
+                encoded = _encode_meta(0, 0, 0, key, len(hdrs), block)
+        return self._store_one(data, 0, meta, encoded, add_ms, 0, 0, key, True, dedup)
+
+    def _checked_headers(self, headers: Any) -> tuple[Mapping[str, bytes], bytes, SameHeaders | None]:
+        """``headers`` checked (``metadata.checked_headers``, its errors): the read-only mapping,
+        its encoded block, and the remembered headers they are (None when not remembered)."""
+        same = self._same_headers(headers)
+        if same is not None:
+            return same.headers, same.block, same
+        hdrs, block = _checked_headers(headers)
+        if type(headers) is dict and hdrs:
+            same = self._remember_headers(hdrs, block)
+        return hdrs, block, same
+
+    @staticmethod
+    def _same_meta(same: SameHeaders) -> tuple[Meta, bytes]:
+        """The ``Meta`` and encoding of a put carrying ``same``'s headers and nothing else: the
+        same objects for every such put (perf), made at the first (two threads may both make it)."""
+        meta = same.meta
+        if meta is None:
+            same.encoded = _encode_meta(0, 0, 0, None, len(same.headers), same.block)
+            meta = same.meta = _new_meta(0, 0, 0, None, same.headers)
+        return meta, same.encoded
+
+    def _store_one(
+        self,
+        payload: bytes,
+        expire: int,
+        meta: Meta,
+        encoded: bytes,
+        add_ms: int,
+        pid: int,
+        sequence: int,
+        key: bytes | None,
+        shows: bool,
+        dedup: Any,
+    ) -> int:
+        """The rest of a single put with metadata (:meth:`put_one`, :meth:`put_marked`): the size
+        check, the look-up of a stored duplicate (its producer's tag, or its key when ``dedup``),
+        the append, the wait for durability; the id."""
+        if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
+            raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
+        with self.lock:
+            found = None
+            if pid or (key is not None and dedup and self.keys is not None):  # else nothing to find
+                found = self._stored_locked(pid, sequence, key, add_ms, dedup)
+            if found is None:
+                first_id, seq = self._append_meta_locked(
+                    payload, expire, meta, encoded, add_ms, pid, sequence, key, shows
+                )
+            else:
+                first_id, seq = found, -1
         if self.sync_always:
             if seq < 0:
                 self.journal.sync()  # the id returned may be another put's, not yet durable
@@ -294,9 +357,13 @@ class PutPath:
         same = self.same_headers
         if same is None or type(headers) is not dict or len(headers) != len(same.pairs):
             return None
-        for (name, value), (had_name, had_value) in zip(headers.items(), same.pairs):
+        pairs = same.pairs
+        i = 0
+        for name, value in headers.items():  # perf: a dict's own iteration (narrowed), no zip
+            had_name, had_value = pairs[i]
             if type(name) is not str or type(value) is not bytes or name != had_name or value != had_value:
                 return None
+            i += 1
         same.used = True
         return same
 
@@ -471,8 +538,8 @@ class PutPath:
         passed as they are because reading them back off ``meta`` is an attribute lookup each."""
         nbytes = len(payload)
         cores = self._admit_locked(1, nbytes)
-        # perf: the writer's own method (Journal.append_meta is this bound method), a native call
-        item_id, added_ms, seq = self.writer.append_meta((payload,), (meta,), add_ms, expire, (encoded,))
+        # perf: the writer's one-item method (no tuples), a native call
+        item_id, added_ms, seq = self.writer.append_putx_one(payload, meta, encoded, add_ms, expire)
         if pid and self.producers_read:
             self.producers.add_one(pid, sequence, item_id, added_ms)
         keys = self.keys
