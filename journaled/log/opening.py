@@ -124,7 +124,7 @@ def _recover_file(state: LogState, jf: JournalFile, newest: bool) -> tuple[int, 
     """Scan one file completely, apply the recovery mode and index it.  Returns ``(next id
     after its last kept record, smallest id never used, latest add time kept (0 if none))``."""
     data = fileio.ops.read_file(jf.path)
-    scan = recoveryplan.scan_file(data, jf.header, jf.path)
+    scan = recoveryplan.scan_for_open(data, jf.header, jf.path, state.config.recovery)
     plan = recoveryplan.plan(scan, state.config.recovery, jf.path, newest)
     expected = jf.first_id
     last_add_ms = 0

@@ -9,10 +9,13 @@ which spans are skipped, or raises :class:`CorruptJournal`.  No I/O here: the jo
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import attrs
 
 from journaled.errors import CorruptJournal, UnsupportedVersion
-from journaled.format.record import FileHeader
+from journaled.format import compressed
+from journaled.format.record import FileHeader, Unit, decode_one
 from journaled.log.walker import FileWalker, Span
 
 #: The modes of ``QueueConfig.recovery``.
@@ -24,7 +27,9 @@ class FileScan:
     """Everything valid and everything damaged in one journal file."""
 
     size: int
-    records: list[tuple[int, int, int]]  # (id, offset, add_ms) of every valid PUT, in order
+    #: (id, offset, add_ms) of every valid PUT, in order; a unit taken on its CRC alone
+    #: (``trust_units``) has an entry for its first and one for its last id, add_ms ``UNKNOWN_MS``
+    records: list[tuple[int, int, int]]
     spans: list[Span]
 
     @property
@@ -44,12 +49,21 @@ class Plan:
     cut: Span | None  # the span at ``end`` that made us cut (None: nothing cut)
 
 
-def scan_file(data: bytes, header: FileHeader, path: str = "<journal>") -> FileScan:
+#: The add time of a unit's items that were not inflated (``trust_units``).
+UNKNOWN_MS = -1
+
+
+def scan_file(
+    data: bytes, header: FileHeader, path: str = "<journal>", trust_units: bool = False
+) -> FileScan:
     """Decode every record of a journal file, locating damage and the valid records after it.
     A record this version must not skip raises :class:`UnsupportedVersion` (of its kind, named by
-    ``path``) at it ([F-11], [F-44])."""
+    ``path``) at it ([F-11], [F-44]).  ``trust_units``: a compressed unit whose CRC verifies is
+    taken as its ids ([F-16]) without being inflated, so damage inside it ([F-45]) is not found
+    here (a reader finds it when it gets there)."""
     records: list[tuple[int, int, int]] = []
     spans: list[Span] = []
+    trusted: list[tuple[Unit, int]] | None = [] if trust_units else None
 
     def report(span: Span, rest: bytes) -> bool:
         spans.append(span)
@@ -63,16 +77,58 @@ def scan_file(data: bytes, header: FileHeader, path: str = "<journal>") -> FileS
         header.first_id,
         report,
         chunk=max(1, len(data)),
+        trusted=trusted,
     )
     while True:
         try:
             batch = walker.read_batch(max_bytes=1 << 62)
         except UnsupportedVersion as exc:
             raise type(exc)(path, exc.offset, exc.reason) from None
-        if not batch:
+        got = [(r.id, r.offset, r.add_ms) for r in batch]
+        if trusted:
+            _insert_units(got, trusted)
+            trusted.clear()
+        if not got:
             break
-        records.extend((r.id, r.offset, r.add_ms) for r in batch)
+        records += got
     return FileScan(len(data), records, spans)
+
+
+def _insert_units(got: list[tuple[int, int, int]], trusted: list[tuple[Unit, int]]) -> None:
+    """Put the entries of the units taken on their CRC among a batch's records, by offset."""
+    offsets = [r[1] for r in got]
+    for unit, first in reversed(trusted):  # from the back: the places found before stay right
+        at = bisect_left(offsets, unit.offset)
+        if first == unit.last_id:
+            got[at:at] = [(first, unit.offset, UNKNOWN_MS)]
+        else:
+            got[at:at] = [(first, unit.offset, UNKNOWN_MS), (unit.last_id, unit.offset, UNKNOWN_MS)]
+
+
+def scan_for_open(data: bytes, header: FileHeader, path: str, mode: str) -> FileScan:
+    """:func:`scan_file` as opening needs it: in ``salvage`` mode (which keeps every valid
+    record whatever damage lies between, and finds damage in files it did not scan when a
+    reader gets there) the compressed units are taken on their CRC ([F-16]), except the last
+    one kept, which is inflated for its items' add times (they never go backwards, so its last
+    one is the file's latest); a last unit whose content is damaged ([F-45]) makes it scan the
+    whole file.  Other modes promise to find damage at open: they inflate every unit."""
+    if mode != "salvage" or not compressed.available():
+        return scan_file(data, header, path)
+    scan = scan_file(data, header, path, trust_units=True)
+    end = plan(scan, mode, path, True).end
+    k = bisect_left([r[1] for r in scan.records], end) - 1  # the last entry kept
+    if k < 0 or scan.records[k][2] != UNKNOWN_MS:
+        return scan
+    off = scan.records[k][1]
+    unit = decode_one(data, off, 0, header.salt)
+    got = compressed.unit_contents(unit, header.salt) if isinstance(unit, Unit) else "not a unit"
+    if isinstance(got, str):
+        return scan_file(data, header, path)  # found as damage, exactly as a full scan finds it
+    ms = got[0][-1].add_ms
+    while k >= 0 and scan.records[k][1] == off:
+        scan.records[k] = (scan.records[k][0], off, ms)
+        k -= 1
+    return scan
 
 
 def lost_ids(

@@ -110,6 +110,7 @@ class FileWalker:
         expected: int,
         report: Reporter = skip_all,
         chunk: int = READ_CHUNK,
+        trusted: list[tuple[Unit, int]] | None = None,
     ) -> None:
         self.pread = pread
         self.salt = salt
@@ -118,6 +119,10 @@ class FileWalker:
         self.expected = expected
         self.report = report
         self.chunk = chunk
+        #: when a list: units are taken on their CRC alone, not inflated (recovery at open, which
+        #: needs their ids; [F-16]): each is appended with the first id it holds at or above
+        #: ``expected``, and none of its items is returned
+        self.trusted = trusted
         self.done = pos >= limit
 
     def read_batch(
@@ -244,6 +249,13 @@ class FileWalker:
         within the budget; return the payload bytes taken and whether the budget stopped the walk
         inside the unit (``pos`` then stays at the unit, ``expected`` at the next id).  A damaged
         unit is handed to the reporter like any damage."""
+        if self.trusted is not None and compressed.zstd is not None:
+            # (without the binding the unit is inflated below, which raises as a reader must)
+            if unit.last_id >= self.expected:
+                self.trusted.append((unit, max(unit.first_id, self.expected)))
+                self.expected = unit.last_id + 1
+            self.pos = unit.offset + unit.size
+            return nbytes, False
         got = _decoded(unit, self.salt)
         if isinstance(got, str):
             self._damaged(Damage(unit.offset, got, False))
