@@ -88,6 +88,8 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         *,
         name: str | None = None,
     ) -> None:
+        if not os.fspath(path):  # an unset variable, say: it would make the working directory a queue
+            raise ValueError("path is empty: name the queue's directory")
         self.path = os.path.abspath(os.fspath(path))
         self.config = config if config is not None else QueueConfig()
         if not isinstance(self.config, QueueConfig):
