@@ -44,3 +44,13 @@ def test_turning_compression_off_opens_without_the_binding(tmp_path, monkeypatch
     monkeypatch.setattr(compressed, "zstd", None)
     with JournaledQueue(path, QueueConfig(compression="none"), name="q") as q:
         assert q.reader("r").get(timeout=1).data == b"plain"
+
+
+def test_a_stored_zstd_setting_without_the_binding_says_how_to_turn_it_off(tmp_path, monkeypatch) -> None:
+    path = str(tmp_path / "q")
+    with JournaledQueue(path, QueueConfig(compression="zstd"), name="q") as q:
+        q.put(b"plain")
+    monkeypatch.setattr(compressed, "zstd", None)
+    with pytest.raises(CompressionUnavailable, match=r"journaled\[zstd\]") as exc:
+        JournaledQueue(path, name="q")
+    assert "stored" in str(exc.value) and "--compression none" in str(exc.value), str(exc.value)
