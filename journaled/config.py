@@ -82,6 +82,18 @@ QUEUE_SETTINGS = ("retention_age", "retention_bytes", "dedup_window", "compressi
 COMPRESSIONS = ("zstd", "none")
 
 
+def _check_compression(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # one sentence naming the choices: attrs' in_() message is a tuple holding its Attribute
+    if value is not None and (type(value) is not str or value not in COMPRESSIONS):
+        raise ValueError(f"{attribute.name} must be 'zstd', 'none' or None, got {value!r}")
+
+
+def _check_bool(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # one sentence: attrs' instance_of() message is a tuple holding its Attribute
+    if type(value) is not bool:
+        raise TypeError(f"{attribute.name} must be True or False, got {value!r}")
+
+
 def _check_retention(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None or (type(value) is int and value == NO_LIMIT):
         return
@@ -258,9 +270,7 @@ class QueueConfig:
     retention_age: float | None = attrs.field(default=None, validator=_check_retention)
     retention_bytes: int | None = attrs.field(default=None, validator=_check_retention)
     dedup_window: float | None = attrs.field(default=None, validator=_check_retention)
-    compression: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.in_(COMPRESSIONS))
-    )
+    compression: str | None = attrs.field(default=None, validator=_check_compression)
 
     @property
     def sync_interval(self) -> float | None:
@@ -364,7 +374,7 @@ class ReaderConfig:
     dead_letter: Sink | None = attrs.field(default=None, validator=_check_sink)
     retry_delay: float | None = attrs.field(default=None, validator=_optional_positive)
     retry_delay_max: float | None = attrs.field(default=None, validator=_optional_positive)
-    key_order: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    key_order: bool = attrs.field(default=False, validator=_check_bool)
 
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-")

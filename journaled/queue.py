@@ -44,6 +44,7 @@ from journaled.core.readercore import ReaderCore
 from journaled.disk import lifecycle
 from journaled.disk.dirlock import DirLock, prepare_queue_dir
 from journaled.errors import InvalidName, UnknownReader
+from journaled.format import compressed
 from journaled.format.smallfiles import CheckpointData
 from journaled.log.journal import Journal, RecoveryEvent, detect_queue_name
 from journaled.owner import closing, dedup, destinations, reopen
@@ -87,10 +88,14 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
         *,
         name: str | None = None,
     ) -> None:
+        if not os.fspath(path):  # an unset variable, say: it would make the working directory a queue
+            raise ValueError("path is empty: name the queue's directory")
         self.path = os.path.abspath(os.fspath(path))
         self.config = config if config is not None else QueueConfig()
         if not isinstance(self.config, QueueConfig):
             raise TypeError(f"config must be a QueueConfig, not {type(self.config).__name__}")
+        if self.config.compression == "zstd":  # refused before the directory or the setting exists
+            compressed.require(self.path)
         prepare_queue_dir(self.path, self.config.allow_shared_dir)
         self._closed, self._forked = True, False  # closed until opened: __del__ leaves it alone
         self._dirlock = DirLock.acquire(self.path)

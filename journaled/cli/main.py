@@ -9,6 +9,8 @@ and an exit status (EXIT_STATUS below, also in ``--help``).
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +31,7 @@ EXIT_STATUS = """exit status:
        queue or several (pick one with --name); nothing is created or changed
   3    repair refused: a live process holds the queue
   130  interrupted (Ctrl-C); a load test prints what it measured so far
+  141  the output's reader went away (| head): stopped quietly, as a shell's SIGPIPE
 """
 
 
@@ -53,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _output_gone() -> bool:
+    """Standard output is a pipe whose reader has closed it (poll reports POLLERR on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() here, or stdout is no file
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tool; return the process exit code."""
     parser = build_parser()
@@ -73,6 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"journaled {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError as exc:
+        if not _output_gone():  # another pipe (a socket to the owner): an error like any other
+            print(f"journaled {args.command}: {exc}", file=sys.stderr)
+            return 2
+        # `journaled dump PATH | head`: nothing went wrong here, and status 2 would claim that
+        # nothing was changed (a config change is made before it prints).  Python flushes
+        # stdout again at exit: point it at /dev/null so that raises no second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (JournaledError, OSError) as exc:
         # a locked or damaged directory, a permission problem: say so, no traceback
         print(f"journaled {args.command}: {exc}", file=sys.stderr)

@@ -182,10 +182,13 @@ def _change_queue(path: str, name: str, args: argparse.Namespace, as_json: bool)
         raise UsageError(str(exc)) from None
     with JournaledQueue(path, cfg, name=name) as q:
         if not q.is_owner:
+            what = " and ".join(w for w, on in (("retention", given), ("compression", codec)) if on)
+            what += " are" if given and codec else " is"
+            passed = ", ".join(f"{k}=..." for k in (*given, *(("compression",) if codec else ())))
             print(
-                f"journaled config: another process owns {path}; retention is applied when a process "
+                f"journaled config: another process owns {path}; {what} applied when a process "
                 "opens the queue as its owner: stop the owner and run this again, or pass "
-                "QueueConfig(retention_age=..., retention_bytes=...) where it opens the queue"
+                f"QueueConfig({passed}) where it opens the queue"
             )
             return 1
     limits = dict(load_settings(settings_path(path, name)).queue)

@@ -191,7 +191,8 @@ def make_dirs(path: str, mode: int = 0o700) -> bool:
     except FileExistsError:
         if os.path.isdir(path):
             return False  # another process made it first
-        raise
+        # "File exists" would not say what is wrong: a file (or a dangling link) is in the way
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory (a file is in the way)", path) from None
     ops.fsync_dir(parent)
     return True
 

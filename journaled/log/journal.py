@@ -26,7 +26,7 @@ from typing import Any
 from journaled.config import QueueConfig, stored_compression
 from journaled.disk.groupcommit import GroupCommit
 from journaled.disk.layout import detect_queue_name, list_journal_files
-from journaled.errors import JournalIOError
+from journaled.errors import CompressionUnavailable, JournalIOError
 from journaled.format import compressed
 from journaled.log.cursors import CursorReader
 from journaled.log.opening import open_journal
@@ -184,6 +184,9 @@ class Journal:
         except (TypeError, ValueError) as exc:
             log.warning("queue %s: stored compression not applied: %s", self.directory, exc)
             codec = None
-        if codec is not None:
-            compressed.require(self.directory, codec)
+        if codec is not None and not compressed.available():
+            # the setting, not a record, needs the binding here: say how to do without it
+            off = f"journaled config {self.directory} queue --compression none"
+            why = f"the queue's stored compression={codec!r} needs a zstd binding (or turn it off: {off})"
+            raise CompressionUnavailable(self.directory, 0, why)
         self._writer.set_compression(codec is not None)
