@@ -51,6 +51,8 @@ class LogSource(Protocol):
     def file_created_s(self, item_id: int) -> float: ...
     def first_id(self) -> int: ...
     def locate_time(self, ms: int) -> int: ...
+    @property
+    def compressed(self) -> bool: ...
 
 
 def read_window(
@@ -230,12 +232,30 @@ def payload_of(*groups: Iterable[Item]) -> int:
 def estimate_backlog_bytes(journal: LogSource, head: int, file_ms: int, file_offset: int) -> int:
     """Payload bytes of ids ``head..next_id-1``, estimated from journal file sizes without
     reading them: bytes from the head's position to the end, minus the per-record overhead.
-    Never an under-estimate (ids committed out of order are counted, and the head's position is
-    a checkpoint hint at or before it)."""
+    Never an under-estimate of plain records (ids committed out of order are counted, and the
+    head's position is a checkpoint hint at or before it); compressed units hold more than their
+    size (:func:`payload_from` reads the real figure)."""
     n = journal.next_id - head
     if n <= 0:
         return 0
     return max(0, journal.bytes_from(head, file_ms, file_offset) - n * PUT_OVERHEAD)
+
+
+def payload_from(journal: LogSource, head: int, done: set[int]) -> int:
+    """Payload bytes of ids ``head..next_id-1`` but ``done``, read from the journal: exact (an id
+    whose record is gone counts nothing), for a journal whose sizes on disk are no bound of its
+    payload (compressed units: :func:`estimate_backlog_bytes` would under-estimate).  Reads the
+    uncommitted part of the journal once."""
+    end = journal.next_id
+    total = 0
+    if head < end:
+        cursor = journal.locate(head)
+        while cursor.next_id < end:
+            recs, cursor = journal.read(cursor, max_bytes=REFILL_BYTES, max_items=REFILL_BYTES)
+            if not recs:
+                break
+            total += sum(len(r.payload) for r in recs if r.id < end and r.id not in done)
+    return total
 
 
 def stopped_at(reader: str, exc: Exception) -> str:

@@ -54,6 +54,7 @@ from journaled.core.readbehind import (
     estimate_backlog_bytes,
     given_back,
     keep_window,
+    payload_from,
     payload_of,
     read_window,
     stopped_at,
@@ -116,8 +117,7 @@ class ReaderCore(Holding):
         self.clock = retry.default_clock() if clock is None else clock
         self.config, self.lock, self.journal = config, lock, journal
         # upward calls, made with the lock held; both only set a flag or an event:
-        self.head_moved = head_moved  # archiving may have become possible
-        self.wake_engine = wake_engine  # the background thread has policy or sink work
+        self.head_moved, self.wake_engine = head_moved, wake_engine  # archiving may be possible / work to do
         self.waiters: deque[Waiter] = deque()
         self.closed = self.forked = False
         counts = state.counts  # they outlive the owner: loaded here, never by a seek
@@ -148,8 +148,7 @@ class ReaderCore(Holding):
         # where the head's record is, from the checkpoint: a hint, verified before it is used
         self.load_cursor = Cursor(state.file_ms, state.file_offset, -1) if state.file_ms else None
         self.backlog_bytes = estimate_backlog_bytes(self.journal, head, state.file_ms, state.file_offset)
-        self.backlog_exact = self.backlog_bytes == 0
-        self.dirty = True
+        self.backlog_exact, self.dirty = self.backlog_items() == 0, True
 
     # ------------------------------------------------------------------ fed by the queue
     def on_put(self, items: list[Item], nbytes: int) -> None:
@@ -540,7 +539,7 @@ class ReaderCore(Holding):
         self._commit_id(first - 1)  # the head moves on over ids committed out of order
         # partly on disk only: estimated again, exact once all uncommitted items are in memory
         self.backlog_bytes = estimate_backlog_bytes(self.journal, self.head, 0, 0)
-        self.backlog_exact = self.backlog_bytes == 0
+        self.backlog_exact = self.backlog_items() == 0
         self.lost_to_retention += lost
         return lost
 
@@ -551,15 +550,16 @@ class ReaderCore(Holding):
 
     def backlog_payload(self) -> int:
         """Payload bytes of the uncommitted items.  Kept incrementally (exact within a session);
-        after a reopen it starts as an estimate, made exact here as soon as every uncommitted
-        item is in memory (nothing left on disk only) or none is left."""
-        if self.backlog_items() == 0:
-            # also corrects ids skipped as lost (journal damage), whose sizes were never known
+        after a reopen an estimate, made exact once every uncommitted item is in memory or none is
+        left, or for ``max_size`` read from compressed units (their size on disk says too little)."""
+        if self.backlog_items() == 0:  # also corrects ids lost to damage, whose sizes were never known
             self.backlog_bytes, self.backlog_exact = 0, True
         elif not self.backlog_exact and self.load_id is None and self._in_hand():
             held = (self.open.values(), self.parked.values(), (i for i, _s in self.disposing.values()))
             lined = 0 if self.keys is None else self.keys.nbytes
             self.backlog_bytes, self.backlog_exact = self.mem_bytes + lined + payload_of(*held), True
+        elif not self.backlog_exact and self.config.max_size is not None and self.journal.compressed:
+            self.backlog_bytes, self.backlog_exact = payload_from(self.journal, self.head, self.done), True
         return self.backlog_bytes
 
     def checkpoint_state(self) -> CheckpointData:

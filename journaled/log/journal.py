@@ -93,6 +93,11 @@ class Journal:
         return self._state.next_id
 
     @property
+    def compressed(self) -> bool:
+        """Are batches written as compressed units (the queue's stored ``compression``)?"""
+        return self._writer.compress
+
+    @property
     def files(self) -> list[JournalFile]:
         """The journal's files, oldest first (a copy)."""
         with self._state.lock:

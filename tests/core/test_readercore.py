@@ -58,6 +58,8 @@ class MemoryLog:
     def hint(self, item_id: int) -> tuple[int, int]:
         return 0, 0
 
+    compressed = False  # plain PUT records: their sizes bound their payload
+
     def bytes_from(self, item_id: int, hint_ms: int = 0, hint_offset: int = 0) -> int:
         return sum(r.size for r in self.records[item_id - 1 :])
 
