@@ -15,7 +15,8 @@ pytestmark = pytest.mark.skipif(not compressed.available(), reason="needs a zstd
 
 
 def line(i: int) -> bytes:
-    return json.dumps({"level": "info", "host": "web-%d" % (i % 8), "msg": "GET /index.html", "i": i}).encode()
+    event = {"level": "info", "host": "web-%d" % (i % 8), "msg": "GET /index.html", "i": i}
+    return json.dumps(event).encode()
 
 
 def fill(q: JournaledQueue, start: int) -> int:
