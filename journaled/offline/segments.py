@@ -231,9 +231,31 @@ class QueueView:
 
     # ------------------------------------------------------------------ locating
     def locate(self, item_id: int) -> Position:
-        """Position of the first record with id >= ``item_id`` (bisection on byte offsets)."""
+        """Position of the first record with id >= ``item_id`` (bisection on byte offsets).
+
+        For an id inside a compressed unit (after its first id) that is the unit's own offset
+        (``id`` then names ``item_id``'s item, not the unit's first): a read starting there takes
+        the unit and filters its ids (:attr:`Segment.lo`).  Where a read of the ids below
+        ``item_id`` must END is :meth:`locate_end`."""
+        return self._locate(item_id)[0]
+
+    def locate_end(self, item_id: int) -> Position:
+        """Where a read of ids below ``item_id`` stops: the first record holding no id below it.
+
+        That is :meth:`locate` unless ``item_id`` falls inside a compressed unit past its first
+        id: then the unit holds ids on both sides, and the end is just past it (the reader
+        filters its ids by :attr:`Segment.hi`).  Ending at the unit's offset would leave its ids
+        below ``item_id`` out of this read while the next read starts at ``item_id``: lost."""
+        pos, unit_end = self._locate(item_id)
+        if unit_end is None:
+            return pos
+        return Position(pos.file, unit_end[0], unit_end[1])
+
+    def _locate(self, item_id: int) -> tuple[Position, tuple[int, int] | None]:
+        """:meth:`locate`, and when ``item_id`` lies inside a unit past its first id, the
+        unit's end offset and the id after its last."""
         if not self.files or item_id <= self.files[0].header.first_id:
-            return self._file_start(0) if self.files else Position(-1, 0, 1)
+            return (self._file_start(0) if self.files else Position(-1, 0, 1)), None
         k = max(i for i, f in enumerate(self.files) if f.header.first_id <= item_id)
         f = self.files[k]
         with _open(f.path) as fd:
@@ -246,13 +268,28 @@ class QueueView:
                     hi = mid
                 else:
                     lo, lo_id = rec.offset, rec.id
+            # the items of a unit come out one by one, all with the unit's offset and size
+            found: Position | None = None
+            prev_offset, rec_size, last = -1, 0, 0
             for rec in iter_records(fd, f.header.salt, lo, size, lo_id):
+                if found is not None:
+                    if rec.offset != found.offset:
+                        return found, (found.offset + rec_size, rec.id)
+                    last = rec.id
+                    continue
                 if rec.id >= item_id:
-                    return Position(k, rec.offset, rec.id)
+                    pos = Position(k, rec.offset, rec.id)
+                    if rec.offset != prev_offset:
+                        return pos, None
+                    found, rec_size, last = pos, rec.size, rec.id  # inside a unit: walk to its end
+                    continue
+                prev_offset = rec.offset
+            if found is not None:
+                return found, (found.offset + rec_size, last + 1)
         if k + 1 < len(self.files):
             nf = self.files[k + 1]
-            return Position(k + 1, nf.header.size, nf.header.first_id)
-        return self.tail()
+            return Position(k + 1, nf.header.size, nf.header.first_id), None
+        return self.tail(), None
 
     def locate_time(self, when_ms: int) -> int:
         """Id of the first record added at or after ``when_ms`` (the next id if none)."""
@@ -274,7 +311,11 @@ class QueueView:
             return None
         f = self.files[pos.file]
         with _open(f.path) as fd:
-            return _at(fd, f, pos.offset)
+            # inside a compressed unit the records at pos.offset start with the unit's first id
+            for rec in iter_records(fd, f.header.salt, pos.offset, os.fstat(fd).st_size, f.header.first_id):
+                if rec.id >= item_id:
+                    return rec
+        return None
 
     def id_after_bytes(self, start: Position, nbytes: int, stop: Position) -> Position:
         """Advance from ``start`` over about ``nbytes`` of records (at least one), not past

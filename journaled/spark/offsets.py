@@ -300,7 +300,9 @@ class Planner:
             if lo >= end[k]:
                 continue
             v = self.views[k]
-            a, b = v.locate(lo), v.locate(end[k])
+            # the end is past a unit holding ids on both sides of end[k] (locate_end), or its ids
+            # below end[k] would be read by neither this batch nor the next
+            a, b = v.locate(lo), v.locate_end(end[k])
             if b.id < end[k] and b != v.tail():
                 b = v.tail()
             for seg in v.plan(a, Position(b.file, b.offset, end[k]), self.split_bytes):
