@@ -36,14 +36,16 @@ def past_retention(
     """The oldest files past a retention limit, and the first id of the first file kept.
 
     A file is past ``age_ms`` when the next file was started at least that long before
-    ``now_ms`` (its newest record is no newer than that start: never archived early); the
+    ``now_ms`` (its newest record is no newer than that start: never archived early).  Started:
+    the later of its name and the time in its header (written when appending to it began: a
+    file created ahead of need is named then and may wait before it is used); the
     oldest files are past ``max_bytes`` while the journal files together hold more than that.
     Only a prefix of the files, never the active file."""
     with state.lock:
         total = sum(jf.size for jf in state.files)
         out = []
         for jf, nxt in zip(state.files, state.files[1:]):
-            old = age_ms is not None and nxt.ms <= now_ms - age_ms
+            old = age_ms is not None and max(nxt.ms, nxt.header.created_ms) <= now_ms - age_ms
             big = max_bytes is not None and total > max_bytes
             if not (old or big):
                 break

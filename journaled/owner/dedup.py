@@ -222,8 +222,9 @@ def _archived_keys(journal: Journal, keys: KeyWindow, cutoff: int) -> None:
 def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers | None, now_ms: int) -> int:
     """Fill ``keys`` and ``producers`` (either may be None) from the journal's records added within
     their windows of ``now_ms``, and ``keys`` first from the dedup index (the keys of archived
-    files); returns the number of records read.  Journal files are named by their creation
-    time, so the scan starts at the last file created before the earliest cutoff."""
+    files); returns the number of records read.  The scan starts at the last file started (the
+    time in its header: appending to it began then) at or before the earliest cutoff; not by
+    its name, which may be older (created ahead of need by ``Writer.reserve``, then waiting)."""
     if keys is not None:
         _archived_keys(journal, keys, now_ms - keys.window_ms)
     key_cutoff = now_ms - keys.window_ms if keys is not None else now_ms + 1
@@ -232,7 +233,7 @@ def rebuild(journal: Journal, keys: KeyWindow | None, producers: Producers | Non
     files = journal.files
     start = files[0]
     for jf in files:
-        if jf.ms <= cutoff:
+        if jf.header.created_ms <= cutoff:
             start = jf
     cursor = Cursor(start.ms, start.header.size, start.first_id)
     seen = 0

@@ -176,3 +176,23 @@ def test_reads_of_one_key_open_when_key_order_is_switched_on_all_come_back(
         ("get", {"data": Draws("r0"), "n": 3}),
     )
     assert sorted(machine.readers["r0"].open) == [1]  # 3 waits behind 1, of the same key
+
+
+def test_a_key_in_a_compressed_unit_is_remembered_across_a_reopen(machine: QueueModelMachine) -> None:
+    """Soak failure "key b'k0' within the window: id 12, want 10", shrunk: the first put_many's
+    plain size called for a new file, made and named then, but it compressed into the current
+    one; 2.5 s later the file began to be used, so the new owner's key window, which started
+    its scan at the last file *named* before the window, skipped the key put in the older file."""
+    machine.start(journal_size=700, reader_mems=[1, 1], window_s=2.0, salt_seed=0, compression="zstd")
+    none = [None] * 8
+    delayed = {"delay_ms": 125, "hdrs": None, "ks": none, "seed": 0, "sizes_": [0, 171, 261], "ttl_ms": None}
+    run(
+        machine,
+        ("put_zero_crc", {"size": 0}),
+        ("put_many", delayed),
+        ("advance_clock", {"ms": 2500}),
+        ("put_many", {**plain(2, 0), "ks": none}),
+        ("put_many", {**plain(5, 0), "ks": [None, None, None, b"k0", None, None, None, None]}),
+        ("reopen", {"compression": None, "retention": {}}),
+        ("put_many", {**plain(1, 0), "ks": [b"k0", *none[1:]]}),
+    )
