@@ -287,7 +287,7 @@ def test_multiprocessing_fork_child_does_not_keep_the_directory_lock(tmp_path):
 
 
 FORK_SCRIPT = """
-import os, sys
+import os, sys, time
 import journaled
 from journaled import JournaledQueue, QueueConfig
 
@@ -296,6 +296,10 @@ q = JournaledQueue(d, QueueConfig(sync=3600, checkpoint_interval=3600))
 rd = q.reader("r")
 q.put_many([b"one", b"two"])
 q.sync()
+# The maintenance thread, woken when the reader was made, writes out a dirty journal when it
+# gets to run: under load that was after the put below (its buffer then reached the file before
+# the kill -9, CI on Python 3.10). Let it run first, so only the kill decides the buffer's fate.
+time.sleep(1.0)
 q.put(b"buffered")  # in the parent's buffer only, when the child is forked
 jobs = journaled.Queue(d + "-jobs", config=QueueConfig(sync=3600))
 jobs.put("job")
