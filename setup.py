@@ -26,6 +26,7 @@ from setuptools.command.build_ext import build_ext
 #: which ``JOURNALED_PURE_PYTHON=1`` loads from source.
 MYPYC_MODULES = [
     "journaled/core/readercore.py",
+    "journaled/core/calls.py",
     "journaled/core/keyorder.py",
     "journaled/core/holding.py",
     "journaled/core/retry.py",

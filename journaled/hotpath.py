@@ -27,6 +27,7 @@ from typing import Final
 #: lists name the same files).
 COMPILED_MODULES: Final = (
     "journaled.core.readercore",
+    "journaled.core.calls",
     "journaled.core.keyorder",
     "journaled.core.holding",
     "journaled.core.retry",

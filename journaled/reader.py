@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from journaled import aio as _aio
 from journaled import txn
 from journaled.config import ReaderConfig, Start
-from journaled.core import retry, seek
+from journaled.core import calls, retry, seek
 from journaled.core.readercore import ReaderCore
 from journaled.errors import Empty, UnknownRead
 from journaled.item import Item, read_id
@@ -90,10 +90,13 @@ class Reader:
             if timeout == math.inf:
                 timeout = None
         core = self.core
+        item = calls.take_now(core)  # perf: the common case in one compiled call
+        if item is not None:
+            return item
         with core.lock:
             if core.closed:
                 raise closing.reader_closed(core)
-            if not core.waiters:  # perf: take_if_first() inlined
+            if not core.waiters:  # an item may have come since
                 item = core.take()
                 if item is not None:
                     return item
@@ -172,12 +175,9 @@ class Reader:
         open again for another consumer.  A bare id settles whichever read of it is open.
         Anything else (``1.5``, ``"1"``, ``True``) raises ``TypeError``; so for abort and release.
         """
-        core = self.core
-        with core.lock:
-            # after close the final checkpoint is written: a commit now would be silently lost
-            if core.closed:
-                raise closing.reader_closed(core)
-            core.commit(item)
+        # after close the final checkpoint is written: a commit now would be silently lost
+        if not calls.commit_now(self.core, item):
+            raise closing.reader_closed(self.core)
 
     def commit_many(self, items: Iterable[Item | int]) -> None:
         """:meth:`commit` each of ``items`` (what :meth:`get_many` returned, say) under one lock
