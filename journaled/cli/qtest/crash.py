@@ -454,7 +454,7 @@ def format_crash(r: dict[str, Any]) -> str:
                 "each life and across restarts: replayed, never passed by a later item of the key)"
             )
     else:
-        broken = ", ".join(f"{k.replace('_', ' ')} {r[k]}" for k in BROKEN_PROMISES if r[k])
+        broken = ", ".join(f"{k.replace('_', ' ')} {r[k]}" for k in BROKEN_PROMISES if r.get(k))
         lines.append(f"  validation: FAILED ({broken})")
         lines.extend(f"    - {e}" for e in r["errors"][:10])
     lines.append(f"  queue directory: {r['dir']} ({'kept' if r['dir_kept'] else 'removed'})")

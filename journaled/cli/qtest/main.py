@@ -326,7 +326,8 @@ def format_summary(r: dict[str, Any]) -> str:
             "the killed owner had handed out; per-producer order, payload hashes)"
         )
     else:
-        lines.append("  validation: OK (exactly once per reader, per-producer order, payload hashes)")
+        keyed = ", key order" if r.get("key_order") else ""
+        lines.append(f"  validation: OK (exactly once per reader, per-producer order, payload hashes{keyed})")
     lines.append(f"  queue directory: {r['dir']} ({'kept' if r['dir_kept'] else 'removed'})")
     return "\n".join(lines)
 
