@@ -348,39 +348,52 @@ class Run:
         seq = 0
         nbytes = 0
         unknown: set[int] = set()
-        while (count is None or seq < count) and not stop.is_set():
-            n = batch if count is None else min(batch, count - seq)
-            payloads = [
-                make_payload(p, seq + k, lo if lo == hi else rng.randint(lo, hi), filler) for k in range(n)
-            ]
-            keys = choose_keys(rng, nkeys, n) if nkeys else None
-            t0 = clock()
-            try:
-                if keys is not None:  # group keys, not de-duplication keys: a --dir's window must not apply
-                    q.put_many(payloads, keys=keys, dedup=False)
-                elif n == 1:
-                    q.put(payloads[0])
-                else:
-                    q.put_many(payloads)
-            except QueueClosed:
-                break  # interrupted: the queue was closed under us; these were never put
-            except OwnerLost as exc:  # a client of another process's queue (cli/qtest/procs.py)
-                if not exc.outcome_unknown:
-                    with ledger._lock:
-                        ledger.failures.append(f"producer {p}: {exc}")
-                    break
-                # the client retried it on the next owners and gave up (PUT_RETRY), or the owner
-                # stopped answering without dying: stored or not, never retried here (twice?)
-                unknown.update(range(seq, seq + n))
+        pending = 0
+        try:
+            while (count is None or seq < count) and not stop.is_set():
+                n = batch if count is None else min(batch, count - seq)
+                payloads = [
+                    make_payload(p, seq + k, lo if lo == hi else rng.randint(lo, hi), filler)
+                    for k in range(n)
+                ]
+                keys = choose_keys(rng, nkeys, n) if nkeys else None
+                t0 = clock()
+                pending = n  # until counted below: a Ctrl-C leaves these stored or not
+                try:
+                    # group keys, not de-duplication keys: a --dir's dedup window must not apply
+                    if keys is not None:
+                        q.put_many(payloads, keys=keys, dedup=False)
+                    elif n == 1:
+                        q.put(payloads[0])
+                    else:
+                        q.put_many(payloads)
+                except QueueClosed:
+                    break  # interrupted: the queue was closed under us; these were never put
+                except OwnerLost as exc:  # a client of another process's queue (cli/qtest/procs.py)
+                    if not exc.outcome_unknown:
+                        with ledger._lock:
+                            ledger.failures.append(f"producer {p}: {exc}")
+                        break
+                    # the client retried it on the next owners and gave up (PUT_RETRY), or the owner
+                    # stopped answering without dying: stored or not, never retried here (twice?)
+                    unknown.update(range(seq, seq + n))
+                    seq += n
+                    pending = 0
+                    counter[p] = seq
+                    continue
+                lat.append(clock() - t0)
                 seq += n
+                pending = 0
+                nbytes += sum(map(len, payloads))
                 counter[p] = seq
-                continue
-            lat.append(clock() - t0)
-            seq += n
-            nbytes += sum(map(len, payloads))
-            counter[p] = seq
-            if pause:
-                time.sleep(pause)
+                if pause:
+                    time.sleep(pause)
+        except KeyboardInterrupt:
+            # Ctrl-C on this thread (fanout's producer is the main thread): the batch in flight
+            # may or may not be stored, and what was put before it is still this run's to check
+            unknown.update(range(seq, seq + pending))
+            ledger.add_produced(p, seq + pending, nbytes, unknown)
+            raise
         ledger.add_produced(p, seq, nbytes, unknown)
 
     def consume(

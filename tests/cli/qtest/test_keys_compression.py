@@ -78,9 +78,8 @@ def test_compressed_units_take_fewer_bytes_on_disk_than_plain_records(tmp_path, 
     assert "compression zstd" in qtest.format_summary(packed)
 
 
-def test_the_key_order_check_catches_a_reader_that_does_not_keep_key_order(tmp_path):
-    # --key-order claimed, but the reader made without it: consumers compete over two keys and
-    # the live check must see two items of one key open at once
+def flood_args(tmp_path) -> argparse.Namespace:
+    """``qtest flood --readers 6 --seconds 0.5 --size 4096 --keys 2 --key-order``, parsed."""
     args = argparse.Namespace(
         test="flood", writers=None, readers=6, items=None, seconds=0.5, size=(4096, 4096), batch=None,
         sync=None, journal_size=None, reader_memory=None, pause=None, get_timeout=None,
@@ -89,7 +88,13 @@ def test_the_key_order_check_catches_a_reader_that_does_not_keep_key_order(tmp_p
         compression=None, keys=2, key_order=True,
     )  # fmt: skip
     apply_defaults(args, "flood")
-    run = Run(args)
+    return args
+
+
+def test_the_key_order_check_catches_a_reader_that_does_not_keep_key_order(tmp_path):
+    # --key-order claimed, but the reader made without it: consumers compete over two keys and
+    # the live check must see two items of one key open at once
+    run = Run(flood_args(tmp_path))
     assert run.keycheck is not None and run.reader_config.key_order
     run.reader_config = ReaderConfig(max_memory=run.reader_config.max_memory)  # key order off
     with run.open() as q:
@@ -161,3 +166,31 @@ def test_crash_with_key_order_keeps_order_across_kills():
     assert r["ok"] and r["key_order"] and r["keys"] == 5 and r["compression"] == "zstd"
     assert r["gets"] > 0 and r["order_violations"] == r["key_concurrent"] == 0
     assert r["disk_bytes_at_end"] > 0
+
+
+class CutByCtrlC:
+    """A queue whose fifth put is cut short by Ctrl-C (the KeyboardInterrupt of the main thread,
+    which runs fanout's producer)."""
+
+    def __init__(self, q) -> None:
+        self.q, self.calls = q, 0
+
+    def put_many(self, items, **kw):
+        self.calls += 1
+        if self.calls == 5:
+            raise KeyboardInterrupt
+        return self.q.put_many(items, **kw)
+
+
+def test_ctrl_c_in_a_producer_keeps_what_it_put_for_the_check(tmp_path):
+    # before: the interrupted producer recorded nothing, so every delivery was "never put"
+    # (an interrupted fanout said FAILED with one such error per reader)
+    args = argparse.Namespace(**{**vars(flood_args(tmp_path)), "batch": 10, "keys": 3})
+    run = Run(args)
+    with run.open() as q:
+        reader = q.reader("qtest")
+        with pytest.raises(KeyboardInterrupt):
+            run.produce(CutByCtrlC(q), 0, 1000)
+        assert run.drain(reader) == 40
+    assert run.ledger.produced == {0: 50} and run.ledger.unknown == {0: set(range(40, 50))}
+    assert run.ledger.validate(ordered_logs=True, complete=False) == []
