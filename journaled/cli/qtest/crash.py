@@ -71,9 +71,12 @@ class Tally:
 
     def __init__(self, key_order: bool = False) -> None:
         self.key_order = key_order
-        self.key_of: dict[int, str] = {}  # id -> key, from deliveries
-        self.commit_started: set[int] = set()  # C seen: committed, or being committed when killed
-        self.latest_started: dict[str, int] = {}  # key -> highest id whose commit started
+        # An item a consumer got may be lost in the kill if its put was never acknowledged, and
+        # its id given to a later put: items are (id, seq) here, and only an acknowledged one
+        # (stored for good) can show that its key's order was passed.
+        self.key_of: dict[int, tuple[str, int]] = {}  # id -> (key, seq) of its latest delivery
+        self.commit_started: set[tuple[int, int]] = set()  # (id, seq) whose C was seen
+        self.latest_started: dict[str, int] = {}  # key -> highest acknowledged id whose commit started
         self.key_concurrent = 0
         self.acked: dict[int, int] = {}  # id -> seq
         self.committed: set[int] = set()
@@ -107,6 +110,7 @@ class Tally:
                 self.corrupt += 1
                 self.errors.append(f"id {i} acked for seq {self.acked[i]} and {seq}")
             self.acked[i] = seq
+            self.started_and_acked(i)
         elif ev == "G":
             i, seq, ok = int(parts[1]), int(parts[2]), parts[3] == "1"
             self.gets += 1
@@ -114,7 +118,7 @@ class Tally:
                 self.corrupt += 1
                 self.errors.append(f"corrupt delivery id={i} seq={seq} ok={ok}")
             if len(parts) > 4:
-                self.keyed(i, parts[4], life)
+                self.keyed(i, seq, parts[4], life)
             elif not self.key_order and i <= life["last_got"]:  # competing consumers: per key only
                 self.order += 1
                 self.errors.append(f"order: {i} after {life['last_got']}")
@@ -130,11 +134,11 @@ class Tally:
             self.got_seq.setdefault(i, seq)
         elif ev == "C":
             i = int(parts[1])
-            self.commit_started.add(i)
-            key = self.key_of.get(i)
-            if key is not None:
+            if i in self.key_of:
+                key, seq = self.key_of[i]
                 life.setdefault("open", {}).pop(key, None)  # unmarked before the commit call
-                self.latest_started[key] = max(self.latest_started.get(key, 0), i)
+                self.commit_started.add((i, seq))
+                self.started_and_acked(i)
         elif ev == "D":
             self.committed.add(int(parts[1]))
             self.pending_commit.add(int(parts[1]))
@@ -148,12 +152,19 @@ class Tally:
                 self.covered |= self.pending_commit
                 self.pending_commit = set()
 
-    def keyed(self, i: int, key: str, life: dict[str, Any]) -> None:
+    def started_and_acked(self, i: int) -> None:
+        """Id ``i``'s commit started and its put is acknowledged (either order): from now on no
+        earlier item of its key may be delivered for the first time."""
+        key, seq = self.key_of.get(i, ("", -1))
+        if (i, seq) in self.commit_started and self.acked.get(i) == seq:
+            self.latest_started[key] = max(self.latest_started.get(key, 0), i)
+
+    def keyed(self, i: int, seq: int, key: str, life: dict[str, Any]) -> None:
         """Delivery of id ``i`` with ``key``: under key order, no other item of the key open in
         this life, ids of the key in order within the life, and across lives nothing delivered
         that a later item of its key already passed (that item's commit started before this
         one's ever did: order was lost, not replayed)."""
-        self.key_of[i] = key
+        self.key_of[i] = (key, seq)
         if not self.key_order:
             return
         held, last = life.setdefault("open", {}), life.setdefault("last_of_key", {})
@@ -163,13 +174,14 @@ class Tally:
         if i < last.get(key, 0):
             self.order += 1
             self.errors.append(f"key {key}: id {i} delivered after id {last[key]} in one life")
-        self.passed(i, key, "")
+        self.passed(i, seq, key, "")
         held[key] = i
         last[key] = i
 
-    def passed(self, i: int, key: str, where: str) -> None:
-        """Count id ``i`` of ``key`` delivered after a later item of its key started its commit."""
-        if i not in self.commit_started and i < self.latest_started.get(key, 0):
+    def passed(self, i: int, seq: int, key: str, where: str) -> None:
+        """Count id ``i`` (put ``seq``) of ``key`` delivered, its commit never started, after a
+        later acknowledged item of its key started its commit."""
+        if (i, seq) not in self.commit_started and i < self.latest_started.get(key, 0):
             self.order += 1
             self.errors.append(
                 f"key {key}: id {i} delivered{where} after id {self.latest_started[key]} "
@@ -291,7 +303,7 @@ def final_check(path: str, tally: Tally, name: str = QUEUE) -> dict[str, int]:
                 if got and it.id <= got[-1]:
                     tally.order += 1
                 if reader == "c" and it.key is not None and tally.key_order:
-                    tally.passed(it.id, it.key.decode("latin-1"), " in the final drain")
+                    tally.passed(it.id, s, it.key.decode("latin-1"), " in the final drain")
                 if reader == "c" and it.id in tally.covered:
                     tally.redelivered_beyond += 1
                     tally.errors.append(f"final drain: id {it.id} redelivered although checkpointed")

@@ -126,7 +126,7 @@ def test_the_key_order_check_counts_planted_violations():
 def test_the_crash_tally_counts_a_key_delivered_twice_or_passed_across_a_restart():
     tally = Tally(key_order=True)
     life: dict = {"ready_at": 0.0, "last_got": 0}
-    for line in ("G 7 7 1 k", "G 8 8 1 k", "C 8", "D 8"):  # 7 never committed
+    for line in ("A 7 7", "A 8 8", "G 7 7 1 k", "G 8 8 1 k", "C 8", "D 8"):  # 7 never committed
         tally.event(line.split(), life)
     assert tally.key_concurrent == 1
     restarted: dict = {"ready_at": 0.0, "last_got": 0}
@@ -134,6 +134,13 @@ def test_the_crash_tally_counts_a_key_delivered_twice_or_passed_across_a_restart
     assert tally.order == 1
     tally.event("G 8 8 1 k".split(), restarted)  # a replay of a committed item: allowed
     assert (tally.order, tally.key_concurrent) == (1, 2)  # 7 still open in this life
+    # an item got but never acknowledged may be lost in the kill and its id reused: no proof
+    lost = Tally(key_order=True)
+    for line in ("G 5 5 1 k", "C 5", "D 5"):  # put seq 5 was never acknowledged
+        lost.event(line.split(), {"ready_at": 0.0, "last_got": 0})
+    for line in ("A 9 4", "A 10 5", "G 4 9 1 k"):  # the next life reuses ids 4 and 5
+        lost.event(line.split(), {"ready_at": 0.0, "last_got": 0})
+    assert lost.order == 0 and lost.errors == []
 
 
 def test_key_order_needs_keys_and_compression_needs_a_binding(tmp_path, capsys, monkeypatch):
