@@ -10,11 +10,15 @@ from typing import Any
 from journaled.cli.inspection import UsageError
 from journaled.cli.qtest.run import TESTS, parse_size, parse_sync
 from journaled.config import MiB, QueueConfig, ReaderConfig
+from journaled.errors import CompressionUnavailable
+from journaled.format import compressed
 
 #: The main job: ``journaled qtest`` with no test name runs ``put`` and then ``crash``.
 MAIN_JOB = "put+crash"
 
-_THREADED = ("size", "batch", "sync", "journal_size", "reader_memory")
+#: every test can compress its queue and key its items (cli/qtest/keys.py)
+_FEATURES = ("compression", "keys", "key_order")
+_THREADED = ("size", "batch", "sync", "journal_size", "reader_memory", *_FEATURES)
 #: The options each test reads; any other test-specific option given is a usage error.
 USES: dict[str, frozenset[str]] = {
     "put": frozenset(("writers", "items", "seconds", "processes", "kill_owner", *_THREADED)),
@@ -22,7 +26,7 @@ USES: dict[str, frozenset[str]] = {
     "timeout": frozenset(("writers", "readers", "seconds", "pause", "get_timeout", *_THREADED)),
     "fanout": frozenset(("readers", "items", "seconds", *_THREADED)),
     "leaky-reader": frozenset(("writers", "readers", "seconds", "abort_rate", "dying", *_THREADED)),
-    "crash": frozenset(("cycles", "sync")),
+    "crash": frozenset(("cycles", "sync", *_FEATURES)),
 }
 USES[MAIN_JOB] = USES["put"] | USES["crash"]
 
@@ -48,6 +52,9 @@ _COMMON: dict[str, Any] = {
     "cycles": 10,
     "processes": 0,
     "kill_owner": False,  # 0: every thread in this process
+    "compression": None,  # None: what the queue has stored (none for a new one)
+    "keys": 0,  # 0: items without a key
+    "key_order": False,
 }
 #: put with --processes: producer threads per process, and fewer items (each put is a round trip)
 _PROCESSES = {"writers": 1, "items": 20_000}
@@ -67,6 +74,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "dying": (0, True, None),
     "cycles": (1, True, None),
     "processes": (1, True, 64),
+    "keys": (1, True, None),
 }
 
 
@@ -90,6 +98,13 @@ def apply_defaults(args: argparse.Namespace, test: str) -> None:
                 if high is not None:
                     bound += f" and at most {high:g}"
                 raise UsageError(f"{_flag(key)} must be {bound}, got {value:g}")
+    if args.key_order and not args.keys:
+        raise UsageError("--key-order needs --keys N (items without a key have no order to keep)")
+    if args.compression == "zstd":
+        try:  # before anything runs: the library's own error, at once rather than at open
+            compressed.require(args.dir or "qtest's queue")
+        except CompressionUnavailable as exc:
+            raise UsageError(str(exc)) from None
     if args.kill_owner and not args.processes:
         raise UsageError("--kill-owner needs --processes N (the owner is then a process of its own)")
     if args.processes:
@@ -139,6 +154,8 @@ Examples:
   journaled qtest put --sync always --threads 8 --items 20000 --json
   journaled qtest put --processes 4 --kill-owner   # 4 client processes, owner killed midway
   journaled qtest crash --cycles 200
+  journaled qtest put --batch 100 --compression zstd   # compressed units; bytes on disk shown
+  journaled qtest flood --keys 50 --key-order --readers 8   # per-key order checked live
 """
 
 
@@ -216,6 +233,26 @@ def add_qtest_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="put --processes: SIGKILL the owner process midway; the workers take over",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("zstd", "none"),
+        default=None,
+        help="compress the queue's put_many batches (--batch N > 1) with zstd; none: plain "
+        "(default: what a --dir queue has stored, else plain); the summary shows the bytes on disk",
+    )
+    p.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        help="give each item one of N keys (a seeded choice per item; default: no keys)",
+    )
+    p.add_argument(
+        "--key-order",
+        action="store_true",
+        default=None,
+        help="readers keep order per key (ReaderConfig(key_order=True)); the consumers then "
+        "check that no key has two items open at once and each key's items come in id order",
     )
     p.add_argument("--seed", type=int, default=1, help="random seed for sizes, bodies and kill times")
     p.add_argument(

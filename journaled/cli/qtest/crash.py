@@ -6,6 +6,10 @@ the Nth write, fsync or rename inside the library), restarts it, and after the l
 every reader itself.  Checked: every acknowledged put delivered to both readers, no corrupt
 delivery, ids in order within each life and acknowledged put order equal to id order, nothing a
 later checkpoint covered delivered again, and every restart opening and putting successfully.
+With ``--key-order`` (cli/qtest/keys.py) reader ``c`` has competing consumers and, instead of
+ids in order within a life: no key with two items open at once, each key's ids in order within a
+life, and across lives (replay, not loss) no item delivered after a later item of its key had
+started its commit while it had not (:meth:`Tally.keyed`).
 ``scripts/crash_soak`` runs the same machinery for long soaks.
 """
 
@@ -26,13 +30,21 @@ from typing import Any
 
 import attrs
 
-from journaled.cli.qtest.crash_worker import QUEUE, Forked, check_payload
+from journaled.cli.qtest.crash_worker import QUEUE, Forked, check_payload, worker_options
+from journaled.cli.qtest.disk import directory_bytes
 from journaled.config import QueueConfig
 from journaled.errors import Empty
 from journaled.queue import JournaledQueue
 
 #: The result keys that must be zero for a run to pass.
-BROKEN_PROMISES = ("lost", "corrupt", "order_violations", "redelivered_beyond_allowance", "failed_restarts")
+BROKEN_PROMISES = (
+    "lost",
+    "corrupt",
+    "order_violations",
+    "key_concurrent",
+    "redelivered_beyond_allowance",
+    "failed_restarts",
+)
 
 
 @attrs.frozen
@@ -49,12 +61,23 @@ class CrashPlan:
     directory: str | None = None  # None: a fresh temporary directory, removed afterwards
     keep: bool = False
     fork: bool = True  # fork the worker (fast) rather than start a fresh interpreter
+    compression: str | None = None  # the queue's, as QueueConfig takes it
+    keys: int = 0  # items keyed with one of this many keys (0: none)
+    key_order: bool = False  # reader c keeps order per key, with competing consumers
 
 
 class Tally:
     """What the parent learned from the workers' events, over every life."""
 
-    def __init__(self) -> None:
+    def __init__(self, key_order: bool = False) -> None:
+        self.key_order = key_order
+        # An item a consumer got may be lost in the kill if its put was never acknowledged, and
+        # its id given to a later put: items are (id, seq) here, and only an acknowledged one
+        # (stored for good) can show that its key's order was passed.
+        self.key_of: dict[int, tuple[str, int]] = {}  # id -> (key, seq) of its latest delivery
+        self.commit_started: set[tuple[int, int]] = set()  # (id, seq) whose C was seen
+        self.latest_started: dict[str, int] = {}  # key -> highest acknowledged id whose commit started
+        self.key_concurrent = 0
         self.acked: dict[int, int] = {}  # id -> seq
         self.committed: set[int] = set()
         self.covered: set[int] = set()  # committed and then checkpointed
@@ -87,13 +110,16 @@ class Tally:
                 self.corrupt += 1
                 self.errors.append(f"id {i} acked for seq {self.acked[i]} and {seq}")
             self.acked[i] = seq
+            self.started_and_acked(i)
         elif ev == "G":
             i, seq, ok = int(parts[1]), int(parts[2]), parts[3] == "1"
             self.gets += 1
             if not ok or (i in self.acked and self.acked[i] != seq):
                 self.corrupt += 1
                 self.errors.append(f"corrupt delivery id={i} seq={seq} ok={ok}")
-            if i <= life["last_got"]:
+            if len(parts) > 4:
+                self.keyed(i, seq, parts[4], life)
+            elif not self.key_order and i <= life["last_got"]:  # competing consumers: per key only
                 self.order += 1
                 self.errors.append(f"order: {i} after {life['last_got']}")
             life["last_got"] = i
@@ -106,12 +132,61 @@ class Tally:
                         "redelivered although checkpointed"
                     )
             self.got_seq.setdefault(i, seq)
+        elif ev == "C":
+            i = int(parts[1])
+            if i in self.key_of:
+                key, seq = self.key_of[i]
+                life.setdefault("open", {}).pop(key, None)  # unmarked before the commit call
+                self.commit_started.add((i, seq))
+                self.started_and_acked(i)
         elif ev == "D":
             self.committed.add(int(parts[1]))
             self.pending_commit.add(int(parts[1]))
+        elif ev == "S":  # a checkpoint starts: it covers the commits done before this point
+            life.setdefault("checkpoints", []).append(set(self.pending_commit))
         elif ev == "K":
-            self.covered |= self.pending_commit
-            self.pending_commit = set()
+            started = life.get("checkpoints")
+            if started:  # competing consumers checkpoint at once: the oldest start covers least
+                self.covered |= started.pop(0)
+            else:
+                self.covered |= self.pending_commit
+                self.pending_commit = set()
+
+    def started_and_acked(self, i: int) -> None:
+        """Id ``i``'s commit started and its put is acknowledged (either order): from now on no
+        earlier item of its key may be delivered for the first time."""
+        key, seq = self.key_of.get(i, ("", -1))
+        if (i, seq) in self.commit_started and self.acked.get(i) == seq:
+            self.latest_started[key] = max(self.latest_started.get(key, 0), i)
+
+    def keyed(self, i: int, seq: int, key: str, life: dict[str, Any]) -> None:
+        """Delivery of id ``i`` with ``key``: under key order, no other item of the key open in
+        this life, ids of the key in order within the life, and across lives nothing delivered
+        that a later item of its key already passed (that item's commit started before this
+        one's ever did: order was lost, not replayed)."""
+        self.key_of[i] = (key, seq)
+        if not self.key_order:
+            return
+        held, last = life.setdefault("open", {}), life.setdefault("last_of_key", {})
+        if key in held:
+            self.key_concurrent += 1
+            self.errors.append(f"key {key}: id {i} delivered while id {held[key]} was open")
+        if i < last.get(key, 0):
+            self.order += 1
+            self.errors.append(f"key {key}: id {i} delivered after id {last[key]} in one life")
+        self.passed(i, seq, key, "")
+        held[key] = i
+        last[key] = i
+
+    def passed(self, i: int, seq: int, key: str, where: str) -> None:
+        """Count id ``i`` (put ``seq``) of ``key`` delivered, its commit never started, after a
+        later acknowledged item of its key started its commit."""
+        if (i, seq) not in self.commit_started and i < self.latest_started.get(key, 0):
+            self.order += 1
+            self.errors.append(
+                f"key {key}: id {i} delivered{where} after id {self.latest_started[key]} "
+                "of its key was committed"
+            )
 
 
 def run_life(
@@ -125,12 +200,13 @@ def run_life(
     fork: bool,
     name: str = QUEUE,
     stop: threading.Event | None = None,
+    options: str = "-",
 ) -> None:
     """Start one worker, kill it after ``kill_after`` seconds of being ready, account its events.
     The worker never outlives this call, even when it is interrupted."""
     proc: Forked | subprocess.Popen[bytes]
     if fork:
-        proc = Forked(path, mode, seed, tally.max_seq + 1, kill_at, name)
+        proc = Forked(path, mode, seed, tally.max_seq + 1, kill_at, name, options)
         fd = proc.fd
     else:
         cmd = [
@@ -143,6 +219,7 @@ def run_life(
             str(tally.max_seq + 1),
             kill_at,
             name,
+            options,
         ]
         # the child imports this very package, wherever it was imported from
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,6 +286,7 @@ def final_check(path: str, tally: Tally, name: str = QUEUE) -> dict[str, int]:
     """Open the queue in this process and drain both readers: count what was lost or broken."""
     with JournaledQueue(path, QueueConfig(sync="always"), name=name) as q:
         report = q.recovery_report
+        disk = directory_bytes(path)  # before the drain lets files be archived
         results: dict[str, set[int]] = {}
         for reader in ("c", "fan"):
             r = q.reader(reader)
@@ -224,6 +302,8 @@ def final_check(path: str, tally: Tally, name: str = QUEUE) -> dict[str, int]:
                     tally.errors.append(f"final drain {reader}: corrupt id {it.id}")
                 if got and it.id <= got[-1]:
                     tally.order += 1
+                if reader == "c" and it.key is not None and tally.key_order:
+                    tally.passed(it.id, s, it.key.decode("latin-1"), " in the final drain")
                 if reader == "c" and it.id in tally.covered:
                     tally.redelivered_beyond += 1
                     tally.errors.append(f"final drain: id {it.id} redelivered although checkpointed")
@@ -243,7 +323,7 @@ def final_check(path: str, tally: Tally, name: str = QUEUE) -> dict[str, int]:
                 tally.order += 1
                 tally.errors.append(f"ack order: seq {s1}->{i1}, seq {s2}->{i2}")
         damaged = sum(1 for e in report if e.action != "truncated-tail")
-    return {"recovery_events_not_torn_tail": damaged}
+    return {"recovery_events_not_torn_tail": damaged, "disk_bytes_at_end": disk}
 
 
 def _bar(total: int, show: bool) -> Any:
@@ -262,7 +342,8 @@ def soak(plan: CrashPlan, progress: bool = False) -> dict[str, Any]:
     temp = plan.directory is None
     base = tempfile.mkdtemp(prefix="qtest-crash-") if temp else str(plan.directory)
     path = os.path.join(base, "q") if temp else base
-    tally = Tally()
+    tally = Tally(key_order=plan.key_order)
+    options = worker_options(plan.compression, plan.keys, plan.key_order)
     t0 = time.monotonic()
     extra: dict[str, int] = {}
     interrupted = False
@@ -289,7 +370,16 @@ def soak(plan: CrashPlan, progress: bool = False) -> dict[str, Any]:
                 kill_at = f"{kind}:{rng.randint(1, 30)}:{rng.choice(('before', 'after'))}"
             life = rng.uniform(plan.min_life, plan.max_life)
             run_life(
-                path, mode, rng.randrange(1 << 30), tally, life, kill_at, plan.timeout, plan.fork, stop=stop
+                path,
+                mode,
+                rng.randrange(1 << 30),
+                tally,
+                life,
+                kill_at,
+                plan.timeout,
+                plan.fork,
+                stop=stop,
+                options=options,
             )
             if bar is not None:
                 bar.update(1)
@@ -316,6 +406,10 @@ def soak(plan: CrashPlan, progress: bool = False) -> dict[str, Any]:
         "lost": tally.lost,
         "corrupt": tally.corrupt,
         "order_violations": tally.order,
+        "key_concurrent": tally.key_concurrent,
+        "compression": plan.compression,
+        "keys": plan.keys,
+        "key_order": plan.key_order,
         "redelivered_within_allowance": tally.redelivered - tally.redelivered_beyond,
         "redelivered_beyond_allowance": tally.redelivered_beyond,
         "failed_restarts": tally.failed_restarts,
@@ -343,6 +437,13 @@ def format_crash(r: dict[str, Any]) -> str:
         f"  redelivered after a crash (allowed: committed but not yet checkpointed): "
         f"{r['redelivered_within_allowance']:,}",
     ]
+    if r.get("keys") or r.get("compression"):
+        disk = r.get("disk_bytes_at_end")
+        lines.append(
+            f"  compression {r.get('compression') or 'none'}; keys {r.get('keys') or 'none'}; key order "
+            f"{'on (3 competing consumers of reader c)' if r.get('key_order') else 'off'}"
+            + (f"; {disk / 1e3:,.1f} kB on disk before the final drain" if disk is not None else "")
+        )
     if r["interrupted"]:
         lines.append(f"  interrupted after {r['kill_cycles']} cycles: final drain skipped; partial figures")
     if r["ok"] and not r["gets"]:
@@ -359,8 +460,13 @@ def format_crash(r: dict[str, Any]) -> str:
             "  validation: OK (every acknowledged put delivered to both readers, intact, "
             "in order; nothing checkpointed redelivered; every restart opened)"
         )
+        if r.get("key_order"):
+            lines.append(
+                "  key order: OK (no key with two items open at once; each key's ids in order within "
+                "each life and across restarts: replayed, never passed by a later item of the key)"
+            )
     else:
-        broken = ", ".join(f"{k.replace('_', ' ')} {r[k]}" for k in BROKEN_PROMISES if r[k])
+        broken = ", ".join(f"{k.replace('_', ' ')} {r[k]}" for k in BROKEN_PROMISES if r.get(k))
         lines.append(f"  validation: FAILED ({broken})")
         lines.extend(f"    - {e}" for e in r["errors"][:10])
     lines.append(f"  queue directory: {r['dir']} ({'kept' if r['dir_kept'] else 'removed'})")

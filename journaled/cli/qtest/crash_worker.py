@@ -3,14 +3,19 @@ reports every event to the parent over stdout (never through the directory under
 
     R                  queue opened (it is usable after this restart)
     P seq              put started            A seq id     put acknowledged durable
-    G id seq ok        got (ok: payload hash verified by the worker)
+    G id seq ok [key]  got (ok: payload hash verified by the worker; the key if it has one)
     C id               commit started         D id         committed
-    K                  checkpoint written (every D before it is covered)
+    S                  checkpoint started  K   checkpoint written (every D before its S is covered)
 
 The parent (cli/qtest/crash.py) kills it with SIGKILL at a random moment, or the worker kills itself
 just before or after its Nth write, fsync or rename inside the library (:class:`KillOps`).
 Started either by forking the parent (:class:`Forked`, cheap) or as
-``python -m journaled.cli.qtest.crash_worker PATH MODE SEED START_SEQ [KILL_AT] [NAME]``.
+``python -m journaled.cli.qtest.crash_worker PATH MODE SEED START_SEQ [KILL_AT] [NAME] [OPTIONS]``.
+
+OPTIONS (:func:`worker_options`): ``zstd`` compresses the queue, ``keys=N`` keys each item with
+one of N keys, ``order`` makes reader ``c`` keep order per key and run :data:`ORDERED_CONSUMERS`
+competing consumer threads (each emits ``C`` before its commit, which is when the parent unmarks
+the key).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import threading
 import time
 import traceback
 
-from journaled.config import QueueConfig
+from journaled.cli.qtest.keys import choose_keys
+from journaled.config import QueueConfig, ReaderConfig
 from journaled.disk import fileio
 from journaled.disk.fileio import FileOps
 from journaled.errors import Empty
@@ -32,6 +38,21 @@ from journaled.queue import JournaledQueue
 
 #: The queue name the crash test uses (in its own directory or next to qtest's queue).
 QUEUE = "crash"
+#: consumer threads of reader ``c`` under ``--key-order`` (one otherwise: nothing to compete)
+ORDERED_CONSUMERS = 3
+
+
+def worker_options(compression: str | None, keys: int, key_order: bool) -> str:
+    """The OPTIONS word for the worker: ``-`` for none, else e.g. ``zstd,keys=20,order``."""
+    words = (["zstd"] if compression == "zstd" else []) + ([f"keys={keys}"] if keys else [])
+    return ",".join(words + (["order"] if key_order else [])) or "-"
+
+
+def parse_options(text: str) -> tuple[str | None, int, bool]:
+    """``(compression, keys, key_order)`` from :func:`worker_options`'s word."""
+    words = set(text.split(",")) - {"-", ""}
+    keys = next((int(w[5:]) for w in words if w.startswith("keys=")), 0)
+    return ("zstd" if "zstd" in words else None), keys, "order" in words
 
 
 def payload(seq: int, rng: random.Random) -> bytes:
@@ -88,8 +109,12 @@ class KillOps(FileOps):
         self._point("rename", True)
 
 
-def worker(path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: str = QUEUE) -> None:
-    """Own the queue and run a producer and a consumer thread until killed."""
+def worker(
+    path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: str = QUEUE, options: str = "-"
+) -> None:
+    """Own the queue and run a producer and a consumer thread (or, with key order, several)
+    until killed."""
+    compression, nkeys, key_order = parse_options(options)
     # Ctrl-C in a terminal reaches the whole process group: the parent ends this child itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     out_lock = threading.Lock()
@@ -103,20 +128,22 @@ def worker(path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: 
         fileio.ops = KillOps(kind, int(nth), when == "after")
     # "never" hands each put to the OS before returning: that alone must survive kill -9
     sync: float | str = {"always": "always", "never": "never"}.get(mode, 0.02)
-    cfg = QueueConfig(sync=sync, journal_size=8192, checkpoint_interval=3600)  # type: ignore[arg-type]
+    cfg = QueueConfig(sync=sync, journal_size=8192, checkpoint_interval=3600, compression=compression)  # type: ignore[arg-type]
     q = JournaledQueue(path, cfg, name=name)
-    q.reader("c")
+    q.reader("c", ReaderConfig(key_order=key_order))
     q.reader("fan")  # never consumed until the final drain: fan-out must not lose either
     emit("R")
 
     def produce() -> None:
         seq = start_seq
         prng = random.Random(seed + 1)
+        krng = random.Random(seed + 3)
         while True:
             batch = [payload(seq + k, prng) for k in range(prng.choice((1, 1, 2, 5)))]
             for k in range(len(batch)):
                 emit(f"P {seq + k}")
-            ids = q.put_many(batch)
+            keys = choose_keys(krng, nkeys, len(batch)) if nkeys else None
+            ids = q.put_many(batch, keys=keys, dedup=False)
             if mode == "periodic":
                 q.sync()
             for k, i in enumerate(ids):
@@ -124,9 +151,9 @@ def worker(path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: 
             seq += len(batch)
             time.sleep(prng.random() * 0.003)
 
-    def consume() -> None:
+    def consume(k: int = 0) -> None:
         r = q.reader("c")
-        crng = random.Random(seed + 2)
+        crng = random.Random(seed + 2 + 1000 * k)
         n = 0
         while True:
             try:
@@ -134,16 +161,20 @@ def worker(path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: 
             except Empty:
                 continue
             s, ok = check_payload(it.data)
-            emit(f"G {it.id} {s} {int(ok)}")
+            key = "" if it.key is None else " " + it.key.decode("latin-1")
+            emit(f"G {it.id} {s} {int(ok)}{key}")
             emit(f"C {it.id}")
             r.commit(it)
             emit(f"D {it.id}")
             n += 1
             if n % crng.randint(3, 12) == 0:
+                emit("S")  # another consumer may commit during it: covered are the Ds before this
                 q.checkpoint()
                 emit("K")
 
-    threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
+    consumers = ORDERED_CONSUMERS if key_order else 1
+    threads = [threading.Thread(target=produce, daemon=True)]
+    threads += [threading.Thread(target=consume, args=(k,), daemon=True) for k in range(consumers)]
     for t in threads:
         t.start()
     while True:
@@ -154,7 +185,9 @@ class Forked:
     """A worker forked from this (single-threaded) process: journaled is already imported, so a
     restart costs a fork instead of a Python start-up.  Mimics the bits of Popen the parent uses."""
 
-    def __init__(self, path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: str) -> None:
+    def __init__(
+        self, path: str, mode: str, seed: int, start_seq: int, kill_at: str, name: str, options: str = "-"
+    ) -> None:
         r, w = os.pipe()
         err_r, err_w = os.pipe()
         pid = os.fork()
@@ -164,7 +197,7 @@ class Forked:
                 os.close(err_r)
                 os.dup2(w, 1)
                 os.dup2(err_w, 2)
-                worker(path, mode, seed, start_seq, kill_at, name)
+                worker(path, mode, seed, start_seq, kill_at, name, options)
             except BaseException:  # noqa: BLE001 - the parent reads it from the pipe
                 traceback.print_exc()
             finally:
@@ -215,4 +248,5 @@ class Forked:
 if __name__ == "__main__":
     _path, _mode, _seed, _start, *_rest = sys.argv[1:]
     _kill_at = _rest[0] if _rest else ""
-    worker(_path, _mode, int(_seed), int(_start), _kill_at, _rest[1] if len(_rest) > 1 else QUEUE)
+    _name = _rest[1] if len(_rest) > 1 else QUEUE
+    worker(_path, _mode, int(_seed), int(_start), _kill_at, _name, _rest[2] if len(_rest) > 2 else "-")

@@ -43,6 +43,7 @@ def test_put(run: Run, q: JournaledQueue) -> dict[str, Any]:
         join_all(threads)
         q.sync()
         put_s = time.perf_counter() - t0
+        run.disk.sample()  # every item is on disk and none consumed yet: the exact figure
         if args.seconds:
             timer.cancel()
     t1 = time.perf_counter()
@@ -127,6 +128,8 @@ def test_leaky_reader(run: Run, q: JournaledQueue) -> dict[str, Any]:
     left_open = reader.stats().open_reads
     run.drain(reader)  # aborts that came back after the consumers left
     q.close()
+    if run.keycheck is not None:  # the reopen gives the dead consumers' reads (and keys) back
+        run.keycheck.reopened("qtest")
     with run.open() as q2:  # the open reads of the dead consumers come back
         replayed = run.drain(q2.reader("qtest"))
     return {
@@ -156,7 +159,8 @@ def _run_in_process(run: Run) -> tuple[dict[str, Any], int | None, list[str], bo
     q = run.open()
     try:
         try:
-            extra = RUNNERS[args.test](run, q)
+            with run.disk:
+                extra = RUNNERS[args.test](run, q)
         except KeyboardInterrupt:
             # Ctrl-C: stop every thread, then report what was measured and delivered so far
             interrupted = True
@@ -167,8 +171,12 @@ def _run_in_process(run: Run) -> tuple[dict[str, Any], int | None, list[str], bo
     finally:
         q.close()
     # The dying consumers of leaky-reader legitimately leave their reads uncommitted until
-    # the reopen; every other test must show strict per-thread order too.
-    errors = run.ledger.validate(ordered_logs=args.test != "leaky-reader", complete=not interrupted)
+    # the reopen; every other test must show strict per-thread order too, unless key order
+    # lets a consumer pass an item whose key is busy (then key order is what is checked).
+    ordered = args.test != "leaky-reader" and run.keycheck is None
+    errors = run.ledger.validate(ordered_logs=ordered, complete=not interrupted)
+    if run.keycheck is not None:
+        errors.extend(run.keycheck.errors())
     if "replayed_after_reopen" in extra and extra["open_at_close"] > extra["replayed_after_reopen"]:
         errors.append(
             f"{extra['open_at_close']} reads were open at close but only "
@@ -219,6 +227,10 @@ def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
             "timeouts": ledger.timeouts,
         },
         "fsyncs": fsyncs,
+        "compression": args.compression,
+        "keys": args.keys,
+        "key_order": feature_figures(run, extra),
+        "disk": {"peak_bytes": run.disk.peak, "payload_bytes": ledger.put_bytes},
         **extra,
         "leftovers_skipped": ledger.leftovers,
         "validation_errors": errors,
@@ -228,6 +240,43 @@ def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
         "dir_kept": bool(args.keep or args.dir),
     }
     return result
+
+
+def feature_figures(run: Run, extra: dict[str, Any]) -> dict[str, Any] | None:
+    """The key-order check's figures (None without ``--key-order``), and what it could not check."""
+    if run.keycheck is None:
+        return None
+    figures: dict[str, Any] = dict(run.keycheck.figures())
+    skipped = extra.pop("key_order_not_checked", None)
+    if skipped:
+        figures["not_checked"] = skipped
+    return figures
+
+
+def feature_lines(r: dict[str, Any]) -> list[str]:
+    """Summary lines for bytes on disk, ``--compression`` and ``--keys``/``--key-order``."""
+    disk = r["disk"]
+    ratio = f" ({disk['peak_bytes'] / disk['payload_bytes']:.2f} x)" if disk["payload_bytes"] else ""
+    codec = r["compression"] or "none (or what the queue had stored)"
+    if r["compression"] and r["batch"] <= 1:
+        codec += "; single puts stay plain: use --batch N"
+    lines = [
+        f"  disk  {disk['peak_bytes'] / 1e6:.1f} MB at most in the queue directory{ratio} for "
+        f"{disk['payload_bytes'] / 1e6:.1f} MB of payloads put; compression {codec}"
+    ]
+    if r["keys"]:
+        ko = r["key_order"]
+        if ko is None:
+            lines.append(f"  keys  {r['keys']:,} (reader without key order: not checked)")
+        else:
+            lines.append(
+                f"  keys  {r['keys']:,}, key order: {ko['checked']:,} keyed deliveries checked, "
+                f"{ko['concurrent']:,} with another item of their key open, {ko['out_of_order']:,} "
+                "out of id order"
+            )
+            if ko.get("not_checked"):
+                lines.append(f"        not checked: {ko['not_checked']}")
+    return lines
 
 
 def format_summary(r: dict[str, Any]) -> str:
@@ -254,6 +303,7 @@ def format_summary(r: dict[str, Any]) -> str:
     ]
     if r["fsyncs"] is not None:
         lines.append(f"  fsync rounds {r['fsyncs']:,}{' (owner process)' if r.get('processes') else ''}")
+    lines.extend(feature_lines(r))
     if r.get("processes"):
         lines.extend(process_lines(r))
     if "replayed_after_reopen" in r:
@@ -276,7 +326,8 @@ def format_summary(r: dict[str, Any]) -> str:
             "the killed owner had handed out; per-producer order, payload hashes)"
         )
     else:
-        lines.append("  validation: OK (exactly once per reader, per-producer order, payload hashes)")
+        keyed = ", key order" if r.get("key_order") else ""
+        lines.append(f"  validation: OK (exactly once per reader, per-producer order, payload hashes{keyed})")
     lines.append(f"  queue directory: {r['dir']} ({'kept' if r['dir_kept'] else 'removed'})")
     return "\n".join(lines)
 
@@ -299,7 +350,16 @@ def run_crash(args: argparse.Namespace, sync_given: bool) -> dict[str, Any]:
     without ``--sync`` each life picks always, periodic or never at random."""
     sync = args.sync if sync_given else "mixed"
     mode = sync if sync in ("always", "never", "mixed") else "periodic"
-    plan = CrashPlan(cycles=args.cycles, seed=args.seed, mode=mode, directory=args.dir, keep=args.keep)
+    plan = CrashPlan(
+        cycles=args.cycles,
+        seed=args.seed,
+        mode=mode,
+        directory=args.dir,
+        keep=args.keep,
+        compression=args.compression,
+        keys=args.keys,
+        key_order=bool(args.key_order),
+    )
     return soak(plan, progress=not (args.json or args.no_progress))
 
 

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -57,6 +58,9 @@ class Worker:
         self.go, self.done, self.leave = threading.Event(), threading.Event(), threading.Event()
         self.out_lock = threading.Lock()
         self.log: list[tuple[int, int, int, int, int]] = []  # id, producer, seq, errors, pre-kill
+        # --key-order: (got at, released at, key, id) on the machine's monotonic clock, so the
+        # parent can find two processes holding items of one key at once (cli/qtest/keys.py)
+        self.keylog: list[tuple[float, float, str, int]] = []
         self.gets = self.timeouts = self.leftovers = self.commits_refused = self.puts_retried = 0
 
     def emit(self, line: str) -> None:
@@ -94,6 +98,7 @@ class Worker:
             before = owner_pid(q)
             try:
                 item = reader.get(timeout=0.05)
+                got_at = time.monotonic()
             except Empty:
                 self.timeouts += 1
                 if self.done.is_set():
@@ -110,6 +115,8 @@ class Worker:
                     self.log.append((item.id, p, s, item.error_count, int(before == first_owner)))
                 except ValueError as exc:
                     self.run.ledger.note_bad_payload(f"item {item.id}: {exc}")
+            if self.run.keycheck is not None and item.key is not None:  # released before the commit
+                self.keylog.append((got_at, time.monotonic(), item.key.decode("latin-1"), item.id))
             try:
                 reader.commit(item)
             except OwnerLost:
@@ -157,6 +164,7 @@ class Worker:
             "latencies": led.latencies,
             "unknown": {p: sorted(s) for p, s in led.unknown.items()},
             "log": self.log,
+            "keylog": self.keylog,
             "bad_payloads": led.bad_payloads,
             "failures": led.failures,
             "gets": self.gets,

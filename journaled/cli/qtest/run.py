@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from journaled.cli.qtest.disk import DiskWatch
+from journaled.cli.qtest.keys import KeyOrderCheck, choose_keys
 from journaled.config import MiB, QueueConfig, ReaderConfig
 from journaled.errors import Empty, OwnerLost, QueueClosed
 from journaled.item import Item
@@ -288,8 +290,13 @@ class Run:
         self.threads: list[threading.Thread] = []
         self.opened = False
         self.directory = args.dir or tempfile.mkdtemp(prefix="qtest-")
-        self.config = QueueConfig(sync=args.sync, journal_size=int(args.journal_size * MiB))
-        self.reader_config = ReaderConfig(max_memory=int(args.reader_memory * MiB))
+        self.disk = DiskWatch(self.directory)  # the peak bytes on disk (main.py runs it)
+        self.config = queue_config(args)
+        self.reader_config = ReaderConfig(
+            max_memory=int(args.reader_memory * MiB), key_order=bool(getattr(args, "key_order", False))
+        )
+        # --key-order: every consumer's deliveries checked live (cli/qtest/keys.py)
+        self.keycheck = KeyOrderCheck() if self.reader_config.key_order else None
         self.put_count = [0] * max(1, args.writers)  # per producer, for the progress display
         self._filler = random.Random(args.seed).randbytes(args.size[1] + _FILLER_SPREAD)
 
@@ -335,41 +342,58 @@ class Run:
         clock = time.perf_counter
         filler = self._filler
         batch = max(1, args.batch)
+        nkeys = int(getattr(args, "keys", 0) or 0)
         stop = self.stop_producing
         counter = self.put_count
         seq = 0
         nbytes = 0
         unknown: set[int] = set()
-        while (count is None or seq < count) and not stop.is_set():
-            n = batch if count is None else min(batch, count - seq)
-            payloads = [
-                make_payload(p, seq + k, lo if lo == hi else rng.randint(lo, hi), filler) for k in range(n)
-            ]
-            t0 = clock()
-            try:
-                if n == 1:
-                    q.put(payloads[0])
-                else:
-                    q.put_many(payloads)
-            except QueueClosed:
-                break  # interrupted: the queue was closed under us; these were never put
-            except OwnerLost as exc:  # a client of another process's queue (cli/qtest/procs.py)
-                if not exc.outcome_unknown:
-                    with ledger._lock:
-                        ledger.failures.append(f"producer {p}: {exc}")
-                    break
-                # the client retried it on the next owners and gave up (PUT_RETRY), or the owner
-                # stopped answering without dying: stored or not, never retried here (twice?)
-                unknown.update(range(seq, seq + n))
+        pending = 0
+        try:
+            while (count is None or seq < count) and not stop.is_set():
+                n = batch if count is None else min(batch, count - seq)
+                payloads = [
+                    make_payload(p, seq + k, lo if lo == hi else rng.randint(lo, hi), filler)
+                    for k in range(n)
+                ]
+                keys = choose_keys(rng, nkeys, n) if nkeys else None
+                t0 = clock()
+                pending = n  # until counted below: a Ctrl-C leaves these stored or not
+                try:
+                    # group keys, not de-duplication keys: a --dir's dedup window must not apply
+                    if keys is not None:
+                        q.put_many(payloads, keys=keys, dedup=False)
+                    elif n == 1:
+                        q.put(payloads[0])
+                    else:
+                        q.put_many(payloads)
+                except QueueClosed:
+                    break  # interrupted: the queue was closed under us; these were never put
+                except OwnerLost as exc:  # a client of another process's queue (cli/qtest/procs.py)
+                    if not exc.outcome_unknown:
+                        with ledger._lock:
+                            ledger.failures.append(f"producer {p}: {exc}")
+                        break
+                    # the client retried it on the next owners and gave up (PUT_RETRY), or the owner
+                    # stopped answering without dying: stored or not, never retried here (twice?)
+                    unknown.update(range(seq, seq + n))
+                    seq += n
+                    pending = 0
+                    counter[p] = seq
+                    continue
+                lat.append(clock() - t0)
                 seq += n
+                pending = 0
+                nbytes += sum(map(len, payloads))
                 counter[p] = seq
-                continue
-            lat.append(clock() - t0)
-            seq += n
-            nbytes += sum(map(len, payloads))
-            counter[p] = seq
-            if pause:
-                time.sleep(pause)
+                if pause:
+                    time.sleep(pause)
+        except KeyboardInterrupt:
+            # Ctrl-C on this thread (fanout's producer is the main thread): the batch in flight
+            # may or may not be stored, and what was put before it is still this run's to check
+            unknown.update(range(seq, seq + pending))
+            ledger.add_produced(p, seq + pending, nbytes, unknown)
+            raise
         ledger.add_produced(p, seq, nbytes, unknown)
 
     def consume(
@@ -405,14 +429,21 @@ class Run:
             except QueueClosed:
                 return gets
             gets += 1
+            check = self.keycheck
+            if check is not None:
+                check.got(reader.name, item.key, item.id)
             if die_after is not None and gets >= die_after:
                 return gets  # dies with ``item`` open: never committed nor aborted
             try:
                 if abort_rate and not self.producers_done.is_set() and rng.random() < abort_rate:
+                    if check is not None:  # before the abort frees the key in the queue
+                        check.release(reader.name, item.key, item.id)
                     reader.abort(item)
                     ledger.aborts += 1
                     continue
                 ledger.record(log, item)
+                if check is not None:  # before the commit frees the key in the queue
+                    check.release(reader.name, item.key, item.id)
                 reader.commit(item)
             except QueueClosed:
                 return gets
@@ -429,6 +460,9 @@ class Run:
                 except Empty:
                     return done[0]
                 self.ledger.record(log, item)
+                if self.keycheck is not None:
+                    self.keycheck.got(reader.name, item.key, item.id)
+                    self.keycheck.release(reader.name, item.key, item.id)
                 reader.commit(item)
                 done[0] += 1
 
@@ -475,6 +509,15 @@ class Run:
     def cleanup(self) -> None:
         if not self.args.keep and not self.args.dir:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def queue_config(args: argparse.Namespace) -> QueueConfig:
+    """The queue settings of a run: ``--sync``, ``--journal-size``, ``--compression``."""
+    return QueueConfig(
+        sync=args.sync,
+        journal_size=int(args.journal_size * MiB),
+        compression=getattr(args, "compression", None),
+    )
 
 
 def start_thread(target: Callable[..., Any], *args: Any, **kwargs: Any) -> threading.Thread:
