@@ -29,7 +29,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 import journaled  # noqa: E402
 from journaled.disk.bookmarks import read_bookmark  # noqa: E402
 from journaled.offline.scan import JournalScanner  # noqa: E402
-from support.paths import ROOT  # noqa: E402
+from support.sparksession import local_session  # noqa: E402
 from support.sshfs import env, mounted  # noqa: E402
 
 N = 3000  # items alpha puts, 150 every 0.1 s at most: about 2 s of puts, more on a busy machine
@@ -62,24 +62,12 @@ def sshfs(tmp_path) -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
 
     from journaled.spark import JournaledDataSource
 
     mine = SparkSession.getActiveSession() is None  # else tests/spark's session, left running
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("journaled-sshfs")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("journaled-sshfs")
     session.dataSource.register(JournaledDataSource)
     yield session
     if mine:

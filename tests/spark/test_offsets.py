@@ -19,6 +19,7 @@ from journaled.config import QueueConfig
 from journaled.disk.bookmarks import write_bookmark
 from support.imports import run_and_list_modules
 from support.paths import ROOT as PROJECT_ROOT
+from support.sparksession import local_session
 
 ROOT = Path(PROJECT_ROOT)
 SMALL = QueueConfig(journal_size=4096, sync="never")
@@ -300,23 +301,9 @@ if __import__("shutil").which("java") is None and not os.environ.get("JAVA_HOME"
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    from pyspark.sql import SparkSession
-
     from journaled.spark import JournaledDataSource
 
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("journaled-option-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("journaled-option-tests")
     session.dataSource.register(JournaledDataSource)
     yield session
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -20,7 +19,7 @@ from journaled.config import QueueConfig  # noqa: E402
 from journaled.format import compressed  # noqa: E402
 from journaled.offline.scan import JournalScanner  # noqa: E402
 from journaled.offline.segments import QueueView  # noqa: E402
-from support.paths import ROOT  # noqa: E402
+from support.sparksession import local_session  # noqa: E402
 from support.zspark_queues import all_records  # noqa: E402
 
 if not compressed.available():
@@ -30,24 +29,12 @@ if not compressed.available():
 @pytest.fixture(scope="module")
 def spark():
     """The session test_spark.py opened when it ran first (getOrCreate), else one of our own."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
     from pyspark.sql import SparkSession
 
     from journaled.spark import JournaledDataSource
 
     ours = SparkSession.getActiveSession() is None
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("journaled-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("journaled-tests")
     session.dataSource.register(JournaledDataSource)
     yield session
     if ours:
