@@ -236,14 +236,21 @@ class Writer:
                     add_ms = st.last_add_ms
                 item_id = st.next_id
                 encode_puts(jf.salt, pos, item_id, add_ms, 0, (payload,), buf)
-                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
-                    jf.note(item_id, pos)
-                st.appended(item_id + 1, add_ms)
-                self.appended += size
-                if self.write_through or len(buf) >= WRITE_OUT_AT:
-                    self.write_out_locked()
-                return item_id, add_ms, self.appended
+                return self._appended_one_locked(jf, item_id, pos, size, add_ms)
         return self.append((payload,), add_ms, 0)
+
+    def _appended_one_locked(
+        self, jf: JournalFile, item_id: int, pos: int, size: int, add_ms: int
+    ) -> tuple[int, int, int]:
+        """The rest of a one-item append whose record (``size`` bytes at ``pos`` of ``jf``) is in
+        the buffer: the sparse index, the state, the write-out; what the append returns."""
+        if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
+            jf.note(item_id, pos)
+        self.state.appended(item_id + 1, add_ms)
+        self.appended += size
+        if self.write_through or len(self.buf) >= WRITE_OUT_AT:
+            self.write_out_locked()
+        return item_id, add_ms, self.appended
 
     def append(self, payloads: Sequence[bytes], add_ms: int, expire_ms: int) -> tuple[int, int, int]:
         """Append PUT records; return ``(first_id, add_ms, seq)``.
@@ -319,13 +326,7 @@ class Writer:
                     add_ms = st.last_add_ms
                 item_id = st.next_id
                 encode_putx(jf.salt, pos, item_id, add_ms, expire_ms, enc, payload, buf)
-                if not jf.index_offsets or pos - jf.index_offsets[-1] >= INDEX_EVERY:
-                    jf.note(item_id, pos)
-                st.appended(item_id + 1, add_ms)
-                self.appended += size
-                if self.write_through or len(buf) >= WRITE_OUT_AT:
-                    self.write_out_locked()
-                return item_id, add_ms, self.appended
+                return self._appended_one_locked(jf, item_id, pos, size, add_ms)
         return self.append_meta((payload,), (meta,), add_ms, expire_ms, (enc,))
 
     def append_meta(
