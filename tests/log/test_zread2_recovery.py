@@ -5,17 +5,15 @@ inflate every unit."""
 
 from __future__ import annotations
 
-import glob
-import os
-
 import pytest
 from crc32c import crc32c
 
 from journaled import JournaledQueue, QueueConfig
 from journaled.errors import Empty
 from journaled.format import compressed
-from journaled.format.record import Unit, decode_header, decode_one
+from journaled.format.record import Unit, decode_header
 from journaled.log import recoveryplan, walker
+from support.units import file_units
 
 
 def line(i: int) -> bytes:
@@ -35,16 +33,7 @@ def make(path: str, singles: bool = False) -> None:
 
 
 def units(path: str) -> tuple[str, int, list[Unit]]:
-    (f,) = glob.glob(os.path.join(path, "q.[0-9]*"))
-    data = open(f, "rb").read()
-    header = decode_header(data)
-    pos, out = header.size, []
-    while pos < len(data):
-        rec = decode_one(data, pos, 0, header.salt)
-        if isinstance(rec, Unit):
-            out.append(rec)
-        pos += rec.size  # type: ignore[union-attr]
-    return f, header.salt, out
+    return file_units(path)
 
 
 def damage_content(path: str, which: int) -> Unit:

@@ -9,9 +9,10 @@ import os
 
 from journaled import JournaledQueue, QueueConfig
 from journaled.errors import Empty
-from journaled.format.record import Unit, decode_header, decode_one
+from journaled.format.record import Unit
 from journaled.offline.repair import check_dir, repair_dir
 from journaled.offline.scan import JournalScanner
+from support.units import file_units
 
 
 def item(i: int) -> bytes:
@@ -29,16 +30,7 @@ def make(path: str) -> None:
 
 
 def units(path: str) -> list[Unit]:
-    (f,) = glob.glob(os.path.join(path, "q.[0-9]*"))
-    data = open(f, "rb").read()
-    header = decode_header(data)
-    pos, out = header.size, []
-    while pos < len(data):
-        rec = decode_one(data, pos, 0, header.salt)
-        if isinstance(rec, Unit):
-            out.append(rec)
-        pos += rec.size  # type: ignore[union-attr]
-    return out
+    return file_units(path)[2]
 
 
 def damage_unit(path: str, k: int) -> None:
