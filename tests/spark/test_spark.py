@@ -28,32 +28,16 @@ from journaled.spark.offsets import ALL_COLUMNS_DDL, HEADERS_DDL  # noqa: E402
 SMALL = QueueConfig(journal_size=4096, sync="never")
 
 
-from support.paths import ROOT  # noqa: E402
+from support.sparksession import local_session  # noqa: E402
 
 AUTO_REGISTERED: list[bool] = []
 
 
 @pytest.fixture(scope="session")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # An editable install hides pyspark_journaled.py from the workers' module scan; a regular
-    # install puts it in site-packages.  The repository root on the path stands in for that.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
-    from pyspark.sql import SparkSession
-
     from journaled.spark import JournaledDataSource
 
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("journaled-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("journaled-tests")
     AUTO_REGISTERED.append(
         session._jsparkSession.sessionState().dataSourceManager().dataSourceExists("journaled")
     )
