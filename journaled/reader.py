@@ -90,9 +90,11 @@ class Reader:
             if timeout == math.inf:
                 timeout = None
         core = self.core
-        item = calls.take_now(core)  # perf: the common case in one compiled call
-        if item is not None:
-            return item
+        got = calls.take_now(core)  # perf: the common case in one compiled call
+        if not isinstance(got, int):
+            return got
+        if got == calls.EMPTY and not block:
+            raise Empty  # that hold's answer (calls.take_now says why not to look again)
         with core.lock:
             if core.closed:
                 raise closing.reader_closed(core)

@@ -10,19 +10,29 @@ general path, which tells those cases apart; so the rules stay written once, in 
 
 from __future__ import annotations
 
+from typing import Final
+
 from journaled.core.readercore import ReaderCore
 from journaled.item import Item
 
+#: :func:`take_now`'s answers when it hands out no item.
+NOT_NOW: Final = 0  # closed, or blocked gets in line: the caller's general path decides
+EMPTY: Final = 1  # nothing waits, as of this one hold of the lock
 
-def take_now(core: ReaderCore) -> Item | None:
-    """The next item as an open read, under ``core.lock``; ``None`` when there is none, when
-    blocked ``get`` calls are in line (they go first) or when the reader is closed."""
+
+def take_now(core: ReaderCore) -> Item | int:
+    """The next item as an open read, under ``core.lock``; else :data:`EMPTY` when nothing
+    waits, or :data:`NOT_NOW` when blocked ``get`` calls are in line (they go first) or the
+    reader is closed.  ``EMPTY`` is this hold's answer: a non-blocking ``get`` must give it as it
+    is, not take the lock again, or an item handed in between (a sink's put into this very
+    queue, from the engine's thread) would look as if it had been there all along."""
     lock = core.lock
     lock.acquire()
     try:
         if core.closed or core.waiters:
-            return None
-        return core.take()
+            return NOT_NOW
+        item = core.take()
+        return EMPTY if item is None else item
     finally:
         lock.release()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from journaled import JournaledQueue, QueueClosed, QueueConfig, UnknownRead
-from journaled.core.calls import commit_now, take_now
+from journaled.core.calls import EMPTY, NOT_NOW, commit_now, take_now
 
 
 class _InLine:
@@ -43,6 +43,12 @@ def test_take_now_hands_out_the_next_item_as_an_open_read(q) -> None:
     assert lock_is_free(r.core)
 
 
+def test_take_now_on_an_empty_reader_says_empty(q) -> None:
+    r = q.reader("r")
+    assert take_now(r.core) == EMPTY
+    assert lock_is_free(r.core)
+
+
 def test_take_now_never_goes_ahead_of_a_blocked_get_in_line(q) -> None:
     r = q.reader("r")
     core = r.core
@@ -50,7 +56,7 @@ def test_take_now_never_goes_ahead_of_a_blocked_get_in_line(q) -> None:
     stand_in = _InLine()
     with core.lock:
         core.join(stand_in)  # a get already in line: the next item is its to take, not ours
-    assert take_now(core) is None
+    assert take_now(core) == NOT_NOW
     with core.lock:
         assert [i.data for i in core.mem] == [b"x"] and not core.open  # still waiting
         core.leave(stand_in)
@@ -63,7 +69,7 @@ def test_a_closed_reader_takes_nothing_and_get_says_closed(q) -> None:
     r = q.reader("r")
     q.put(b"a")
     q.close()
-    assert take_now(r.core) is None
+    assert take_now(r.core) == NOT_NOW
     with pytest.raises(QueueClosed):
         r.get(block=False)
     assert lock_is_free(r.core)
