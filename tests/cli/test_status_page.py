@@ -168,6 +168,15 @@ def _until(check, what: str) -> None:
 
 
 def _texts(driver, css: str) -> list[str]:
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    # the page redraws its plots on every refresh: an element found before a redraw is stale
+    # after it, so the whole list is read again from one drawing
+    for _ in range(50):
+        try:
+            return [str(e.text) for e in driver.find_elements("css selector", css)]
+        except StaleElementReferenceException:
+            time.sleep(0.05)
     return [str(e.text) for e in driver.find_elements("css selector", css)]
 
 
