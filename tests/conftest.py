@@ -45,6 +45,32 @@ BUILD_INDEPENDENT = (
     "disk/test_lease_file.py",  # the owner's lease file (disk/, never compiled)
     "owner/test_lease_held_by_repair.py",  # repair renews its lease
     "owner/test_sshfs_one_owner.py",  # one owner through an sshfs mount: the lease, not the items
+    # the Spark source's offsets and triggers (minOffsetsPerTrigger, maxTriggerDelay, progress,
+    # lag, bookmarks): the driver's planning, never compiled; the rows' decoding, which is, is
+    # spark/test_spark.py's and spark/test_zspark_*.py's subject, in both passes
+    "spark/test_offsets.py",
+    # a Spark stream through sshfs: what the shared storage does to the bookmark and archiving
+    # (the lease, the mount); the stream's exactly-once over the local disk is spark/test_spark.py's
+    "owner/test_sshfs_spark_stream.py",
+    "cli/test_port_flood.py",  # the serve ports' admission bounds (cli/httpserver.py, never compiled)
+    "cli/test_status_page.py",  # the page as a browser shows it (statuspage.py, status.html)
+)
+
+# The C codec's twin tests: each calls the extension (``journaled.format._speedups``, imported
+# by itself) and its reference (``format/fallback.py``) directly and compares them, whatever
+# JOURNALED_PURE_PYTHON says, so both passes would make the same comparison.  They run in the
+# compiled pass and again under the sanitizers (scripts/sanitize_twins.sh), and are marked
+# ``build_independent`` like the files above.  Not here: the twin files that also test the
+# implementation the switch selects (format/test_speedups.py, format/test_encode_putx.py).
+TWINS = (
+    "format/test_speedups_crc.py",
+    "format/test_speedups_hostile.py",
+    "format/test_speedups_keyput2.py",
+    "format/test_speedups_meta.py",
+    "format/test_speedups_putx.py",
+    "format/test_speedups_unit.py",
+    "format/test_walk_puts.py",
+    "format/test_zread_columns.py",
 )
 # Not here, though slow and about leases: owner/test_one_owner_host.py (the old owner's put must
 # refuse: the put path) and owner/test_sshfs_takeover.py (every acknowledged item survives kill -9:
@@ -90,7 +116,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = os.path.relpath(str(item.path), TESTS).replace(os.sep, "/")
         paths[item.nodeid] = path
-        if _first_match(path, BUILD_INDEPENDENT) is not None:
+        if _first_match(path, BUILD_INDEPENDENT) is not None or _first_match(path, TWINS) is not None:
             item.add_marker(pytest.mark.build_independent)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects; the order must be the same
         slow = len(SLOW_FIRST)
@@ -109,6 +135,12 @@ def pytest_collection_modifyitems(config, items):
 # @settings still wins; so does --hypothesis-profile.
 settings.register_profile("journaled", deadline=None)
 settings.load_profile("journaled")
+# CI's parts on Python 3.10 and 3.13 (.ci/run, ``--hypothesis-profile compat``): they check that
+# the same source runs the same on another interpreter, which shows on the first examples (a
+# syntax, stdlib or C-API difference fails every example); searching the inputs is the job of the
+# two full passes on the main Python (100 examples, or a test's own number) and of the soak.
+# Hypothesis' examples were about half of each part's time (171 s against 92 s, -n 2, alone).
+settings.register_profile("compat", deadline=None, max_examples=20)
 
 # tmpfs when there is one, else None (the system's temporary directory).
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

@@ -20,7 +20,7 @@ TWO_WAY = set(hotpath.COMPILED_MODULES) | {"journaled.format.speedups", "journal
 
 
 def test_every_pattern_of_the_tables_names_an_existing_test_file():
-    patterns = [*conftest.BUILD_INDEPENDENT, *conftest.SLOW_FIRST]
+    patterns = [*conftest.BUILD_INDEPENDENT, *conftest.TWINS, *conftest.SLOW_FIRST]
     stale = [p for p in patterns if not fnmatch.filter(TEST_FILES, p)]
     assert not stale, f"tests/conftest.py names files that are not there: {stale}"
 
@@ -65,3 +65,18 @@ def test_hypothesis_has_no_per_example_deadline_in_this_suite():
     from hypothesis import settings
 
     assert settings.default.deadline is None, settings.default.deadline
+
+
+def test_the_twin_files_left_out_of_the_pure_pass_compare_the_extension_with_its_reference_directly():
+    """A twin file is left out of the pure pass because it imports the C codec itself and its
+    reference (format/fallback.py) and compares them whatever the switch selects; it may import
+    the switch (``speedups``, to configure the extension) but no mypyc-compiled module, whose
+    build would decide what it checks."""
+    compiled = set(hotpath.COMPILED_MODULES)
+    for f in conftest.TWINS:
+        names = _imported(TESTS / f)
+        assert "journaled.format._speedups" in names, f"{f} does not import the extension itself"
+        references = {"journaled.format.fallback", "journaled.format.record", "journaled.format.compressed"}
+        assert names & references, f"{f} imports no reference to compare the extension with"
+        assert not names & compiled, f"{f} imports a mypyc-compiled module: {sorted(names & compiled)}"
+        assert not any(fnmatch.fnmatch(f, p) for p in conftest.BUILD_INDEPENDENT), f"{f} is in both tables"

@@ -514,16 +514,10 @@ class ShiftedClock:
 
 def a_week_of_journal(path, monkeypatch, per_hour=20):
     """168 hours of items, oldest first, in journal files of 64 KiB; returns the items' ids by hour."""
-    import importlib
-    import importlib.util
-
-    from journaled.owner import putpath
+    from support.clock import set_put_clock
 
     clock = ShiftedClock()
-    # where a put takes its add time: the put path's clock, a seam passed in when the queue's put
-    # path is made (the compiled module has no module global to patch); queue.py's own
-    monkeypatch.setattr(putpath, "CLOCK", clock)
-    monkeypatch.setattr(importlib.import_module("journaled.queue"), "time", clock)
+    set_put_clock(monkeypatch, clock)
     by_hour = []
     with journaled.JournaledQueue(path, QueueConfig(journal_size=64 << 10, sync="never")) as q:
         for hours_ago in range(168, 0, -1):

@@ -25,3 +25,16 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.wall += seconds
         self.mono += seconds
+
+
+def set_put_clock(monkeypatch, clock) -> None:
+    """Make the puts of queues opened from now on take their add times from ``clock``: the put
+    path's seam (``owner/putpath.py`` ``CLOCK``, read when a queue's put path is made; a compiled
+    module has no ``time`` global to patch) and ``queue.py``'s own ``time``.  For tests that need
+    items of a chosen age, not tests of the put path."""
+    import importlib
+
+    from journaled.owner import putpath
+
+    monkeypatch.setattr(putpath, "CLOCK", clock)
+    monkeypatch.setattr(importlib.import_module("journaled.queue"), "time", clock)
