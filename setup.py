@@ -11,9 +11,6 @@ Two kinds of compiled code, both optional:
 Where a part cannot be built (no C compiler, no Python headers, no mypyc) the install still
 succeeds, prints one line, and journaled runs those modules as plain Python.
 ``JOURNALED_MYPYC=0`` skips the mypyc part on purpose (a quick build of the C extension only).
-``JOURNALED_MYPYC_OPT=0..3`` sets the C compiler's optimization level for mypyc's C (default 3,
-what a release is built with); CI's installs for the other Pythons use 0, which compiles in about
-half the time and runs the same code (their tests check behaviour, not speed).
 """
 
 from __future__ import annotations
@@ -67,19 +64,10 @@ class OptionalBuildExt(build_ext):
         )
 
 
-def _opt_level() -> str:
-    """The C optimization level for mypyc's C: ``JOURNALED_MYPYC_OPT`` (0-3), else 3."""
-    level = os.environ.get("JOURNALED_MYPYC_OPT", "") or "3"
-    if level not in ("0", "1", "2", "3"):
-        raise SystemExit(f"JOURNALED_MYPYC_OPT must be 0, 1, 2 or 3, not {level!r}")
-    return level
-
-
 def mypyc_extensions() -> list[Extension]:
     """The mypyc-compiled modules, or none (with the one-line notice) where mypyc cannot run."""
     if os.environ.get("JOURNALED_MYPYC", "") == "0":
         return []
-    level = _opt_level()  # a wrong value stops the build: it is a mistake, not a missing tool
     try:
         from mypyc.build import mypycify
     except ImportError:
@@ -89,7 +77,7 @@ def mypyc_extensions() -> list[Extension]:
         # A build directory per interpreter (build/mypyc-cpython-313 ...): CI builds for several
         # Pythons at once in one checkout, and mypyc's generated C differs between them.
         target = os.path.join("build", f"mypyc-{sys.implementation.cache_tag}")
-        exts = mypycify(MYPYC_MODULES, opt_level=level, group_name="journaled_hot", target_dir=target)
+        exts = mypycify(MYPYC_MODULES, opt_level="3", group_name="journaled_hot", target_dir=target)
     except BaseException as exc:  # noqa: BLE001 - mypy's errors end in SystemExit
         OptionalBuildExt._notice(exc, "hot path (mypyc)")
         return []
