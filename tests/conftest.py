@@ -135,12 +135,6 @@ def pytest_collection_modifyitems(config, items):
 # @settings still wins; so does --hypothesis-profile.
 settings.register_profile("journaled", deadline=None)
 settings.load_profile("journaled")
-# CI's parts on Python 3.10 and 3.13 (.ci/run, ``--hypothesis-profile compat``): they check that
-# the same source runs the same on another interpreter, which shows on the first examples (a
-# syntax, stdlib or C-API difference fails every example); searching the inputs is the job of the
-# two full passes on the main Python (100 examples, or a test's own number) and of the soak.
-# Hypothesis' examples were about half of each part's time (171 s against 92 s, -n 2, alone).
-settings.register_profile("compat", deadline=None, max_examples=20)
 
 # tmpfs when there is one, else None (the system's temporary directory).
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
