@@ -76,25 +76,32 @@ TWINS = (
 # refuse: the put path) and owner/test_sshfs_takeover.py (every acknowledged item survives kill -9:
 # the writer).
 
-# Under pytest-xdist the workers take tests in collection order, so a minute-long test collected
-# last makes one worker finish a minute after the other.  These files (the longest tests, from
-# the ``--durations`` report) are handed out first; a serial run keeps the collection order.
+# Under pytest-xdist the workers take files in the order they are collected (CI passes
+# ``--no-loadscope-reorder``: by default ``--dist loadfile`` hands out the files with the most
+# tests first, which sent the release build, one test of two and a half minutes, out last), so a
+# long file collected last makes one worker finish minutes after the others.  These files, the
+# longest first (their summed ``--durations`` in a compiled pass), are handed out first; a
+# serial run keeps the collection order.
 SLOW_FIRST = (
-    "spark/test_spark.py",
-    "spark/test_offsets.py",
-    "owner/test_sshfs_spark_stream.py",
-    "test_packaging.py",
-    "spark/test_spark_guide.py",
-    "test_release_build.py",
-    "test_readme.py",
-    "whole/test_queue_model.py",
-    "whole/test_queue_model_procs.py",
-    "owner/test_one_owner_host.py",
+    "spark/test_spark.py",  # ~200 s in all, its session's setup included
+    "spark/test_spark_guide.py",  # ~160 s
+    "test_release_build.py",  # 130-150 s, one test
+    "spark/test_offsets.py",  # ~110 s
+    "owner/test_sshfs_spark_stream.py",  # ~70 s
+    "test_readme.py",  # ~60 s
+    "test_packaging.py",  # ~50 s
+    "spark/test_zspark_stream.py",  # ~45 s in the pure pass
     "whole/test_powerloss.py",
     "cli/test_port_flood.py",
+    "whole/test_queue_model.py",
+    "core/test_key_order_spill_model.py",
+    "whole/test_queue_model_procs.py",
+    "log/test_corruption.py",
+    "owner/test_one_owner_host.py",
     "whole/test_crash_kill.py",
-    "owner/test_lease_held_by_repair.py",
+    "whole/test_concurrency.py",
     "owner/test_sshfs_takeover.py",
+    "owner/test_lease_held_by_repair.py",
     "test_typing.py",
 )
 

@@ -52,7 +52,7 @@ def test_ci_runs_the_build_independent_tests_once_and_both_passes_in_parallel():
     assert 'PYTEST_ADDOPTS="$parallel"' in pure[0]
     main = [line for line in ci if line.endswith("step .venv/bin/pytest")]
     assert main == ['PYTEST_ADDOPTS="$parallel" step .venv/bin/pytest'], main
-    assert 'parallel="-n $((2 * $(nproc))) --dist loadfile"' in ci
+    assert 'parallel="-n $((2 * $(nproc))) --dist loadfile --no-loadscope-reorder"' in ci
     # the sanitizers run in a process of their own (a finding aborts it), beside the pure pass
     assert "background sanitizers scripts/sanitize_twins.sh --python .venv/bin/python" in ci
 
