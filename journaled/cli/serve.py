@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import select
 import signal
 import threading
 from collections.abc import Sequence
@@ -53,8 +54,54 @@ if TYPE_CHECKING:
 RETRY = 0.1
 
 
+class StopSignals:
+    """SIGINT and SIGTERM as a flag the main thread waits on, set by a handler that takes no lock.
+
+    A handler runs in the main thread between two of its bytecodes, and may run while that thread
+    holds a lock: ``threading.Event.set`` from a handler waits for ever on the lock of the
+    ``Event.wait`` it interrupted.  (``journaled serve`` hung so, now and then, on a SIGTERM that
+    came right after its "serving" line; CI killed it after 60 s.)  Here the handler only sets
+    :attr:`requested`, and :meth:`wait` sleeps in ``select`` on the read end of a pipe that
+    :func:`signal.set_wakeup_fd` writes a byte to when a signal arrives, so a signal ends the wait
+    at once, with no polling.  Main thread only; :meth:`close` puts the old handlers back."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._r, self._w = os.pipe()
+        for fd in (self._r, self._w):
+            os.set_blocking(fd, False)
+        self._old_fd = signal.set_wakeup_fd(self._w)
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.requested = True  # nothing else: no lock, no allocation that could wait
+
+    def is_set(self) -> bool:
+        """A stop signal came."""
+        return self.requested
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a stop signal comes or ``timeout`` seconds pass; whether one came."""
+        if not self.requested:
+            select.select([self._r], [], [], timeout)
+            try:
+                while os.read(self._r, 64):  # drained: the next wait sleeps again
+                    pass
+            except BlockingIOError:
+                pass
+        return self.requested
+
+    def close(self) -> None:
+        """Put back the handlers and the wakeup descriptor found, and close the pipe."""
+        for signum, old in self._old.items():
+            signal.signal(signum, old)
+        signal.set_wakeup_fd(self._old_fd)
+        os.close(self._r)
+        os.close(self._w)
+
+
 def own(
-    path: str, config: QueueConfig, stop: threading.Event, served: Sequence[JournaledQueue] = ()
+    path: str, config: QueueConfig, stop: StopSignals | threading.Event, served: Sequence[JournaledQueue] = ()
 ) -> JournaledQueue | None:
     """Open ``path`` as its owner, waiting while another process owns it (``None`` if stopped).
 
@@ -258,9 +305,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         host, port = args.http
         page, url = start_status_page(host, port, queues, not args.no_token, args.peek, args.allow_host)
         print(f"status page at {url}", flush=True)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = StopSignals()
     config = QueueConfig(sync=args.sync)
     try:
         for path in args.paths:
@@ -277,15 +322,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         "queues apart by name"
                     ) from None
             print(f"serving {q.path} (pid {os.getpid()})", flush=True)
-        while not stop.wait(1.0):
+        while not stop.wait(60.0):
             pass
     finally:
-        for q in queues:
-            q.close()
-        if server is not None:
-            server.close()
-        if page is not None:
-            page.close()
+        try:
+            for q in queues:
+                q.close()
+            if server is not None:
+                server.close()
+            if page is not None:
+                page.close()
+        finally:
+            stop.close()  # after the closes: a second signal does not cut them short
     return 0
 
 
