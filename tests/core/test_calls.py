@@ -29,7 +29,10 @@ def q(tmp_path):
 
 
 def lock_is_free(core) -> bool:
-    if core.lock.acquire(blocking=False):
+    """The call let go of the queue's lock.  It is the queue's one lock, which its own threads
+    (the checkpointer, the periodic sync) also take for a moment: a try without waiting failed
+    once in CI.  A lock left held by this thread (a plain Lock) is never had within the wait."""
+    if core.lock.acquire(timeout=10):
         core.lock.release()
         return True
     return False
