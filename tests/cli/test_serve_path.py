@@ -5,7 +5,6 @@ queue there (issue 22, point 6)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 
 from journaled import JournaledQueue
 from support.paths import ROOT
+from support.serving import serve_once
 
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 
@@ -29,23 +29,6 @@ def serve_refused(*args: str) -> str:
     assert out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr.startswith("journaled serve: ") and out.stderr.count("\n") == 1, out.stderr
     return out.stderr
-
-
-def serve_once(*args: str) -> str:
-    """Run ``journaled serve``, wait for its "serving" line, stop it with SIGTERM; the line."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "journaled", "serve", *args], stdout=subprocess.PIPE, text=True, env=ENV
-    )
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline().strip()
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    return line
 
 
 def test_a_missing_path_is_refused_and_not_created(tmp_path):

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 from journaled.cli.serve import StopSignals
-from support.paths import ROOT
-
-ENV = {**os.environ, "PYTHONPATH": ROOT}
+from support.serving import serve_once
 
 
 def test_a_stop_signal_during_a_wait_ends_it_at_once_and_close_puts_the_handlers_back():
@@ -38,18 +34,4 @@ def test_a_stop_signal_during_a_wait_ends_it_at_once_and_close_puts_the_handlers
 def test_serve_exits_0_on_a_sigterm_sent_the_moment_it_says_serving(tmp_path):
     # the moment the old handler deadlocked most often: the main loop just entering its wait
     for n in range(12):
-        server = subprocess.Popen(
-            [sys.executable, "-m", "journaled", "serve", "--create", str(tmp_path / f"q{n}")],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=ENV,
-        )
-        try:
-            assert server.stdout is not None
-            assert server.stdout.readline().startswith("serving ")
-            server.send_signal(signal.SIGTERM)
-            assert server.wait(timeout=60) == 0
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
+        assert serve_once("--create", str(tmp_path / f"q{n}")).startswith("serving ")
