@@ -112,7 +112,13 @@ def lost_commit(
 
 def release_later(reader: Consumer, item: Item) -> None:
     """Release ``item`` from a finalizer, which may run while this very thread holds the
-    queue lock (it is not reentrant): never block on that lock here."""
+    queue lock (it is not reentrant): never block on that lock here.  A reader that settles
+    remotely queues it with its own ``release_later``, which sends it before its next get, so
+    the item is back at the head before this thread asks for another (``break`` keeps order)."""
+    own = getattr(reader, "release_later", None)
+    if own is not None:
+        own(item)
+        return
     core = getattr(reader, "core", None)
     if core is not None and core.lock.acquire(blocking=False):
         try:

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -42,6 +44,8 @@ from journaled.item import Item, epoch_ms, new_item, read_id, with_meta
 from journaled.remote import protocol as proto
 from journaled.stats import ReaderStats
 from journaled.txn import ItemIterator, TransactionContext
+
+log = logging.getLogger(__name__)
 
 #: seconds one slice of an ``aget``'s wait lasts (its thread notices a cancellation in between)
 ASYNC_SLICE = 0.25
@@ -105,6 +109,13 @@ class RemoteReader:
         self.name = name
         self._lock = threading.Lock()  # a leaf: guards _open only
         self._open: dict[int, tuple[int, Item]] = {}  # id -> (generation, handle)
+        # Reads a finalizer gave back (a ``break`` out of ``iter``), not yet sent to the owner.
+        # A finalizer only appends here (deque.append takes no lock, so it cannot deadlock in
+        # whatever this thread was doing); _send_give_backs sends them holding _giving_lock,
+        # and a get waits for that first: at every moment the deque is not empty or the lock
+        # is held until the last one has landed.
+        self._giving_back: deque[Item] = deque()
+        self._giving_lock = threading.Lock()  # held while give-backs are sent; a get waits
 
     # ------------------------------------------------------------------ opening reads
     def get(self, block: bool = True, timeout: float | None = None) -> Item:
@@ -124,6 +135,8 @@ class RemoteReader:
         header: dict[str, Any] = {"op": op, "reader": self.name, "block": bool(block)}
         if op == "get_many":
             header["max_items"] = most
+        if self._giving_back or self._giving_lock.locked():
+            self._send_give_backs()  # so an item given back by a finalizer comes first
         deadline = None if timeout is None or timeout == float("inf") else time.monotonic() + timeout
         while True:
             left = WAIT_SLICE if deadline is None else min(WAIT_SLICE, max(deadline - time.monotonic(), 0.0))
@@ -204,6 +217,26 @@ class RemoteReader:
     def release(self, item: Item | int) -> None:
         """Give an open read back without counting an error."""
         self._settle("release", item)
+
+    def release_later(self, item: Item) -> None:
+        """Give ``item`` back from a finalizer (txn.release_later): never blocks; a thread
+        sends it now, and this process's next get waits until it has landed."""
+        self._giving_back.append(item)
+        helper = threading.Thread(target=self._send_give_backs, name=f"journaled-giveback-{self.name}")
+        helper.daemon = True
+        helper.start()
+
+    def _send_give_backs(self) -> None:
+        with self._giving_lock:
+            while self._giving_back:
+                try:
+                    item = self._giving_back.popleft()
+                except IndexError:
+                    return
+                try:
+                    txn.settle(self, item, None, commit=False)
+                except Exception:  # the owner takes it back when this connection ends
+                    log.warning("reader %s: giving back item %d failed", self.name, item.id, exc_info=True)
 
     def seek(self, position: Start) -> int:
         """Move this reader, as :meth:`journaled.Reader.seek` (every open read of it, in every

@@ -216,6 +216,33 @@ q.close()
         assert (s.committed, s.aborted, s.items_waiting) == (4, 1, 0)
 
 
+def test_break_out_of_iter_in_a_client_puts_the_item_back_before_the_next_get(tmp_path):
+    # The iterator's finalizer cannot block, so the give-back goes out from a thread; the next
+    # get must still find the item at the head, not the one after it.
+    d = str(tmp_path / "q")
+    with JournaledQueue(d) as q:
+        q.reader("r")
+        lines = client(
+            PRELUDE
+            + """
+out_of_order = 0
+for n in range(40):
+    q.put_many([b"first %d" % n, b"second %d" % n])
+    for item in r.iter(timeout=30):
+        first = item.data
+        break
+    again = r.get(timeout=30)
+    out_of_order += again.data != first
+    r.commit(again)
+    r.commit(r.get(timeout=30))
+print(out_of_order)
+q.close()
+""",
+            d,
+        )
+        assert lines == ["0"]
+
+
 def test_asyncio_reads_in_a_client_commit_abort_and_survive_cancellation(tmp_path):
     d = str(tmp_path / "q")
     with JournaledQueue(d) as q:
