@@ -239,7 +239,9 @@ class Reader:
 
     def release(self, item: Item | int) -> None:
         """Give an open read back to the head *without* counting an error (a cancelled wait,
-        a loop left early): nothing was wrong with the item."""
+        a loop left early): nothing was wrong with the item.  Reads given back stack up at the
+        head (the last one given back is delivered first): give several back newest first to
+        keep their order."""
         core = self.core
         with core.lock:
             core.release(item)

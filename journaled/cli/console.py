@@ -146,7 +146,9 @@ def cmd_get(args: argparse.Namespace) -> int:
                     reader.commit(item)
                     held.remove(item)
         finally:
-            for item in held:  # a look, not a take (or Ctrl-C came first): back as they were
+            # a look, not a take (or Ctrl-C came first): back as they were.  Given-back reads
+            # stack up at the head (the last one given back is delivered first), so newest first
+            for item in reversed(held):
                 reader.release(item)
     if shown == 0 and not args.json:
         print(f"journaled get: nothing waiting for reader {args.reader!r}", file=sys.stderr)

@@ -314,7 +314,8 @@ def _redrive(
                 reader.commit(item)
                 del taken[item.id]
     finally:
-        for item in taken.values():
+        # newest first: given-back reads stack up at the head, so they stay in id order
+        for item in sorted(taken.values(), key=lambda it: it.id, reverse=True):
             try:
                 reader.release(item)
             except JournaledError:  # the queue is closing or its owner is gone: it is redelivered

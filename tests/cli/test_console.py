@@ -119,6 +119,36 @@ def test_put_and_get_work_as_clients_of_a_running_owner(tmp_path):
         owner.finish()
 
 
+PEEKED_OWNER = """
+import sys
+from journaled import JournaledQueue, ReaderConfig
+q = JournaledQueue(sys.argv[1])
+r = q.reader("r", ReaderConfig(start="earliest"))
+q.put_many([b"m1", b"m2", b"m3", b"m4", b"m5"])
+print("ready", flush=True)
+sys.stdin.readline()
+print("order", " ".join(r.get(timeout=10).data.decode() for _ in range(5)), flush=True)
+q.close()
+"""
+
+
+def test_a_look_beside_a_running_owner_leaves_the_readers_order_as_it_was(tmp_path):
+    # the CLI is a client here: its reads go back into the owner's live reader, where reads
+    # given back stack up at the head, so it must give them back newest first
+    path = str(tmp_path / "q")
+    JournaledQueue(path).close()
+    owner = Child(PEEKED_OWNER, path)
+    try:
+        owner.wait_for_line("ready")
+        peek = cli("get", path, "--reader", "r", "--count", "3")
+        assert peek.stdout.decode().splitlines() == ["1 m1", "2 m2", "3 m3"], peek.stderr
+        owner.send("order")
+        owner.wait_for_line("order")
+        assert "order m1 m2 m3 m4 m5" in owner.lines
+    finally:
+        owner.finish()
+
+
 def test_follow_prints_items_as_they_come_and_ctrl_c_gives_the_open_read_back(tmp_path):
     path = str(tmp_path / "q")
     cli("put", path, "--create", "first")

@@ -260,6 +260,37 @@ def test_a_redrive_run_as_a_client_leaves_the_dead_letters_it_did_not_select_unt
     assert [r["id"] for r in listed(dead)] == list(range(8))
 
 
+ORDER_OWNER = """
+import sys
+from journaled import JournaledQueue
+from journaled.cli.deadletters import REDRIVE_READER
+dead = JournaledQueue(sys.argv[1], name="dead")
+target = JournaledQueue(sys.argv[2], name="target")
+print("ready", flush=True)
+sys.stdin.readline()
+live = dead.reader(REDRIVE_READER)
+print("order", [live.get(block=False).id for _ in range(8)], flush=True)
+dead.close()
+target.close()
+"""
+
+
+def test_dead_letters_a_client_redrive_did_not_select_keep_their_order_in_the_live_owner(dead, target):
+    # the owner's reader sees the give-backs live (a reopen would hide any reordering: it reads
+    # the journal in id order)
+    owner = Child(ORDER_OWNER, dead, target)
+    try:
+        owner.wait_for_line("ready")
+        out = cli("redrive", dead, "--to", target, "--reader", "audit")
+        assert out.returncode == 0, out.stderr
+        owner.send("order")
+        owner.wait_for_line("order")
+    finally:
+        owner.finish()
+    (line,) = [line for line in owner.lines if line.startswith("order")]
+    assert line == "order " + str(list(range(1, 9)))
+
+
 def test_a_redrive_that_cannot_write_into_the_target_is_one_line_exit_2_and_consumes_nothing(dead, target):
     with open(os.path.join(target, "spool"), "wb") as f:  # a file where the spool folder goes:
         f.write(b"not a folder")  # no batch can be written
