@@ -205,10 +205,23 @@ def check_dir(directory: str, name: str | None = None, live: bool | None = None)
     for reader in ckp.list_checkpoints(directory, name):
         path = ckp.checkpoint_path(directory, name, reader)
         try:
-            with open(path, "rb") as f:
-                decode_checkpoint(f.read(), path)
+            # never through a link (UnsafeDirectory: refused as the journal's own files are),
+            # never blocked by a FIFO planted in its place
+            decode_checkpoint(fileio.read_nofollow(path), path)
         except FileNotFoundError:
             continue  # the reader was removed while we looked
+        except fileio.NotRegularFile as exc:
+            findings.append(
+                Finding(
+                    path,
+                    0,
+                    "bad-checkpoint",
+                    str(exc.strerror),
+                    0,
+                    None,
+                    "ignored; the reader replays from the oldest item",
+                )
+            )
         except CorruptJournal as exc:
             findings.append(
                 Finding(

@@ -1,8 +1,9 @@
 """A FIFO (or any file that is not a regular file) at a name the queue opens never blocks it
 (issue 35, point 6): at a checkpoint's, the registry's, the settings file's or an ``external/``
-bookmark's name, ``JournaledQueue(path)``, ``inspect_queue``, ``journaled stat`` and a live
-owner's archiving and ``close()`` each return, and the name is skipped with a log line saying it
-is not a regular file.  Each runs in a process of its own with a deadline: on main they block."""
+bookmark's name, ``JournaledQueue(path)``, ``inspect_queue``, ``journaled stat``, ``journaled
+check`` and a live owner's archiving and ``close()`` each return, and the name is skipped with a
+log line saying it is not a regular file.  Each runs in a process of its own with a deadline: on
+main they block."""
 
 from __future__ import annotations
 
@@ -76,7 +77,10 @@ print("inspected")
 @pytest.mark.parametrize("where", sorted(NAMES))
 def test_a_fifo_at_a_name_the_queue_opens_never_blocks_it(tmp_path, where) -> None:
     path = _queue_with_fifo(tmp_path, where)
-    results = {
+    results = {  # check first: the owner replaces a checkpoint or registry it cannot read
+        "journaled check": _run(
+            "import sys; from journaled.cli.main import main; sys.exit(main())", "check", path
+        ),
         "JournaledQueue(path)": _run(OPEN, path),
         "inspect_queue": _run(INSPECT, path),
         "journaled stat": _run("from journaled.cli.main import main; main()", "stat", path),
@@ -86,6 +90,10 @@ def test_a_fifo_at_a_name_the_queue_opens_never_blocks_it(tmp_path, where) -> No
     opened = results["JournaledQueue(path)"]
     assert opened is not None and opened.returncode == 0 and "opened" in opened.stdout, opened.stderr
     assert "not a regular file" in opened.stderr, opened.stderr
+    checked = results["journaled check"]
+    assert checked is not None and "Traceback" not in checked.stderr, checked.stderr
+    if where == "checkpoint":  # reported, as a damaged checkpoint is
+        assert checked.returncode == 1 and "not a regular file" in checked.stdout, checked.stdout
     shown = results["journaled stat"]
     assert shown is not None and "Traceback" not in shown.stderr, shown.stderr
     mode = os.lstat(os.path.join(path, NAMES[where])).st_mode

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -114,6 +115,11 @@ def test_symlinked_checkpoint_is_not_read_through(qdir, tmp_path):
     os.symlink(outside, ckpt)
     with pytest.raises(UnsafeDirectory, match="symbolic link"):
         open_q(qdir)
+    # nor by journaled check, which refuses it as it refuses a linked journal file
+    out = subprocess.run(
+        [sys.executable, "-m", "journaled", "check", qdir], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and "symbolic link" in out.stderr, out.stderr
 
 
 def test_symlinked_journal_file_is_refused_at_open(qdir, tmp_path):
