@@ -115,7 +115,7 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
                 self.config,
                 self._journal,
                 self._lock,
-                lambda: self._cores,
+                lifecycle.weakly(self, lambda q: q._cores, []),  # cores hold _files: never self
                 lifecycle.weakly(self, lambda q: q._save_dedup_index(), None),
             )
             window = self._files.dedup_window  # the stored one, after this open's config applied

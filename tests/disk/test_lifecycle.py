@@ -192,6 +192,33 @@ def test_unclosed_queue_collected_warns_and_keeps_its_items(tmp_path):
     assert drain(d) == [b"a", b"b", b"c"]  # and the directory was released
 
 
+def test_unclosed_queue_with_a_reader_is_collected_too_and_keeps_its_commits(tmp_path):
+    # its reader cores hold the queue's reader files, which must hold the queue only weakly:
+    # else the queue's own threads keep the whole of it alive, open and locked, for ever
+    d = str(tmp_path / "q")
+    q = JournaledQueue(d, QueueConfig(sync=3600))
+    r = q.reader("r")
+    q.put_many([b"a", b"b", b"c"])
+    r.commit(r.get(block=False))
+
+    def warned() -> bool:
+        return any(issubclass(w.category, ResourceWarning) and d in str(w.message) for w in caught)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del q, r
+        for _ in range(100):  # a background thread may hold it for a moment
+            gc.collect()
+            if warned():
+                break
+            time.sleep(0.1)
+    assert warned(), caught
+    for t in threading.enumerate():  # collected on one of its own threads: closed on another
+        if t.name == "journaled-close":
+            t.join(60)
+    assert drain(d) == [b"b", b"c"]  # the directory was released, the commit kept
+
+
 def test_unclosed_stdlib_style_queue_collected_warns_and_keeps_its_items(tmp_path):
     d = str(tmp_path / "q")
     q = journaled.Queue(d, config=QueueConfig(sync=3600))
