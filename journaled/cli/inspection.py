@@ -106,6 +106,10 @@ def show_payload(data: bytes, how: str) -> str:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    if args.end is not None and args.end < args.start:
+        raise UsageError(f"--end {args.end} is before --start {args.start}: nothing could match")
+    if args.since is not None and args.until is not None and args.until < args.since:
+        raise UsageError("--until is before --since: nothing could match")
     scanner = JournalScanner(args.path, queue_name(args.path, args.name))
     n = 0
     start, done = args.start, frozenset[int]()

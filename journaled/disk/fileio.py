@@ -198,16 +198,20 @@ def make_dirs(path: str, mode: int = 0o700) -> bool:
 
 
 def copy_file(src: str, dst: str) -> None:
-    """Durably place a byte-for-byte copy of ``src`` (same permission bits) at ``dst``.
+    """Durably place a byte-for-byte copy of ``src`` (same permission bits) at ``dst``; ``src``
+    must be a regular file (:class:`NotRegularFile` otherwise, before anything is written).
 
     Through a temp file next to ``dst`` (:func:`create_temp`): write, fsync, rename over, fsync
     the directory.  A crash leaves ``dst`` absent or whole, never partial.
     """
     directory, base = os.path.split(dst)
     tmp = os.path.join(directory, f".{base}.tmp")
-    src_fd = ops.open(src, os.O_RDONLY)
+    src_fd = ops.open(src, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     try:
-        fd = create_temp(tmp, stat.S_IMODE(os.fstat(src_fd).st_mode))
+        src_mode = os.fstat(src_fd).st_mode
+        if not stat.S_ISREG(src_mode):
+            raise NotRegularFile(src)
+        fd = create_temp(tmp, stat.S_IMODE(src_mode))
         try:
             offset = 0
             while chunk := ops.pread(src_fd, _COPY_CHUNK, offset):

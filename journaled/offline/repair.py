@@ -8,7 +8,9 @@ first.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import time
 
 import attrs
@@ -310,60 +312,93 @@ def repair_dir(directory: str, mode: str = "salvage", name: str | None = None) -
         report = check_dir(directory, name, live=False)
         name = report.name
         backup = os.path.join(directory, "repair-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-        actions: list[str] = []
         damaged = {f.path for f in report.findings if f.kind != "id-gap"}
         if not damaged:
             return "", ["nothing to repair"]
         kept.check()
         fileio.make_dirs(backup, 0o700)
-
-        def keep_original(path: str) -> None:
-            # durable before the original is rewritten or removed; the caller writes next
-            kept.check()
-            fileio.copy_file(path, os.path.join(backup, os.path.basename(path)))
-
-        files = list_journal_files(directory, name)
-        foreign = {f.path for f in report.findings if f.kind in ("foreign-file", "unsupported-version")}
-        for k, (ms, path) in enumerate(files):
-            if path not in damaged or path in foreign:
-                continue  # a file journaled did not write (or of another format) is never touched
-            keep_original(path)
-            header = _header_of(path, name, ms)
-            if header is None:
-                os.unlink(path)
-                actions.append(f"moved {os.path.basename(path)} (unreadable header) to {backup}")
-                continue
-            with open(path, "rb") as f:
-                data = f.read()
-            scan = scan_file(data, header, path)
-            p = plan(scan, mode, path, k == len(files) - 1)
-            keep = [r for r in scan.records if r[1] < p.end]
-            rebuilt = _rebuild(path, data, header, keep)
-            kept.check()
-            fileio.write_atomic(path, rebuilt)
-            actions.append(
-                f"rewrote {os.path.basename(path)}: kept {len(keep)} of {len(scan.records)} valid records "
-                f"({len(data) - len(rebuilt)} bytes dropped, damage in {len(scan.spans)} place(s))"
-            )
-        for finding in report.findings:
-            if finding.kind == "bad-checkpoint":
-                keep_original(finding.path)
-                os.unlink(finding.path)
-                actions.append(
-                    f"moved damaged checkpoint {os.path.basename(finding.path)} aside (the reader replays)"
-                )
-        names = ckp.list_checkpoints(directory, name)
-        reg = ckp.registry_path(directory, name)
-        if reg in damaged:
-            keep_original(reg)
-            ckp.write_registry(reg, names, 0o600)
-            actions.append("rewrote the reader registry from the checkpoint files")
-        elif any(x.kind == "bad-checkpoint" for x in report.findings):
-            registered = ckp.read_registry(reg) or []
-            kept.check()
-            ckp.write_registry(reg, sorted(set(registered) | set(names)), 0o600)
-        fileio.ops.fsync_dir(directory)
-        return backup, actions
+        try:
+            return _repair_into(directory, name, mode, report, backup, damaged, kept)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.rmdir(backup)  # refused before it kept anything: no empty folder left behind
+            raise
     finally:
         kept.stop()
         lock.release()
+
+
+def _repair_into(
+    directory: str,
+    name: str,
+    mode: str,
+    report: CheckReport,
+    backup: str,
+    damaged: set[str],
+    kept: lease.KeptRenewed,
+) -> tuple[str, list[str]]:
+    """The body of :func:`repair_dir` once ``backup`` exists (under the lock, the lease kept)."""
+    actions: list[str] = []
+
+    def keep_original(path: str) -> None:
+        # durable before the original is rewritten or removed; the caller writes next
+        kept.check()
+        fileio.copy_file(path, os.path.join(backup, os.path.basename(path)))
+
+    files = list_journal_files(directory, name)
+    foreign = {f.path for f in report.findings if f.kind in ("foreign-file", "unsupported-version")}
+    for k, (ms, path) in enumerate(files):
+        if path not in damaged or path in foreign:
+            continue  # a file journaled did not write (or of another format) is never touched
+        keep_original(path)
+        header = _header_of(path, name, ms)
+        if header is None:
+            os.unlink(path)
+            actions.append(f"moved {os.path.basename(path)} (unreadable header) to {backup}")
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        scan = scan_file(data, header, path)
+        p = plan(scan, mode, path, k == len(files) - 1)
+        keep = [r for r in scan.records if r[1] < p.end]
+        rebuilt = _rebuild(path, data, header, keep)
+        kept.check()
+        fileio.write_atomic(path, rebuilt)
+        actions.append(
+            f"rewrote {os.path.basename(path)}: kept {len(keep)} of {len(scan.records)} valid records "
+            f"({len(data) - len(rebuilt)} bytes dropped, damage in {len(scan.spans)} place(s))"
+        )
+    for finding in report.findings:
+        if finding.kind == "bad-checkpoint":
+            if not _regular(finding.path, actions):
+                continue
+            keep_original(finding.path)
+            os.unlink(finding.path)
+            actions.append(
+                f"moved damaged checkpoint {os.path.basename(finding.path)} aside (the reader replays)"
+            )
+    names = ckp.list_checkpoints(directory, name)
+    reg = ckp.registry_path(directory, name)
+    if reg in damaged:
+        if _regular(reg, actions):
+            keep_original(reg)
+            ckp.write_registry(reg, names, 0o600)
+            actions.append("rewrote the reader registry from the checkpoint files")
+    elif any(x.kind == "bad-checkpoint" for x in report.findings):
+        registered = ckp.read_registry(reg) or []
+        kept.check()
+        ckp.write_registry(reg, sorted(set(registered) | set(names)), 0o600)
+    fileio.ops.fsync_dir(directory)
+    return backup, actions
+
+
+def _regular(path: str, actions: list[str]) -> bool:
+    """Is ``path`` a regular file?  If not (a FIFO, a socket, a device planted at the name of a
+    checkpoint or of the registry), it is left alone, and ``actions`` says so."""
+    if stat.S_ISREG(os.lstat(path).st_mode):
+        return True
+    actions.append(
+        f"left {os.path.basename(path)} alone: not a regular file (the queue reads nothing from it, "
+        "and writes its own file in its place)"
+    )
+    return False

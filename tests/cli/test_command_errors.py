@@ -121,6 +121,13 @@ def test_dump_escapes_control_bytes(hostile):
     assert len(out.stdout.splitlines()) == 2
 
 
+def test_dump_with_a_range_that_cannot_match_is_a_usage_error_not_silence(hostile):
+    assert_one_line_usage_error(cli("dump", hostile, "--start", "5", "--end", "3"), "dump", "--end 3")
+    late, early = "2030-01-01T00:00:00Z", "2020-01-01T00:00:00Z"
+    assert_one_line_usage_error(cli("dump", hostile, "--since", late, "--until", early), "dump", "--until")
+    assert cli("dump", hostile, "--start", "2", "--end", "2").stdout.count("\n") == 1  # one id: fine
+
+
 def test_dump_payload_as_text_hex_and_base64(hostile):
     text = cli("dump", hostile, "--payload", "--limit", "1").stdout
     assert "\\x1b[2J\\x1b]0;owned\\x07clear\\rscreen\\n" in text

@@ -103,6 +103,17 @@ def test_a_fifo_at_a_name_the_queue_opens_never_blocks_it(tmp_path, where) -> No
         assert stat.S_ISFIFO(mode)
 
 
+@pytest.mark.parametrize("where", ["checkpoint", "registry"])
+def test_repair_leaves_a_fifo_at_a_checkpoint_or_registry_name_alone_and_never_blocks(
+    tmp_path, where
+) -> None:
+    path = _queue_with_fifo(tmp_path, where)
+    out = _run("import sys; from journaled.cli.main import main; sys.exit(main())", "repair", path)
+    assert out is not None, f"blocked for {DEADLINE} s"
+    assert out.returncode == 0 and "not a regular file" in out.stdout, out.stdout + out.stderr
+    assert stat.S_ISFIFO(os.lstat(os.path.join(path, NAMES[where])).st_mode)  # never copied, moved
+
+
 def test_a_fifo_dropped_into_external_of_a_live_owner_neither_stops_archiving_nor_close(tmp_path) -> None:
     path = str(tmp_path / "jobs")
     out = _run(

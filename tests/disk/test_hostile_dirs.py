@@ -120,6 +120,13 @@ def test_symlinked_checkpoint_is_not_read_through(qdir, tmp_path):
         [sys.executable, "-m", "journaled", "check", qdir], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "symbolic link" in out.stderr, out.stderr
+    before = sorted(os.listdir(qdir))
+    out = subprocess.run(
+        [sys.executable, "-m", "journaled", "repair", qdir], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1 and "symbolic link" in out.stderr, out.stdout + out.stderr  # failed
+    assert sorted(os.listdir(qdir)) == before  # no repair folder left behind
+    assert os.readlink(ckpt) == str(outside)
 
 
 def test_symlinked_journal_file_is_refused_at_open(qdir, tmp_path):
@@ -131,6 +138,14 @@ def test_symlinked_journal_file_is_refused_at_open(qdir, tmp_path):
     os.symlink(outside, oldest)
     with pytest.raises(UnsafeDirectory, match="symbolic link"):
         open_q(qdir)
+    # nor by a repair, which fails before it keeps anything, and leaves no folder behind
+    before = sorted(os.listdir(qdir))
+    out = subprocess.run(
+        [sys.executable, "-m", "journaled", "repair", qdir], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 1 and "symbolic link" in out.stderr, out.stdout + out.stderr  # failed
+    assert sorted(os.listdir(qdir)) == before
+    assert os.readlink(oldest) == str(outside)
 
 
 def test_symlink_planted_as_the_spool_ledger_is_refused_and_its_target_untouched(qdir, victim):
