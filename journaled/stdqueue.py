@@ -28,7 +28,7 @@ from journaled import serializers as ser
 from journaled.config import QueueConfig, ReaderConfig
 from journaled.core import retry
 from journaled.disk import lifecycle
-from journaled.errors import Full, QueueClosed, SerializationError, UnknownRead
+from journaled.errors import Full, OwnerLost, QueueClosed, SerializationError, UnknownRead
 from journaled.item import Item, not_before_ms
 from journaled.owner.closing import Closing, closed_error
 from journaled.queue import JournaledQueue
@@ -260,8 +260,15 @@ class Queue(Closing, Generic[T]):
                 raise ValueError("task_done() called too many times")
             try:
                 self.reader.commit(item_id)
-            except UnknownRead:
-                pass  # a reader policy (open_read_timeout) settled it: it will come again
+            except (UnknownRead, OwnerLost) as exc:
+                # Not committed: a reader policy (open_read_timeout) took it back, or (a client)
+                # its read was lost with the owner.  Either way it is delivered again: waiting,
+                # not fetched, so that join() waits for it.
+                del self._open[item_id]
+                self._count += 1
+                if isinstance(exc, OwnerLost):
+                    raise
+                return
             del self._open[item_id]
             if not self._count and not self._open:
                 self.all_tasks_done.notify_all()
@@ -287,6 +294,9 @@ class Queue(Closing, Generic[T]):
                     self._count += 1
                 except UnknownRead:
                     pass
+                except OwnerLost:
+                    self._count += 1  # lost with the owner: the next one delivers it again
+                    raise
             else:
                 with core.lock:
                     if core.closed:

@@ -133,8 +133,9 @@ def release_later(reader: Consumer, item: Item) -> None:
 
 
 def check_timeout(timeout: float | None) -> None:
-    """Reject a negative ``timeout`` (``None`` waits forever)."""
-    if timeout is not None and timeout < 0:
+    """Reject a negative ``timeout``, and NaN, which no wait could ever reach (``None`` waits
+    forever), as :meth:`journaled.Reader.get` does."""
+    if timeout is not None and not timeout >= 0:
         raise ValueError("'timeout' must be a non-negative number")
 
 

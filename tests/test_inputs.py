@@ -162,6 +162,32 @@ def test_settling_by_int_id_still_works(qdir):
         assert r.get(block=False).error_count == 1
 
 
+@pytest.mark.parametrize("delay", [-1.0, math.nan, math.inf, 1e300], ids=repr)
+def test_an_abort_delay_that_is_no_plan_raises_value_error_and_leaves_the_read_open(qdir, delay):
+    # 1e300 s is finite but no due time: refused as a put's due time after the year 9999 is
+    with JournaledQueue(qdir) as q:
+        r = q.reader("r")
+        q.put(b"job")
+        item = r.get(block=False)
+        with pytest.raises(ValueError, match="delay"):
+            r.abort(item, delay=delay)
+        r.abort(item, delay=0)  # still open: the refused call changed nothing
+        assert r.get(block=False).error_count == 1
+
+
+@pytest.mark.parametrize("bad", ["no", 0, None], ids=repr)
+def test_dedup_that_is_not_a_bool_raises_type_error_and_stores_nothing(qdir, bad):
+    with JournaledQueue(qdir, journaled.QueueConfig(dedup_window=60)) as q:
+        r = q.reader("r")
+        with pytest.raises(TypeError, match="dedup"):
+            q.put(b"one", key=b"k", dedup=bad)
+        with pytest.raises(TypeError, match="dedup"):
+            q.put_many([b"two"], keys=[b"k"], dedup=bad)
+        with pytest.raises(TypeError, match="dedup"):
+            q.put_many([b"three", b"four"], dedup=bad)
+        assert len(r) == 0
+
+
 # ------------------------------------------------------------------ 12: the package face
 def test_every_name_in___all___is_importable():
     for name in journaled.__all__:

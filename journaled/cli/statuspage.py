@@ -138,6 +138,9 @@ def parse_find(query: dict[str, list[str]]) -> tuple[Filter, int]:
         )
     except argparse.ArgumentTypeError as exc:
         raise SearchError(str(exc)) from None
+    text = _one(query, "limit")
+    if text is not None and not (text.isascii() and text.isdigit()):
+        raise SearchError(f"limit: a whole number between 1 and {FIND_ITEMS}, not {text!r}")
     limit = _id(query, "limit")
     if limit is None:
         limit = FIND_ITEMS

@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from typing import Protocol
+from typing import Final, Protocol
 
 from journaled.config import ReaderConfig
 from journaled.errors import UnknownRead
@@ -77,6 +77,11 @@ def default_clock() -> Clock:
     return CLOCK
 
 
+#: The longest ``abort`` delay (seconds): about 1,000 years.  Beyond it a delay is a mistake, not
+#: a plan, as a ``put`` refuses a due time after the year 9999.
+MAX_DELAY: Final = 1000 * 365 * 86400.0
+
+
 def check_delay(delay: object) -> float | None:
     """``delay`` as seconds (``None``: the reader's backoff); else ``TypeError``/``ValueError``."""
     if delay is None:
@@ -85,6 +90,8 @@ def check_delay(delay: object) -> float | None:
         raise TypeError(f"delay must be a number of seconds or None, got {delay!r}")
     if not (math.isfinite(delay) and delay >= 0):
         raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+    if delay > MAX_DELAY:
+        raise ValueError(f"delay must be at most {MAX_DELAY:.0f} seconds (about 1,000 years), got {delay!r}")
     return float(delay)
 
 

@@ -178,6 +178,8 @@ class PutPath:
             key = None if keys is None else keys[0]
             item = items[0]
             return [self.put_one(item, expire_at, ttl, not_before, delay, headers, key, producer, dedup)]
+        if dedup is not True and dedup is not False:
+            raise TypeError(f"dedup must be True or False, got {dedup!r}")
         limit = self.config.max_item_size
         payloads = cast("list[bytes]", list(items))  # checked just below
         # perf: plain bytes within the limit (the usual case) are checked with two C-level
@@ -333,6 +335,8 @@ class PutPath:
         the append, the wait for durability; the id."""
         if len(payload) + len(encoded) > MAX_PAYLOAD_WITH_META:
             raise ItemTooLarge(len(payload), MAX_PAYLOAD_WITH_META - len(encoded))
+        if dedup is not True and dedup is not False:
+            raise TypeError(f"dedup must be True or False, got {dedup!r}")
         with self.lock:
             found = None
             if pid or (key is not None and dedup and self.keys is not None):  # else nothing to find

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from journaled.config import QueueConfig, ReaderConfig
+from journaled.config import QueueConfig, ReaderConfig, validate_name
 from journaled.disk.lease import OwnedElsewhere
 from journaled.errors import OwnerLost, QueueLocked, UnknownReader, UnsafeDirectory
 from journaled.format.metadata import Meta
@@ -269,6 +269,7 @@ class RemoteQueue(closing.Closing):
     def reader(self, name: str, config: ReaderConfig | None = None) -> RemoteReader:
         """The reader ``name`` (created at the owner on first use).  A ``config`` must hold only
         plain values (no sinks: ``expire_to``/``dead_letter`` belong to the owner's process)."""
+        validate_name(name, "reader name")  # the owner's check, here: InvalidName, as in-process
         if config is not None and not isinstance(config, ReaderConfig):
             raise TypeError(f"config must be a ReaderConfig, not {type(config).__name__}")
         self.call({"op": "reader", "reader": name, "config": _config_dict(config)})

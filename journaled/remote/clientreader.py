@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -244,6 +245,8 @@ class RemoteReader:
         where: Any = position
         if isinstance(position, _dt.datetime):
             where = epoch_ms(position) / 1000.0
+        elif isinstance(position, float) and not math.isfinite(position):
+            raise ValueError(f"start: time must be finite, got {position!r}")  # as in-process
         elif isinstance(position, bool) or not isinstance(position, (str, int, float)):
             raise TypeError(
                 f"position must be 'earliest', 'latest', an id, epoch seconds or a datetime, "

@@ -137,6 +137,7 @@ def test_find_since_starts_at_the_first_id_put_then(orders, page) -> None:
         (("end", "\u00b2"), "not an item id"),  # a digit to str.isdigit, not to int()
         (("header", "region"), "not NAME=VALUE"),
         (("limit", str(statuspage.FIND_ITEMS + 1)), "limit"),
+        (("limit", "-1"), "limit: a whole number"),
         (("queue", "/nowhere"), "no queue served"),
     ],
 )

@@ -243,6 +243,73 @@ q.close()
         assert lines == ["0"]
 
 
+def test_a_nan_timeout_is_refused_by_every_form_of_a_clients_read(tmp_path):
+    # NaN compares false with everything: unchecked, a wait for it ends at once (or never)
+    d = str(tmp_path / "q")
+    with JournaledQueue(d) as q:
+        q.reader("r")
+        q.put(b"waiting")  # a read that did not check would deliver it
+        lines = client(
+            PRELUDE
+            + """
+nan = float("nan")
+async def atx():
+    async with r.atransaction(timeout=nan):
+        pass
+async def ait():
+    async for _ in r.aiter(timeout=nan):
+        pass
+forms = {
+    "get": lambda: r.get(timeout=nan),
+    "aget": lambda: asyncio.run(r.aget(timeout=nan)),
+    "atransaction": lambda: asyncio.run(atx()),
+    "aiter": lambda: asyncio.run(ait()),
+    "aprocess": lambda: asyncio.run(r.aprocess(lambda item: None, timeout=nan)),
+    "iter": lambda: list(r.iter(timeout=nan)),
+    "process": lambda: r.process(lambda item: None, timeout=nan),
+}
+for name, call in forms.items():
+    try:
+        call()
+        print(name, "accepted")
+    except ValueError:
+        print(name, "ValueError")
+q.close()
+""",
+            d,
+        )
+        assert lines == [
+            f"{name} ValueError"
+            for name in ("get", "aget", "atransaction", "aiter", "aprocess", "iter", "process")
+        ]
+        assert q.reader("r").stats().items_waiting == 1
+
+
+def test_a_clients_bad_reader_name_and_seek_raise_the_owners_errors(tmp_path):
+    d = str(tmp_path / "q")
+    with JournaledQueue(d) as q:
+        q.reader("r")
+        lines = client(
+            PRELUDE
+            + """
+from journaled import InvalidName
+for bad in (5, "../up", "a/b"):
+    try:
+        q.reader(bad)
+    except InvalidName:
+        print("InvalidName")
+try:
+    r.seek(float("nan"))
+except ValueError as exc:
+    print("ValueError", "finite" in str(exc))
+q.close()
+""",
+            d,
+        )
+        assert lines == ["InvalidName"] * 3 + ["ValueError True"]
+        assert q.readers() == ["r"]
+
+
 def test_asyncio_reads_in_a_client_commit_abort_and_survive_cancellation(tmp_path):
     d = str(tmp_path / "q")
     with JournaledQueue(d) as q:
