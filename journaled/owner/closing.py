@@ -89,9 +89,11 @@ class Closing:
             return
         # The collector ran on one of our threads, which may hold this queue's locks (it holds
         # the queue only weakly): closing here could wait on itself.  Close on a thread of its
-        # own (not a daemon: the interpreter waits for it at exit).
+        # own, not a daemon, so that the interpreter waits for it at exit: said outright, as a
+        # thread is otherwise a daemon when the thread starting it is (ours are), and an exit
+        # would then cut the close short and lose the puts it had yet to write.
         try:
-            threading.Thread(target=self._close_collected, name="journaled-close").start()
+            threading.Thread(target=self._close_collected, name="journaled-close", daemon=False).start()
         except RuntimeError as exc:  # the interpreter is shutting down
             log.error("could not close the unclosed %r: %s", self, exc)
 
