@@ -41,9 +41,9 @@ class ItemTooLarge(JournaledError, ValueError):
 class QueueLocked(JournaledError):
     """Another ``JournaledQueue`` (in this process or another) owns the directory."""
 
-    def __init__(self, path: str, pid: int | None) -> None:
+    def __init__(self, path: str, pid: int | None, detail: str = "") -> None:
         who = f"process {pid}" if pid else "another owner"
-        super().__init__(f"queue directory {path!r} is locked by {who}")
+        super().__init__(f"queue directory {path!r} is locked by {who}" + (f", {detail}" if detail else ""))
         self.path = path
         self.pid = pid
 

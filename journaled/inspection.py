@@ -136,9 +136,10 @@ class QueueSnapshot:
     owner_host: str | None = None
 
 
-def ask_owner(path: str, timeout: float = OWNER_TIMEOUT) -> OwnerView | None:
+def ask_owner(path: str, timeout: float = OWNER_TIMEOUT, name: str | None = None) -> OwnerView | None:
     """Ask the live owner of ``path`` over its socket for its stats; None if nobody serves the
-    directory, an :class:`OwnerView` with ``error`` if the owner does not answer in time."""
+    directory, an :class:`OwnerView` with ``error`` if the owner does not answer in time, or
+    serves another queue of the directory than ``name`` (its figures are not this queue's)."""
     try:
         link = Link(os.path.abspath(path), timeout=timeout)
     except FileNotFoundError:
@@ -147,6 +148,13 @@ def ask_owner(path: str, timeout: float = OWNER_TIMEOUT) -> OwnerView | None:
         return None  # a socket left by an owner that is gone
     except (OSError, JournaledError) as exc:
         return OwnerView(error=f"the owner does not answer: {exc}")
+    if name is not None and link.name != name:
+        link.kill()
+        return OwnerView(
+            pid=link.owner_pid,
+            error=f"the owner serves queue {link.name!r} of the directory, not {name!r}: "
+            "figures from the files",
+        )
     try:
         stats = link.call({"op": "stats"})[0]["stats"]
     except (OSError, JournaledError) as exc:
@@ -219,7 +227,7 @@ def inspect_queue(path: str | os.PathLike[str], name: str | None = None) -> Queu
             pid=held.pid, error=f"{held.describe()}: on another host, its live figures cannot be asked for"
         )
     else:
-        owner = ask_owner(disk.path)
+        owner = ask_owner(disk.path, name=disk.name)
     if owner is None and disk.lock_holder is not None:
         owner = OwnerView(
             pid=disk.lock_holder,

@@ -86,7 +86,7 @@ class Sample:
 def sample(path: str, name: str | None = None) -> Sample:
     """The queue in ``path`` now: from its live owner if one answers, else from its files."""
     at = time.monotonic()
-    owner = ask_owner(path)
+    owner = ask_owner(path, name=name)
     if owner is not None and owner.error is None and owner.queue:
         q, health = owner.queue, owner.health
         next_id = int(q["next_id"])

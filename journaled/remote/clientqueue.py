@@ -98,6 +98,13 @@ class OpenOrConnect(type):
                         )
                     time.sleep(routing.RETRY_PAUSE)
                     continue
+                if name is not None and link.name != name:
+                    # one owner locks the whole directory and serves the queue it opened: never
+                    # hand a caller who named another queue that one instead
+                    link.kill()
+                    raise QueueLocked(
+                        exc.path, link.owner_pid, f"which serves queue {link.name!r}, not {name!r}"
+                    )
                 return RemoteQueue(link, config, open_owner, functools.partial(cls, path, config, name=name))
 
 

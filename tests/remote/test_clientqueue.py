@@ -366,3 +366,39 @@ def test_journaled_queue_objects_pass_between_processes(tmp_path):
     assert q.get(timeout=5) == ["from the child"]
     q.task_done()
     q.close()
+
+
+def test_a_client_naming_another_queue_of_the_owners_directory_is_refused_not_given_the_owners(tmp_path):
+    # One owner locks the whole directory and serves the queue it opened.  A process naming the
+    # other queue used to become a client of the owner's, its puts landing in the wrong queue.
+    d = str(tmp_path / "q")
+    for name in ("a", "b"):
+        with JournaledQueue(d, name=name) as q:
+            q.reader("r")
+    code = """
+        import sys
+        from journaled import JournaledQueue, QueueLocked
+        try:
+            JournaledQueue(sys.argv[1], name="b").put(b"meant for b")
+        except QueueLocked as exc:
+            print("QueueLocked", exc)
+        q = JournaledQueue(sys.argv[1], name="a")  # the queue it serves: a client, as ever
+        print("client of", q.name, not q.is_owner)
+        q.put(b"meant for a")
+        q.close()
+        from journaled.inspection import inspect_queue
+        print("stat of b:", inspect_queue(sys.argv[1], "b").owner.error)
+        """
+    with JournaledQueue(d, name="a") as owner:
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), d], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        refused, served, stat_b = done.stdout.splitlines()
+        assert refused.startswith("QueueLocked") and "serves queue 'a', not 'b'" in refused
+        assert served == "client of a True"
+        assert owner.reader("r").get(timeout=10).data == b"meant for a"
+        # nor are the owner's live figures shown as the other queue's (journaled stat, top)
+        assert "serves queue 'a'" in stat_b
+    with JournaledQueue(d, name="b") as b:
+        assert len(b.reader("r")) == 0
