@@ -88,7 +88,12 @@ def uses_time_policies(core: ReaderCore) -> bool:
     """Does this reader need the background tick (timeouts, or items that can expire)?  Parked
     items need no tick: the engine sleeps until the earliest is due (:func:`next_due`)."""
     cfg = core.config
-    return cfg.open_read_timeout is not None or cfg.max_age is not None or core.saw_expiry
+    return (
+        cfg.open_read_timeout is not None
+        or cfg.max_age is not None
+        or core.saw_expiry
+        or core.has_retired_waiting()
+    )
 
 
 def sweep(core: ReaderCore, now: float, now_mono: float) -> None:
@@ -97,7 +102,7 @@ def sweep(core: ReaderCore, now: float, now_mono: float) -> None:
         core.release_due(now_mono)
     if core.config.open_read_timeout is not None or core.opened_at:
         core.time_out_reads(now_mono)
-    if core.config.max_age is not None or core.saw_expiry:
+    if core.config.max_age is not None or core.saw_expiry or core.has_retired_waiting():
         core.expire_head(now)
 
 

@@ -70,6 +70,9 @@ from journaled.log.journal import Cursor
 
 log = logging.getLogger("journaled")
 
+#: the counter a disposal of each kind (``DeadLetter.kind``) is counted in
+_COUNTED_AS: dict[str, str] = {"expired": "expired", "rejected": "rejected", "max_errors": "dead_lettered"}
+
 #: Most items one ``expire_head`` sweep expires, so the lock is never held for long.
 SWEEP_LIMIT = 4096
 
@@ -438,18 +441,34 @@ class ReaderCore(Holding):
     def expire_head(self, now: float) -> int:
         """Send expired items at the head (in memory, read back from disk as needed) to their
         sink, up to ``SWEEP_LIMIT``; items expiring behind a live one are caught by :meth:`take`
-        instead.  Returns how many expired."""
-        max_age, count = self.config.max_age, 0
+        instead.  So too items at the head already aborted ``max_errors`` times: those a closed
+        dead letter queue refused before a reopen (they come back uncommitted with their error
+        counts), handed over then, not when a consumer's get reaches them.  Returns how many went."""
+        max_age, most, count = self.config.max_age, self.config.max_errors, 0
         while count < SWEEP_LIMIT:
             item = self._peek_waiting()
-            if item is None or not is_expired(item, max_age, now):
+            if item is None:
+                break
+            if is_expired(item, max_age, now):
+                kind = "expired"
+            elif most is not None and item.error_count >= most:
+                kind = "max_errors"
+            else:
                 break
             self._pop_waiting()
-            self._dispose(item, "expired")
+            self._dispose(item, kind)
             count += 1
         if count:
             self._serve_keys()
         return count
+
+    def has_retired_waiting(self) -> bool:
+        """Are items that reached ``max_errors`` waiting to be handed to their sink (after a
+        reopen: a closed destination refused them before it)?  Their error counts say so."""
+        most = self.config.max_errors
+        if most is None or not self.errors:
+            return False
+        return any(c >= most for i, c in self.errors.items() if i not in self.disposing)
 
     def expire_in_memory(self, now: float) -> int:
         """Send every expired item held in memory, wherever it is, to its sink (O(items in
@@ -569,8 +588,15 @@ class ReaderCore(Holding):
         return CheckpointData(self.head, ms, offset, tuple(sorted(self.done)), errors, self.counts())
 
     def counts(self) -> ReaderCounts:
-        """The counters as the checkpoint keeps them."""
-        return ReaderCounts(**{name: getattr(self, name) for name in COUNT_FIELDS})
+        """The counters as the checkpoint keeps them: as its head and ``done`` reflect them, so an
+        item still waiting for its sink (a destination closed before this queue) is not counted
+        yet.  It is still uncommitted there; after a reopen (or a crash) it is decided, and
+        counted, again: never twice."""
+        counts = {name: getattr(self, name) for name in COUNT_FIELDS}
+        for letter, _sink in self.disposing.values():
+            field = _COUNTED_AS.get(letter.kind, "dead_lettered")
+            counts[field] = max(0, counts[field] - 1)
+        return ReaderCounts(**counts)
 
     def mark_clean(self) -> None:
         """The checkpoint just taken (:meth:`checkpoint_state`) is the one to write."""

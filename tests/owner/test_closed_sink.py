@@ -44,6 +44,37 @@ def test_an_item_rejected_into_a_closed_destination_is_kept_not_dropped(tmp_path
     assert (letter.data, letter.reason, letter.key) == (b"job", "bad", b"order-7")
 
 
+def test_items_a_closed_dead_letter_queue_refused_are_handed_over_at_reopen_and_counted_once(
+    tmp_path,
+) -> None:
+    # They come back uncommitted with their error counts: the reopened reader's sweep hands them
+    # over without waiting for a consumer's get, and its lasting counter counts each once (the
+    # checkpoint never counted what its head and done did not reflect)
+    dpath, qpath = str(tmp_path / "dead"), str(tmp_path / "q")
+    dead = JournaledQueue(dpath)
+    q = JournaledQueue(qpath)
+    w = q.reader("w", ReaderConfig(max_errors=1, dead_letter=dead))
+    q.put_many([b"j%d" % i for i in range(5)])
+    for _ in range(5):
+        w.abort(w.get(timeout=5))  # each reaches max_errors
+    dead.close()  # before the source: its sink thread may not have handed them all yet
+    q.close()
+    with JournaledQueue(qpath) as q2:  # opens ../dead itself (the stored setting)
+        w2 = q2.reader("w")
+        deadline = time.monotonic() + DEADLINE
+        while w2.stats().backlog_items:
+            assert time.monotonic() < deadline, w2.stats()
+            q2.run_policies()
+            time.sleep(0.05)
+        assert w2.stats().dead_lettered == 5
+    with JournaledQueue(dpath) as d:
+        letters = d.reader("all", ReaderConfig(start="earliest"))
+        assert sorted(DeadLetter.decode(letters.get(timeout=5).data).data for _ in range(5)) == [
+            b"j%d" % i for i in range(5)
+        ]
+        assert len(letters) == 0
+
+
 def test_a_sink_raising_another_error_still_drops_its_item(tmp_path, caplog) -> None:
     def broken(_letter: DeadLetter) -> None:
         raise RuntimeError("no")
