@@ -570,14 +570,16 @@ class ReaderCore(Holding):
     def backlog_payload(self) -> int:
         """Payload bytes of the uncommitted items.  Kept incrementally (exact within a session);
         after a reopen an estimate, made exact once every uncommitted item is in memory or none is
-        left, or for ``max_size`` read from compressed units (their size on disk says too little)."""
+        left.  A compressed journal's sizes on disk say too little (an estimate from them could be
+        0), so there the first call after a reopen reads the uncommitted part once (under the
+        lock, as ``max_size`` needs it anyway) and the figure is exact from then on."""
         if self.backlog_items() == 0:  # also corrects ids lost to damage, whose sizes were never known
             self.backlog_bytes, self.backlog_exact = 0, True
         elif not self.backlog_exact and self.load_id is None and self._in_hand():
             held = (self.open.values(), self.parked.values(), (i for i, _s in self.disposing.values()))
             lined = 0 if self.keys is None else self.keys.nbytes
             self.backlog_bytes, self.backlog_exact = self.mem_bytes + lined + payload_of(*held), True
-        elif not self.backlog_exact and self.config.max_size is not None and self.journal.compressed:
+        elif not self.backlog_exact and self.journal.compressed:
             self.backlog_bytes, self.backlog_exact = payload_from(self.journal, self.head, self.done), True
         return self.backlog_bytes
 

@@ -265,6 +265,39 @@ def test_an_unclosed_queue_collected_on_a_daemon_thread_still_keeps_every_put_at
     assert drain(d) == [b"item-%d" % i for i in range(50)]
 
 
+def test_sigterm_made_a_normal_exit_keeps_every_put_as_docs_durability_says(tmp_path):
+    # docs/durability.md: with signal.signal(SIGTERM, lambda *_: sys.exit(0)) a SIGTERM is a
+    # normal exit, and the exit hook closes the queue (sync=3600: nothing reaches the disk
+    # on its own in the meantime)
+    d = str(tmp_path / "q")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import signal, sys, time
+                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+                from journaled import JournaledQueue, QueueConfig
+                q = JournaledQueue(sys.argv[1], QueueConfig(sync=3600))
+                q.reader("r")
+                q.put_many([b"item-%d" % i for i in range(100)])
+                print("ready", flush=True)
+                while True:
+                    time.sleep(1)
+                """
+            ),
+            d,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    child.terminate()  # SIGTERM
+    assert child.wait(timeout=60) == 0
+    assert drain(d) == [b"item-%d" % i for i in range(100)]
+
+
 def test_unclosed_stdlib_style_queue_collected_warns_and_keeps_its_items(tmp_path):
     d = str(tmp_path / "q")
     q = journaled.Queue(d, config=QueueConfig(sync=3600))
