@@ -198,6 +198,7 @@ def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
     put_s = max(extra.pop("put_seconds"), 1e-9)
     get_s = max(extra.pop("get_seconds"), 1e-9)
     lat = sorted(x for xs in ledger.latencies for x in xs)
+    gets = extra.pop("gets")
     lo, hi = args.size
     result: dict[str, Any] = {
         "test": args.test,
@@ -220,9 +221,9 @@ def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
             },
         },
         "get": {
-            "items": extra.pop("gets"),
+            "items": gets,
             "seconds": round(get_s, 3),
-            "items_per_s": round(ledger.delivered() / get_s),
+            "items_per_s": round(gets / get_s),
             "aborts": ledger.aborts,
             "timeouts": ledger.timeouts,
         },
@@ -239,6 +240,11 @@ def run_qtest(args: argparse.Namespace) -> dict[str, Any]:
         "dir": run.directory,
         "dir_kept": bool(args.keep or args.dir),
     }
+    if result.get("not_measured"):  # an interrupted --processes run: never zeros it did not measure
+        put = result["put"]
+        put["bytes"] = put["mb_per_s"] = None
+        put["latency_us"] = dict.fromkeys(put["latency_us"])
+        result["disk"]["payload_bytes"] = None
     return result
 
 
@@ -260,9 +266,14 @@ def feature_lines(r: dict[str, Any]) -> list[str]:
     codec = r["compression"] or "none (or what the queue had stored)"
     if r["compression"] and r["batch"] <= 1:
         codec += "; single puts stay plain: use --batch N"
+    payloads = (
+        "payloads put"
+        if disk["payload_bytes"] is None
+        else f"{disk['payload_bytes'] / 1e6:.1f} MB of payloads put"
+    )
     lines = [
         f"  disk  {disk['peak_bytes'] / 1e6:.1f} MB at most in the queue directory{ratio} for "
-        f"{disk['payload_bytes'] / 1e6:.1f} MB of payloads put; compression {codec}"
+        f"{payloads}; compression {codec}"
     ]
     if r["keys"]:
         ko = r["key_order"]
@@ -295,9 +306,11 @@ def format_summary(r: dict[str, Any]) -> str:
         f"qtest {r['test']}: {who}, items {r['size']} B{batch}, {sync_words(r['sync'])}, hot path "
         f"{speedups.implementation}",
         f"  put   {put['items']:>10,} items in {put['seconds']:.2f} s  {put['items_per_s']:>9,} items/s"
-        f"  {put['mb_per_s']:>7} MB/s",
+        + (f"  {put['mb_per_s']:>7} MB/s" if put["mb_per_s"] is not None else ""),
         f"        latency per put call: p50 {lat['p50']} us  p99 {lat['p99']} us  "
-        f"p99.9 {lat['p99.9']} us  max {lat['max']} us",
+        f"p99.9 {lat['p99.9']} us  max {lat['max']} us"
+        if lat["p50"] is not None
+        else f"        not measured: {r.get('not_measured')}",
         f"  got   {get['items']:>10,} deliveries in {get['seconds']:.2f} s  {get['items_per_s']:>9,} items/s"
         f"  (aborts {get['aborts']:,}, empty timeouts {get['timeouts']:,})",
     ]
@@ -318,6 +331,11 @@ def format_summary(r: dict[str, Any]) -> str:
     if not r["ok"]:
         lines.append(f"  validation: FAILED ({len(r['validation_errors'])} problems)")
         lines.extend(f"    - {e}" for e in r["validation_errors"][:10])
+    elif r.get("not_measured"):  # --processes, interrupted: the workers' deliveries never came
+        lines.append(
+            f"  validation: NOTHING CHECKED (interrupted: the workers were stopped before they reported "
+            f"their deliveries; {get['items']:,} counted)"
+        )
     elif r["interrupted"] or not get["items"]:
         lines.append(partial_validation(r["interrupted"], get["items"]))
     elif r.get("owner_killed"):

@@ -318,6 +318,10 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
             took = time.monotonic() - c.t0 if c.t0 else 0.0
             put_s, get_s = put_s or took, get_s or took
             errors = problems
+            # the workers report bytes, latencies and deliveries in their ledgers at the end:
+            # stopped first, they never did; the counts of their progress lines are all there is
+            extra["not_measured"] = "bytes, latencies: the workers were stopped before they reported them"
+            extra["gets_so_far"] = sum(c.gets)
         else:
             pre, figures = c.merge()
             with run.open() as q:  # what nobody took: reads given back when the owner died
@@ -350,7 +354,7 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
         {
             "put_seconds": put_s,
             "get_seconds": get_s,
-            "gets": ledger.delivered(),
+            "gets": extra.pop("gets_so_far", None) or ledger.delivered(),
             "processes": c.n,
             "owner_pid": c.children[OWNER].pid if OWNER in c.children else None,
             "owner_killed": c.killed,

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from journaled.cli.qtest.args import add_qtest_arguments, apply_defaults
+from journaled.cli.qtest.main import format_summary
 from journaled.cli.qtest.procs import Conductor
 from journaled.cli.qtest.run import Run
 from support.paths import ROOT
@@ -196,3 +197,30 @@ def test_an_id_delivered_with_two_payloads_is_an_error_even_for_a_put_of_unknown
     write_ledger(c2, 0, {0: 3}, [[1, 0, 0, 0, 1], [2, 0, 1, 0, 1], [2, 0, 2, 0, 0]])
     write_ledger(c2, 1, {}, [])
     assert any("two payloads" in e for e in check(c2, killed=True))
+
+
+def test_an_interrupted_processes_run_shows_what_it_counted_and_no_zeros_it_never_measured(tmp_path):
+    # The workers report bytes and latencies in their ledgers at the end; Ctrl-C stops them
+    # first, so the run has only their progress counts: it must say so, not print 0 B, 0 us.
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "journaled", "qtest", "put", "--processes", "2", "--items", "500000"]
+        + ["--json", "--no-progress", "--dir", str(tmp_path / "q")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,  # a Ctrl-C reaches the whole group, as in a terminal
+    )
+    time.sleep(4)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["interrupted"] and r["put"]["items"] > 0, r["put"]
+    assert r["put"]["bytes"] is None and set(r["put"]["latency_us"].values()) == {None}
+    assert "not_measured" in r
+    text = format_summary(r)
+    assert "not measured" in text and "validation: NOTHING CHECKED (interrupted" in text, text
