@@ -235,8 +235,10 @@ class JournaledQueue(closing.Closing, metaclass=OpenOrConnect):
 
     def reader_settings(self, name: str) -> dict[str, Any]:
         """Reader ``name``'s stored settings (docs/format.md, section 15): every field of
-        ``ReaderConfig`` but ``start``, sinks in their stored form; the defaults where none are
-        stored.  Raises :class:`UnknownReader` for a reader that does not exist."""
+        ``ReaderConfig`` but ``start``, and but ``key_order`` while it is off (stored, and shown,
+        as before the field existed, so that older versions read the file), sinks in their stored
+        form; the defaults where none are stored.  Raises :class:`UnknownReader` for a reader
+        that does not exist."""
         with self._files.lock:
             self._check_open()
             if name not in self._readers:
