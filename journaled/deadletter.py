@@ -35,6 +35,8 @@ _HEAD = struct.Struct(">4sBI")
 
 #: Why an item left its reader (``DeadLetter.kind``).
 KINDS = ("expired", "max_errors", "rejected")
+#: The reader counter (``ReaderStats`` field) each kind is counted in.
+COUNTED_IN = {"expired": "expired", "max_errors": "dead_lettered", "rejected": "rejected"}
 
 
 @attrs.frozen(slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from journaled.config import ReaderConfig
 from journaled.core import retry
 from journaled.core.keyorder import KeyOrder, key_of, line_limit, rebuild
-from journaled.core.readbehind import LogSource, merge_due, payload_of, read_ids
+from journaled.core.readbehind import LogSource, merge_due, payload_of, read_ids, take_expired
 from journaled.core.waiters import Waiter
 from journaled.item import Item, is_expired
 
@@ -42,6 +42,7 @@ class Holding:
     wake_engine: Callable[[], None]
     journal: LogSource
     errors: dict[int, int]
+    saw_expiry: bool
 
     def _dispose(self, item: Item, kind: str, reason: str = "") -> None:
         raise NotImplementedError  # the core's
@@ -206,6 +207,21 @@ class Holding:
     def _expire_lined(self, max_age: float | None, now: float) -> list[Item]:
         """Items behind busy keys expired at ``now``, out of their lines (the core disposes of them)."""
         return [] if self.keys is None else self.keys.take_where(lambda i: is_expired(i, max_age, now))
+
+    def expire_in_memory(self, now: float) -> int:
+        """Send every expired item held in memory, wherever it is, to its sink (O(items in
+        memory): for a reader about to refuse a put).  Returns how many expired."""
+        cfg, count = self.config, 0
+        if cfg.max_age is None and not self.saw_expiry:
+            return 0
+        for it in take_expired(self.mem, cfg.max_age, now):
+            self.mem_bytes -= len(it.data)
+            self._dispose(it, "expired")
+            count += 1
+        for it in self._expire_lined(cfg.max_age, now):  # behind a busy key: in memory too
+            self._dispose(it, "expired")
+            count += 1
+        return count
 
     def _lined_oldest(self) -> Item | None:
         """The item with the smallest id behind a busy key, out of its line (None: none); read

@@ -92,8 +92,17 @@ def uses_time_policies(core: ReaderCore) -> bool:
         cfg.open_read_timeout is not None
         or cfg.max_age is not None
         or core.saw_expiry
-        or core.has_retired_waiting()
+        or retired_waiting(core)
     )
+
+
+def retired_waiting(core: ReaderCore) -> bool:
+    """Are items that reached ``max_errors`` waiting for their sink?  After a reopen: a closed
+    destination refused them before it, and their error counts (from the checkpoint) say so."""
+    most = core.config.max_errors
+    if most is None or not core.errors:
+        return False
+    return any(c >= most for i, c in core.errors.items() if i not in core.disposing)
 
 
 def sweep(core: ReaderCore, now: float, now_mono: float) -> None:
@@ -102,7 +111,7 @@ def sweep(core: ReaderCore, now: float, now_mono: float) -> None:
         core.release_due(now_mono)
     if core.config.open_read_timeout is not None or core.opened_at:
         core.time_out_reads(now_mono)
-    if core.config.max_age is not None or core.saw_expiry or core.has_retired_waiting():
+    if core.config.max_age is not None or core.saw_expiry or retired_waiting(core):
         core.expire_head(now)
 
 

@@ -58,20 +58,16 @@ from journaled.core.readbehind import (
     payload_of,
     read_window,
     stopped_at,
-    take_expired,
     take_in,
 )
 from journaled.core.waiters import Waiter
-from journaled.deadletter import DeadLetter
+from journaled.deadletter import COUNTED_IN, DeadLetter
 from journaled.errors import UnsupportedVersion
 from journaled.format.smallfiles import COUNT_FIELDS, CheckpointData, ReaderCounts
 from journaled.item import Item, is_expired
 from journaled.log.journal import Cursor
 
 log = logging.getLogger("journaled")
-
-#: the counter a disposal of each kind (``DeadLetter.kind``) is counted in
-_COUNTED_AS: dict[str, str] = {"expired": "expired", "rejected": "rejected", "max_errors": "dead_lettered"}
 
 #: Most items one ``expire_head`` sweep expires, so the lock is never held for long.
 SWEEP_LIMIT = 4096
@@ -439,11 +435,9 @@ class ReaderCore(Holding):
 
     # ------------------------------------------------------------------ upkeep
     def expire_head(self, now: float) -> int:
-        """Send expired items at the head (in memory, read back from disk as needed) to their
-        sink, up to ``SWEEP_LIMIT``; items expiring behind a live one are caught by :meth:`take`
-        instead.  So too items at the head already aborted ``max_errors`` times: those a closed
-        dead letter queue refused before a reopen (they come back uncommitted with their error
-        counts), handed over then, not when a consumer's get reaches them.  Returns how many went."""
+        """Send expired items at the head (in memory, read back as needed) to their sink, up to
+        ``SWEEP_LIMIT`` (items expiring behind a live one: :meth:`take`), and those already at
+        ``max_errors`` (a closed destination refused them before a reopen).  Returns how many."""
         max_age, most, count = self.config.max_age, self.config.max_errors, 0
         while count < SWEEP_LIMIT:
             item = self._peek_waiting()
@@ -460,29 +454,6 @@ class ReaderCore(Holding):
             count += 1
         if count:
             self._serve_keys()
-        return count
-
-    def has_retired_waiting(self) -> bool:
-        """Are items that reached ``max_errors`` waiting to be handed to their sink (after a
-        reopen: a closed destination refused them before it)?  Their error counts say so."""
-        most = self.config.max_errors
-        if most is None or not self.errors:
-            return False
-        return any(c >= most for i, c in self.errors.items() if i not in self.disposing)
-
-    def expire_in_memory(self, now: float) -> int:
-        """Send every expired item held in memory, wherever it is, to its sink (O(items in
-        memory): for a reader about to refuse a put).  Returns how many expired."""
-        cfg, count = self.config, 0
-        if cfg.max_age is None and not self.saw_expiry:
-            return 0
-        for it in take_expired(self.mem, cfg.max_age, now):
-            self.mem_bytes -= len(it.data)
-            self._dispose(it, "expired")
-            count += 1
-        for it in self._expire_lined(cfg.max_age, now):  # behind a busy key: in memory too
-            self._dispose(it, "expired")
-            count += 1
         return count
 
     def time_out_reads(self, now_mono: float) -> int:
@@ -569,10 +540,8 @@ class ReaderCore(Holding):
 
     def backlog_payload(self) -> int:
         """Payload bytes of the uncommitted items.  Kept incrementally (exact within a session);
-        after a reopen an estimate, made exact once every uncommitted item is in memory or none is
-        left.  A compressed journal's sizes on disk say too little (an estimate from them could be
-        0), so there the first call after a reopen reads the uncommitted part once (under the
-        lock, as ``max_size`` needs it anyway) and the figure is exact from then on."""
+        after a reopen an estimate, exact once every uncommitted item is in memory or none is left;
+        a compressed journal's sizes say too little, so the first call reads its backlog once."""
         if self.backlog_items() == 0:  # also corrects ids lost to damage, whose sizes were never known
             self.backlog_bytes, self.backlog_exact = 0, True
         elif not self.backlog_exact and self.load_id is None and self._in_hand():
@@ -591,13 +560,11 @@ class ReaderCore(Holding):
 
     def counts(self) -> ReaderCounts:
         """The counters as the checkpoint keeps them: as its head and ``done`` reflect them, so an
-        item still waiting for its sink (a destination closed before this queue) is not counted
-        yet.  It is still uncommitted there; after a reopen (or a crash) it is decided, and
-        counted, again: never twice."""
+        item still bound for a sink is left out (decided, and counted, again after a reopen)."""
         counts = {name: getattr(self, name) for name in COUNT_FIELDS}
         for letter, _sink in self.disposing.values():
-            field = _COUNTED_AS.get(letter.kind, "dead_lettered")
-            counts[field] = max(0, counts[field] - 1)
+            field = COUNTED_IN[letter.kind]
+            counts[field] -= 1
         return ReaderCounts(**counts)
 
     def mark_clean(self) -> None:
