@@ -228,37 +228,28 @@ def test_an_unclosed_queue_collected_on_a_daemon_thread_still_keeps_every_put_at
     # The collector may run on any thread, often one of the queue's own (daemons): the close
     # then runs on a thread of its own, which the interpreter must wait for at a normal exit.
     d = str(tmp_path / "q")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                """
-                import gc, sys, threading, warnings
-                from journaled import JournaledQueue
-                from journaled.disk import lifecycle
-                warnings.simplefilter("ignore", ResourceWarning)
-                box = [JournaledQueue(sys.argv[1])]
-                box[0].reader("r")
-                box[0].put_many([b"item-%d" % i for i in range(50)])
+    r = run_script(
+        """
+        import gc, sys, threading, warnings
+        from journaled import JournaledQueue
+        from journaled.disk import lifecycle
+        warnings.simplefilter("ignore", ResourceWarning)
+        box = [JournaledQueue(sys.argv[1])]
+        box[0].reader("r")
+        box[0].put_many([b"item-%d" % i for i in range(50)])
 
-                def drop():  # as a collection on one of the queue's own threads would
-                    lifecycle.mark_background()
-                    box.clear()
-                    gc.collect()
-                    closing = [t for t in threading.enumerate() if t.name == "journaled-close"]
-                    print("closing threads are daemons:", [t.daemon for t in closing])
+        def drop():  # as a collection on one of the queue's own threads would
+            lifecycle.mark_background()
+            box.clear()
+            gc.collect()
+            closing = [t for t in threading.enumerate() if t.name == "journaled-close"]
+            print("closing threads are daemons:", [t.daemon for t in closing])
 
-                t = threading.Thread(target=drop, daemon=True)
-                t.start()
-                t.join()
-                """
-            ),
-            d,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        t = threading.Thread(target=drop, daemon=True)
+        t.start()
+        t.join()
+        """,
+        d,
     )
     assert r.returncode == 0, r.stderr
     assert "True" not in r.stdout, r.stdout  # [False], or [] when it was done already

@@ -302,6 +302,7 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
     interrupted = False
     problems: list[str] = []
     put_s = get_s = 0.0
+    gets: int | None = None  # the workers' progress counts, when their ledgers never came
     extra: dict[str, Any] = {}
     try:
         try:
@@ -321,7 +322,7 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
             # the workers report bytes, latencies and deliveries in their ledgers at the end:
             # stopped first, they never did; the counts of their progress lines are all there is
             extra["not_measured"] = "bytes, latencies: the workers were stopped before they reported them"
-            extra["gets_so_far"] = sum(c.gets)
+            gets = sum(c.gets)
         else:
             pre, figures = c.merge()
             with run.open() as q:  # what nobody took: reads given back when the owner died
@@ -354,7 +355,7 @@ def run_processes(run: Run) -> tuple[dict[str, Any], int | None, list[str], bool
         {
             "put_seconds": put_s,
             "get_seconds": get_s,
-            "gets": extra.pop("gets_so_far", None) or ledger.delivered(),
+            "gets": ledger.delivered() if gets is None else gets,
             "processes": c.n,
             "owner_pid": c.children[OWNER].pid if OWNER in c.children else None,
             "owner_killed": c.killed,
